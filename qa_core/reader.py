@@ -1,0 +1,356 @@
+"""ExtractiveReader: Haystack's extractive reader semantics, answering many queries per forward pass."""
+
+import inspect
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+from qa_core.answers import ExtractedAnswer
+from qa_core.document import Document
+from qa_core.inference import SpanSettings, predict_spans
+from qa_core.secret import Secret
+from qa_core.selection import (
+    DocumentText,
+    SpanCandidate,
+    as_span_candidate,
+    candidate_answers,
+    rank_answers,
+    select_spans,
+)
+from qa_core.tokenization import tokenize_pairs
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ANSWERS_PER_SEQ = 20
+_DTYPE_KEYS = ("torch_dtype", "dtype")
+
+
+@dataclass
+class ReaderSettings:
+    """The reader's parameters for one call, after run-time overrides."""
+
+    top_k: int
+    score_threshold: float | None
+    max_seq_length: int
+    stride: int
+    max_batch_size: int | None
+    answers_per_seq: int
+    no_answer: bool
+    overlap_threshold: float | None
+    calibration_factor: float
+    max_answer_length: int | None
+    context_window_size: int | None
+
+    @property
+    def spans(self) -> SpanSettings:
+        return SpanSettings(self.answers_per_seq, self.calibration_factor, self.max_answer_length)
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """`None` picks the first CUDA device when there is one, else the CPU; an explicit device is honoured."""
+    if device is None:
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def serialize_model_kwargs(model_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Turns torch dtypes into strings such as `"torch.float16"`."""
+    return {key: str(value) if isinstance(value, torch.dtype) else value for key, value in model_kwargs.items()}
+
+
+def deserialize_model_kwargs(model_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Turns `"torch.float16"`-style strings under `torch_dtype` / `dtype` back into torch dtypes."""
+    restored = dict(model_kwargs)
+    for key in _DTYPE_KEYS:
+        value = restored.get(key)
+        if isinstance(value, str) and value.startswith("torch."):
+            dtype = getattr(torch, value.removeprefix("torch."), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"model_kwargs[{key!r}] = {value!r} is not a torch dtype.")
+            restored[key] = dtype
+    return restored
+
+
+class ExtractiveReader:
+    """
+    Finds the spans of documents that answer a query, with Haystack's `ExtractiveReader` semantics.
+
+    Every span is scored on its own (`sigmoid(calibration_factor * (start_logit + end_logit))`), so scores are
+    comparable across documents. `run_batch` answers many queries at once: all their sequences share
+    length-sorted forward batches, and each query's answers equal those of `run` for it alone.
+
+    Usage example:
+    ```python
+    from qa_core import Document, ExtractiveReader
+
+    reader = ExtractiveReader(model="path/to/qa-model")
+    reader.warm_up()
+    docs = [Document(content="Python is a popular programming language")]
+    answers = reader.run(query="What is a popular programming language?", documents=docs)["answers"]
+    ```
+
+    Differences from Haystack: run-time overrides test `is None`, so `top_k=0`-style falsy values and
+    `score_threshold=0.0` are honoured (Haystack's `x or default` swallows them); `max_batch_size=None` runs
+    batches of 32 sequences instead of all sequences at once (same answers, bounded memory).
+    """
+
+    def __init__(
+        self,
+        model: Path | str = "deepset/roberta-base-squad2-distilled",
+        device: str | torch.device | None = None,
+        token: Secret | None = Secret.from_env_var(["HF_API_TOKEN", "HF_TOKEN"], strict=False),  # noqa: B008
+        top_k: int = 20,
+        score_threshold: float | None = None,
+        max_seq_length: int = 384,
+        stride: int = 128,
+        max_batch_size: int | None = None,
+        answers_per_seq: int | None = None,
+        no_answer: bool = True,
+        calibration_factor: float = 0.1,
+        overlap_threshold: float | None = 0.01,
+        model_kwargs: dict[str, Any] | None = None,
+        max_answer_length: int | None = None,
+        context_window_size: int | None = None,
+    ) -> None:
+        """
+        Creates the reader; `warm_up()` loads the model.
+
+        :param model: A Hugging Face question-answering model: a local folder or a hub identifier.
+        :param device: Where to run the model (`"cpu"`, `"cuda:1"`, ...); `None` picks CUDA when present, else CPU.
+        :param token: Token for private models on the hub; serialised by its environment variables only.
+        :param top_k: Answers to return per query (plus the no-answer entry when `no_answer` is set).
+        :param score_threshold: Return only answers (the no-answer entry included) scoring at least this.
+        :param max_seq_length: Most tokens in one sequence; longer documents are split.
+        :param stride: Tokens shared by consecutive windows of a split document.
+        :param max_batch_size: Most sequences in one forward pass; `None` for 32.
+        :param answers_per_seq: Candidate spans kept per sequence; `None` for 20.
+        :param no_answer: Add an answer with `data=None` scoring the chance that no kept answer is right.
+        :param calibration_factor: Multiplies summed logits before the sigmoid.
+        :param overlap_threshold: Drop an answer overlapping a better one of the same document by more than this
+            share of either span's length; `None` keeps all.
+        :param model_kwargs: Passed to `AutoModelForQuestionAnswering.from_pretrained`
+            (`torch_dtype` / `dtype` may be given as a string such as `"torch.float16"`).
+        :param max_answer_length: Longest answer in tokens; `None` for no limit (Haystack's behaviour).
+        :param context_window_size: When set, answers get about this many characters of surrounding text in
+            `context`, with `context_offset` locating the answer there.
+        """
+        self.model = str(model)
+        self.device = device
+        self.token = token
+        self.top_k = top_k
+        self.score_threshold = score_threshold
+        self.max_seq_length = max_seq_length
+        self.stride = stride
+        self.max_batch_size = max_batch_size
+        self.answers_per_seq = answers_per_seq
+        self.no_answer = no_answer
+        self.calibration_factor = calibration_factor
+        self.overlap_threshold = overlap_threshold
+        self.model_kwargs = dict(model_kwargs or {})
+        self.max_answer_length = max_answer_length
+        self.context_window_size = context_window_size
+        self._model: torch.nn.Module | None = None
+        self._tokenizer: Any = None
+        self._device: torch.device | None = None
+
+    def warm_up(self) -> None:
+        """Loads the model and tokenizer onto the device. Calling it again does nothing."""
+        if self._model is not None:
+            return
+        token = self.token.resolve_value() if self.token else None
+        model_kwargs = deserialize_model_kwargs(self.model_kwargs)
+        trust_remote_code = bool(model_kwargs.get("trust_remote_code", False))
+        model = AutoModelForQuestionAnswering.from_pretrained(self.model, token=token, **model_kwargs)
+        self._tokenizer = AutoTokenizer.from_pretrained(self.model, token=token, trust_remote_code=trust_remote_code)
+        if "device_map" in model_kwargs:
+            self._device = model.device
+        else:
+            self._device = resolve_device(self.device)
+            model = model.to(self._device)
+        self._model = model.eval()
+
+    def _settings(self, **overrides: Any) -> ReaderSettings:
+        """The constructor's parameters with run-time overrides applied; `None` keeps the constructor's value."""
+        values = {name: getattr(self, name) if value is None else value for name, value in overrides.items()}
+        if values["answers_per_seq"] is None:
+            values["answers_per_seq"] = DEFAULT_ANSWERS_PER_SEQ
+        return ReaderSettings(
+            calibration_factor=self.calibration_factor,
+            max_answer_length=self.max_answer_length,
+            context_window_size=self.context_window_size,
+            **values,
+        )
+
+    def run(
+        self,
+        query: str,
+        documents: list[Document],
+        top_k: int | None = None,
+        score_threshold: float | None = None,
+        max_seq_length: int | None = None,
+        stride: int | None = None,
+        max_batch_size: int | None = None,
+        answers_per_seq: int | None = None,
+        no_answer: bool | None = None,
+        overlap_threshold: float | None = None,
+    ) -> dict[str, list[ExtractedAnswer]]:
+        """
+        Finds the answers to one query in the documents.
+
+        Run-time parameters override the constructor's for this call; `None` keeps the constructor's value.
+
+        :param query: The question.
+        :param documents: Where to look. Documents without content are skipped with a warning.
+        :returns: `{"answers": [...]}`, best first, the no-answer entry in score order.
+        :raises RuntimeError: If `warm_up()` was not called.
+        """
+        result = self.run_batch(
+            [query],
+            [documents],
+            top_k=top_k,
+            score_threshold=score_threshold,
+            max_seq_length=max_seq_length,
+            stride=stride,
+            max_batch_size=max_batch_size,
+            answers_per_seq=answers_per_seq,
+            no_answer=no_answer,
+            overlap_threshold=overlap_threshold,
+        )
+        return {"answers": result["answers"][0]}
+
+    def run_batch(
+        self,
+        queries: list[str],
+        documents: list[list[Document]],
+        top_k: int | None = None,
+        score_threshold: float | None = None,
+        max_seq_length: int | None = None,
+        stride: int | None = None,
+        max_batch_size: int | None = None,
+        answers_per_seq: int | None = None,
+        no_answer: bool | None = None,
+        overlap_threshold: float | None = None,
+    ) -> dict[str, list[list[ExtractedAnswer]]]:
+        """
+        Answers many queries, each in its own documents; all their sequences share forward batches.
+
+        `run_batch(qs, ds)["answers"][i]` equals `run(qs[i], ds[i])["answers"]`.
+
+        :param queries: The questions.
+        :param documents: One list of documents per question.
+        :returns: `{"answers": [[...], ...]}`, one list per query.
+        :raises RuntimeError: If `warm_up()` was not called.
+        :raises ValueError: If `queries` and `documents` differ in length.
+        """
+        if self._model is None:
+            raise RuntimeError("The reader is not warmed up: call warm_up() before run() or run_batch().")
+        if len(queries) != len(documents):
+            raise ValueError(f"Got {len(queries)} queries but {len(documents)} document lists.")
+        settings = self._settings(
+            top_k=top_k,
+            score_threshold=score_threshold,
+            max_seq_length=max_seq_length,
+            stride=stride,
+            max_batch_size=max_batch_size,
+            answers_per_seq=answers_per_seq,
+            no_answer=no_answer,
+            overlap_threshold=overlap_threshold,
+        )
+        pairs = [(index, doc) for index, docs in enumerate(documents) for doc in _with_content(docs)]
+        sequences = tokenize_pairs(
+            self._tokenizer,
+            [queries[index] for index, _ in pairs],
+            [doc.content for _, doc in pairs],
+            settings.max_seq_length,
+            settings.stride,
+        )
+        spans = predict_spans(
+            self._model,
+            sequences,
+            self._tokenizer.pad_token_id,
+            settings.spans,
+            settings.max_batch_size,
+            self._device,
+        )
+        sources = [DocumentText.of(doc) for _, doc in pairs]
+        candidates: list[list[ExtractedAnswer] | None] = [None] * len(queries)  # None: no document with content
+        for sequence, sequence_spans in zip(sequences, spans, strict=True):
+            query_index = pairs[sequence.pair_index][0]
+            found = candidate_answers(
+                queries[query_index], sources[sequence.pair_index], sequence_spans, settings.context_window_size
+            )
+            if candidates[query_index] is None:
+                candidates[query_index] = []
+            candidates[query_index].extend(found)
+        answers = [
+            []
+            if query_candidates is None
+            else rank_answers(
+                query,
+                query_candidates,
+                settings.top_k,
+                settings.overlap_threshold,
+                settings.no_answer,
+                settings.score_threshold,
+            )
+            for query, query_candidates in zip(queries, candidates, strict=True)
+        ]
+        return {"answers": answers}
+
+    def deduplicate_by_overlap(
+        self, answers: list[ExtractedAnswer], overlap_threshold: float | None
+    ) -> list[ExtractedAnswer]:
+        """
+        Drops answers that overlap an earlier answer of the same document by more than `overlap_threshold` of
+        either span's length ("the river" inside "in the river in Maine" overlaps 1.0; "the river in" and
+        "in Maine" overlap 0.25). Answers are compared in the given order; `None` keeps all.
+
+        :param answers: Answers, best first.
+        :param overlap_threshold: The largest overlap share allowed, or `None`.
+        :returns: The kept answers, in order.
+        """
+        candidates = [as_span_candidate(answer) for answer in answers]
+        kept = _select_in_order(candidates, overlap_threshold)
+        return [answers[index] for index in kept]
+
+    def to_dict(self) -> dict[str, Any]:
+        """
+        Serializes the reader: `{"type": ..., "init_parameters": {...}}` with every constructor parameter.
+        The token appears only as the names of its environment variables.
+        """
+        parameters = {name: getattr(self, name) for name in inspect.signature(type(self).__init__).parameters}
+        del parameters["self"]
+        parameters["device"] = None if self.device is None else str(self.device)
+        parameters["token"] = self.token.to_dict() if self.token is not None else None
+        parameters["model_kwargs"] = serialize_model_kwargs(self.model_kwargs)
+        return {"type": f"{type(self).__module__}.{type(self).__qualname__}", "init_parameters": parameters}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ExtractiveReader":
+        """Rebuilds a reader from `to_dict()`'s form."""
+        parameters = dict(data.get("init_parameters", {}))
+        if parameters.get("token") is not None:
+            parameters["token"] = Secret.from_dict(parameters["token"])
+        if parameters.get("model_kwargs") is not None:
+            parameters["model_kwargs"] = deserialize_model_kwargs(parameters["model_kwargs"])
+        return cls(**parameters)
+
+
+def _with_content(documents: list[Document]) -> list[Document]:
+    """The documents that have text; the others are skipped with a warning."""
+    kept = []
+    for doc in documents:
+        if doc.content is None:
+            logger.warning("Document %s has no content and is skipped.", doc.id)
+        else:
+            kept.append(doc)
+    return kept
+
+
+def _select_in_order(candidates: list[SpanCandidate], overlap_threshold: float | None) -> list[int]:
+    """De-duplication without re-ranking: candidates already in the order to compare them in."""
+    return select_spans(candidates, [0.0] * len(candidates), top_k=None, overlap_threshold=overlap_threshold)

