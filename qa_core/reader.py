@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ANSWERS_PER_SEQ = 20
 _DTYPE_KEYS = ("torch_dtype", "dtype")
+QUANTIZATIONS = (None, "int8")
 
 
 @dataclass
@@ -115,6 +116,7 @@ class ExtractiveReader:
         model_kwargs: dict[str, Any] | None = None,
         max_answer_length: int | None = None,
         context_window_size: int | None = None,
+        quantization: str | None = None,
     ) -> None:
         """
         Creates the reader; `warm_up()` loads the model.
@@ -137,7 +139,11 @@ class ExtractiveReader:
         :param max_answer_length: Longest answer in tokens; `None` for no limit (Haystack's behaviour).
         :param context_window_size: When set, answers get about this many characters of surrounding text in
             `context`, with `context_offset` locating the answer there.
+        :param quantization: `"int8"` quantizes the model's Linear layers to int8 dynamically (CPU only, opt-in:
+            faster, and answers may differ slightly from fp32); `None` keeps the model's weights as loaded.
         """
+        if quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, not {quantization!r}.")
         self.model = str(model)
         self.device = device
         self.token = token
@@ -153,6 +159,7 @@ class ExtractiveReader:
         self.model_kwargs = dict(model_kwargs or {})
         self.max_answer_length = max_answer_length
         self.context_window_size = context_window_size
+        self.quantization = quantization
         self._model: torch.nn.Module | None = None
         self._tokenizer: Any = None
         self._device: torch.device | None = None
@@ -171,6 +178,10 @@ class ExtractiveReader:
         else:
             self._device = resolve_device(self.device)
             model = model.to(self._device)
+        if self.quantization == "int8":
+            if self._device.type != "cpu":
+                raise ValueError(f"int8 quantization runs on the CPU only, not on {self._device}.")
+            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
         self._model = model.eval()
 
     def _settings(self, **overrides: Any) -> ReaderSettings:
