@@ -113,11 +113,16 @@ class GeneratedAnswer:
 
         :returns: A dictionary that `from_dict` turns back into an equal answer.
         """
+        meta = dict(self.meta)
+        if "all_messages" in meta:  # chat-message objects serialise through their own to_dict
+            meta["all_messages"] = [
+                message.to_dict() if hasattr(message, "to_dict") else message for message in meta["all_messages"]
+            ]
         return {
             "data": self.data,
             "query": self.query,
             "documents": [document.to_dict() for document in self.documents],
-            "meta": self.meta,
+            "meta": meta,
         }
 
     @classmethod

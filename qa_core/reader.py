@@ -333,8 +333,7 @@ class ExtractiveReader:
         Serializes the reader: `{"type": ..., "init_parameters": {...}}` with every constructor parameter.
         The token appears only as the names of its environment variables.
         """
-        parameters = {name: getattr(self, name) for name in inspect.signature(type(self).__init__).parameters}
-        del parameters["self"]
+        parameters = {name: getattr(self, name) for name in inspect.signature(type(self)).parameters}
         parameters["device"] = None if self.device is None else str(self.device)
         parameters["token"] = self.token.to_dict() if self.token is not None else None
         parameters["model_kwargs"] = serialize_model_kwargs(self.model_kwargs)
