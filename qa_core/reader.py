@@ -1,5 +1,6 @@
 """ExtractiveReader: Haystack's extractive reader semantics, answering many queries per forward pass."""
 
+import dataclasses
 import inspect
 import logging
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from qa_core.selection import (
     rank_answers,
     select_spans,
 )
-from qa_core.tokenization import tokenize_pairs
+from qa_core.spans import SequenceSpans
+from qa_core.tokenization import Sequence, tokenize_pairs
 
 logger = logging.getLogger(__name__)
 
@@ -186,15 +188,13 @@ class ExtractiveReader:
 
     def _settings(self, **overrides: Any) -> ReaderSettings:
         """The constructor's parameters with run-time overrides applied; `None` keeps the constructor's value."""
-        values = {name: getattr(self, name) if value is None else value for name, value in overrides.items()}
+        values = {}
+        for spec in dataclasses.fields(ReaderSettings):
+            value = overrides.get(spec.name)
+            values[spec.name] = getattr(self, spec.name) if value is None else value
         if values["answers_per_seq"] is None:
             values["answers_per_seq"] = DEFAULT_ANSWERS_PER_SEQ
-        return ReaderSettings(
-            calibration_factor=self.calibration_factor,
-            max_answer_length=self.max_answer_length,
-            context_window_size=self.context_window_size,
-            **values,
-        )
+        return ReaderSettings(**values)
 
     def run(
         self,
@@ -279,13 +279,8 @@ class ExtractiveReader:
             settings.max_seq_length,
             settings.stride,
         )
-        spans = predict_spans(
-            self._model,
-            sequences,
-            self._tokenizer.pad_token_id,
-            settings.spans,
-            settings.max_batch_size,
-            self._device,
+        spans = self.predict(
+            sequences, max_batch_size=settings.max_batch_size, answers_per_seq=settings.answers_per_seq
         )
         sources = [DocumentText.of(doc) for _, doc in pairs]
         candidates: list[list[ExtractedAnswer] | None] = [None] * len(queries)  # None: no document with content
@@ -311,6 +306,26 @@ class ExtractiveReader:
             for query, query_candidates in zip(queries, candidates, strict=True)
         ]
         return {"answers": answers}
+
+    def predict(
+        self, sequences: list[Sequence], max_batch_size: int | None = None, answers_per_seq: int | None = None
+    ) -> list[SequenceSpans]:
+        """
+        The best spans of sequences tokenized by `qa_core.tokenization.tokenize_pairs` (the Ray job tokenizes in a
+        CPU stage of its own and runs only this on the model's device).
+
+        :param sequences: The sequences.
+        :param max_batch_size: Overrides the constructor's value when not `None`.
+        :param answers_per_seq: Overrides the constructor's value when not `None`.
+        :returns: One `SequenceSpans` per sequence, in order.
+        :raises RuntimeError: If `warm_up()` was not called.
+        """
+        if self._model is None:
+            raise RuntimeError("The reader is not warmed up: call warm_up() before predict().")
+        settings = self._settings(max_batch_size=max_batch_size, answers_per_seq=answers_per_seq)
+        return predict_spans(
+            self._model, sequences, self._tokenizer.pad_token_id, settings.spans, settings.max_batch_size, self._device
+        )
 
     def deduplicate_by_overlap(
         self, answers: list[ExtractedAnswer], overlap_threshold: float | None
