@@ -173,6 +173,9 @@ class ExtractiveReader:
         token = self.token.resolve_value() if self.token else None
         model_kwargs = deserialize_model_kwargs(self.model_kwargs)
         trust_remote_code = bool(model_kwargs.get("trust_remote_code", False))
+        device = None if "device_map" in model_kwargs else resolve_device(self.device)
+        if self.quantization is not None and device is not None and device.type != "cpu":
+            raise ValueError(f"{self.quantization} quantization runs on the CPU only, not on {device}.")
         model = AutoModelForQuestionAnswering.from_pretrained(self.model, token=token, **model_kwargs)
         self._tokenizer = AutoTokenizer.from_pretrained(self.model, token=token, trust_remote_code=trust_remote_code)
         if "device_map" in model_kwargs:
