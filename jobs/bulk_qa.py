@@ -1,0 +1,318 @@
+"""
+The bulk QA job: `python -m jobs.bulk_qa --questions Q --documents D --output OUT [options]` (or `bulk-qa`).
+
+Reads the questions and documents with Ray Data, joins each question with its documents, tokenizes in CPU tasks,
+reads the sequences in a pool of reader actors (one per GPU, or CPU actors), then aggregates each shard of
+questions (exact, since scores are global) and commits its answer tables. Exit status: 0 when every question is
+accounted for, 2 for unusable input or configuration, 1 for any other failure.
+"""
+
+import math
+import sys
+import time
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from jobs.aggregate import AggregationSettings, aggregate_shard
+from jobs.config import InputError, JobConfig, build_parser, load_config
+from jobs.inputs import DOCUMENTS, REPLIES, check_model, check_questions_schema, resolve_path, table_schema
+from jobs.output import OutputFolder
+from jobs.stages import ReadSequences, explode_questions, tokenize
+from qa_core.schemas import QUESTION_STATUSES
+
+# Fields that change how the job runs, not what it writes: a resumed run may change them.
+EXECUTION_FIELDS = (
+    "output",
+    "overwrite",
+    "address",
+    "num_actors",
+    "gpus_per_actor",
+    "cpus_per_actor",
+    "sequences_per_actor_batch",
+)
+
+__all__ = ["build_parser", "main", "run"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    try:
+        config = load_config(argv)
+        return run(config)
+    except InputError as error:
+        print(f"bulk-qa: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _input_fingerprint(path: str) -> list[list[Any]]:
+    """Name, size and modification time of every file of an input, to recognise a changed input on resume."""
+    filesystem, inner = resolve_path(path)
+    info = filesystem.get_file_info(inner)
+    infos = [info] if info.type == pafs.FileType.File else filesystem.get_file_info(pafs.FileSelector(inner, True))
+    return sorted([i.path, i.size, i.mtime_ns] for i in infos if i.type == pafs.FileType.File)
+
+
+def _read(path: str, columns: list[str]):
+    import ray.data
+
+    filesystem, inner = resolve_path(path)
+    return ray.data.read_parquet(inner, filesystem=filesystem, columns=columns)
+
+
+def _check_ids(datasets: list[tuple[str, str, str, Any]], partitions: int) -> None:
+    """
+    Fails when an id column holds nulls or duplicates; one shuffle checks all the tables.
+
+    :param datasets: (table name, path, id column, dataset) for each table.
+    """
+    tagged = [
+        dataset.select_columns([column])
+        .rename_columns({column: "id"})
+        .map_batches(
+            lambda batch, table=table: batch.append_column("table", pa.array([table] * len(batch))),
+            batch_format="pyarrow",
+        )
+        for table, _, column, dataset in datasets
+    ]
+    combined = tagged[0].union(*tagged[1:]) if len(tagged) > 1 else tagged[0]
+    counts = combined.groupby(["table", "id"], num_partitions=partitions).count()
+    bad = counts.filter(lambda row: row["id"] is None or row["count()"] > 1).take(20)
+    if not bad:
+        return
+    where = {table: (path, column) for table, path, column, _ in datasets}
+    problems = []
+    for row in bad:
+        path, column = where[row["table"]]
+        what = "a null value" if row["id"] is None else f"duplicate value {row['id']!r}"
+        problems.append(f"{path}: column '{column}' of the {row['table']} table has {what} ({row['count()']} rows)")
+    raise InputError("Input ids must be unique and not null:\n  - " + "\n  - ".join(problems))
+
+
+def _start_ray(address: str | None) -> float:
+    import ray
+
+    started = time.time()
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=True) if address else ray.init()
+    return time.time() - started
+
+
+def _actor_resources(config: JobConfig) -> tuple[int, float, int]:
+    """(number of actors, GPUs per actor, CPU threads per actor) for the cluster the driver is connected to."""
+    import ray
+
+    resources = ray.cluster_resources()
+    gpus = resources.get("GPU", 0)
+    cpus = resources.get("CPU", 1)
+    if gpus:
+        num_actors = config.num_actors or max(1, int(gpus // config.gpus_per_actor))
+        return num_actors, config.gpus_per_actor, 1
+    num_actors = config.num_actors or 1
+    return num_actors, 0.0, max(1, int(cpus // num_actors))
+
+
+def run(config: JobConfig) -> int:
+    """
+    Runs the job for a validated configuration.
+
+    :returns: 0 when every input question is accounted for in the questions table, else 1.
+    :raises InputError: For unusable input, before any worker starts.
+    """
+    started = time.time()
+    questions_schema = check_questions_schema(config.questions, bool(config.documents))
+    squad = "document_ids" not in questions_schema.names
+    documents_schema = table_schema(config.documents, DOCUMENTS) if not squad else None
+    if config.replies:
+        table_schema(config.replies, REPLIES)
+    check_model(config.model)
+
+    ray_start_s = _start_ray(config.address)
+    import ray.data
+
+    questions = _read(config.questions, ["id", "query", "context" if squad else "document_ids"])
+    n_questions = questions.count()
+    checks = [("questions", config.questions, "id", questions)]
+    documents = None
+    if not squad:
+        document_columns = ["id", "content"] + (["page_number"] if "page_number" in documents_schema.names else [])
+        documents = _read(config.documents, document_columns)
+        checks.append(("documents", config.documents, "id", documents))
+    replies = None
+    if config.replies:
+        replies = _read(config.replies, None)
+        checks.append(("replies", config.replies, "question_id", replies))
+    partitions = max(1, min(32, n_questions // 50_000))
+    _check_ids(checks, partitions)
+
+    output = OutputFolder(config.output)
+    identity = {
+        "config": {key: value for key, value in config.to_dict().items() if key not in EXECUTION_FIELDS},
+        "inputs": {name: _input_fingerprint(path) for name, path, _, _ in checks},
+    }
+    output.claim(identity, config.overwrite)
+    num_shards = max(1, math.ceil(n_questions / config.shard_size))
+    already_committed = output.committed_shards()
+
+    pipeline_started = time.time()
+    num_actors, gpus_per_actor, cpu_threads = _actor_resources(config)
+    if len(already_committed) < num_shards:
+        if replies is not None:
+            replies = replies.rename_columns({"question_id": "id", "replies": "replies"}).map_batches(
+                _reply_columns, batch_format="pyarrow"
+            )
+            questions = questions.join(replies, "left_outer", num_partitions=partitions, on=("id",))
+        work = questions.map_batches(
+            explode_questions,
+            batch_format="pyarrow",
+            fn_kwargs={"num_shards": num_shards, "skip_shards": frozenset(already_committed), "squad": squad},
+        )
+        if documents is not None:
+            documents = documents.map_batches(_document_columns, batch_format="pyarrow")
+            work = work.join(documents, "left_outer", num_partitions=partitions, on=("document_id",), right_on=("id",))
+        work = work.map_batches(
+            tokenize,
+            batch_format="pyarrow",
+            fn_kwargs={
+                "model": config.model,
+                "max_seq_length": config.max_seq_length,
+                "stride": config.stride,
+                "context_window_size": config.context_window_size,
+                "trust_remote_code": bool(config.model_kwargs.get("trust_remote_code", False)),
+            },
+        )
+        work = work.repartition(target_num_rows_per_block=config.sequences_per_actor_batch)
+        work = work.map_batches(
+            ReadSequences,
+            batch_format="pyarrow",
+            batch_size=config.sequences_per_actor_batch,
+            compute=ray.data.ActorPoolStrategy(size=num_actors),
+            fn_constructor_kwargs={"reader_parameters": config.reader_parameters(), "cpu_threads": cpu_threads},
+            num_gpus=gpus_per_actor,
+            num_cpus=config.cpus_per_actor,
+            max_restarts=-1,
+            max_task_retries=-1,
+        )
+        settings = AggregationSettings(
+            top_k=config.top_k,
+            overlap_threshold=config.overlap_threshold,
+            no_answer=config.no_answer,
+            score_threshold=config.score_threshold,
+            refusal_threshold=config.refusal_threshold,
+            answer_builder={
+                "pattern": config.answer_pattern,
+                "reference_pattern": config.reference_pattern,
+                "last_message_only": config.last_message_only,
+                "return_only_referenced_documents": config.return_only_referenced_documents,
+                "expand_reference_ranges": config.expand_reference_ranges,
+            },
+            with_replies=replies is not None,
+        )
+        summaries = work.groupby("shard", num_partitions=max(1, min(num_shards, 32))).map_groups(
+            aggregate_shard, batch_format="pyarrow", fn_kwargs={"settings": settings, "output": config.output}
+        )
+        for _ in summaries.iter_rows():
+            pass
+    pipeline_s = time.time() - pipeline_started
+
+    markers = output.committed_shards()
+    manifest = _manifest(
+        config, identity, markers, n_questions, num_shards, len(already_committed), started, ray_start_s, pipeline_s
+    )
+    if manifest["reconciled"]:
+        output.write_manifest(manifest)
+    _print_summary(manifest, output)
+    return 0 if manifest["reconciled"] else 1
+
+
+def _reply_columns(batch: pa.Table) -> pa.Table:
+    """The replies table's columns as the question rows carry them."""
+    columns = {"id": batch["id"], "replies": batch["replies"]}
+    columns["reply_meta"] = (
+        batch["meta"] if "meta" in batch.column_names else pa.nulls(len(batch), pa.list_(pa.string()))
+    )
+    return pa.table(columns)
+
+
+def _document_columns(batch: pa.Table) -> pa.Table:
+    """Documents as the pairs join them: content, page_number (int64 or null) and a marker that the id is known."""
+    page_number = batch["page_number"] if "page_number" in batch.column_names else pa.nulls(len(batch), pa.int64())
+    return pa.table(
+        {
+            "id": batch["id"],
+            "content": batch["content"],
+            "page_number": page_number.cast(pa.int64()),
+            "known": pa.array([True] * len(batch)),
+        }
+    )
+
+
+def _manifest(
+    config: JobConfig,
+    identity: dict[str, Any],
+    markers: dict[int, dict[str, Any]],
+    n_questions: int,
+    num_shards: int,
+    resumed_shards: int,
+    started: float,
+    ray_start_s: float,
+    pipeline_s: float,
+) -> dict[str, Any]:
+    """The run's manifest: configuration, counts in and out, reconciliation, timings and throughput."""
+    statuses = {status: sum(m["statuses"][status] for m in markers.values()) for status in QUESTION_STATUSES}
+    written = sum(m["questions"] for m in markers.values())
+    workers: dict[str, int] = {}
+    for marker in markers.values():
+        for worker, count in marker["workers"].items():
+            workers[worker] = workers.get(worker, 0) + count
+    sequences = sum(m["sequences"] for m in markers.values())
+    computed = sum(m["questions"] for shard, m in markers.items())
+    return {
+        "config": config.to_dict(),
+        "inputs": {"questions": n_questions, "files": identity["inputs"]},
+        "outputs": {
+            "questions": written,
+            "statuses": statuses,
+            "answers": sum(m["answers"] for m in markers.values()),
+            "generated_answers": sum(m["generated_answers"] for m in markers.values()),
+            "sequences": sequences,
+        },
+        "reconciled": written == n_questions and len(markers) == num_shards,
+        "shards": {"total": num_shards, "committed": len(markers), "resumed": resumed_shards},
+        "workers": workers,
+        "timings": {
+            "total_s": round(time.time() - started, 3),
+            "ray_start_s": round(ray_start_s, 3),
+            "pipeline_s": round(pipeline_s, 3),
+        },
+        "throughput": {
+            "questions_per_s": round(computed / pipeline_s, 3) if pipeline_s else None,
+            "sequences_per_s": round(sequences / pipeline_s, 3) if pipeline_s else None,
+        },
+    }
+
+
+def _print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
+    outputs, statuses = manifest["outputs"], manifest["outputs"]["statuses"]
+    lines = [
+        "",
+        "bulk-qa: " + ("done" if manifest["reconciled"] else "INCOMPLETE: questions in and out differ"),
+        f"  questions   {manifest['inputs']['questions']} in, {outputs['questions']} out: "
+        + ", ".join(f"{count} {status}" for status, count in statuses.items()),
+        f"  answers     {outputs['answers']} rows"
+        + (f", {outputs['generated_answers']} generated answers" if outputs["generated_answers"] else ""),
+        f"  throughput  {manifest['throughput']['questions_per_s']} questions/s, "
+        f"{manifest['throughput']['sequences_per_s']} sequences/s "
+        f"(pipeline {manifest['timings']['pipeline_s']} s, Ray start {manifest['timings']['ray_start_s']} s)",
+        f"  shards      {manifest['shards']['committed']}/{manifest['shards']['total']} committed"
+        f" ({manifest['shards']['resumed']} from an earlier run)",
+        f"  tables      {output.table_path('answers')}, {output.table_path('questions')}"
+        + (f", {output.table_path('generated_answers')}" if outputs["generated_answers"] else ""),
+        f"  manifest    {output.table_path('manifest.json')}" if manifest["reconciled"] else "",
+    ]
+    print("\n".join(line for line in lines if line), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

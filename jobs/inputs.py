@@ -1,0 +1,145 @@
+"""
+The job's inputs: filesystems, table checks made before any worker starts, and the model check.
+Every problem found here is an `InputError` naming the file, the column and, for rows, the row's id.
+"""
+
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+
+from jobs.config import InputError
+
+LOCAL_MODEL_HINT = (
+    "Point --model at a local folder holding a question-answering model (config.json, weights, tokenizer). "
+    "For an offline smoke run, `python -m qa_core.local_models minilm models/minilm-qa` builds one "
+    "(its QA head is random: its answers are meaningless)."
+)
+
+
+def resolve_path(path: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and the path inside it for a local path or a URI (s3://, gs://, file://, ...)."""
+    if "://" not in path:
+        return pafs.LocalFileSystem(), os.path.abspath(path)
+    try:
+        return pafs.FileSystem.from_uri(path)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise InputError(f"{path}: unsupported path or filesystem: {error}") from None
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """What a table must hold: required columns with their kinds, optional ones, and which column is its id."""
+
+    name: str
+    required: dict[str, str]
+    optional: dict[str, str]
+    id_column: str
+
+
+QUESTIONS = TableSpec(
+    "questions", {"id": "string", "query": "string"}, {"document_ids": "list<string>", "context": "string"}, "id"
+)
+DOCUMENTS = TableSpec("documents", {"id": "string", "content": "string"}, {"page_number": "integer"}, "id")
+REPLIES = TableSpec(
+    "replies", {"question_id": "string", "replies": "list<string>"}, {"meta": "list<string>"}, "question_id"
+)
+
+
+def _is_kind(data_type: pa.DataType, kind: str) -> bool:
+    if kind == "string":
+        return pa.types.is_string(data_type) or pa.types.is_large_string(data_type) or pa.types.is_null(data_type)
+    if kind == "integer":
+        return pa.types.is_integer(data_type) or pa.types.is_null(data_type)
+    if kind == "list<string>":
+        return (pa.types.is_list(data_type) or pa.types.is_large_list(data_type)) and _is_kind(
+            data_type.value_type, "string"
+        )
+    raise ValueError(kind)
+
+
+def table_schema(path: str, spec: TableSpec) -> pa.Schema:
+    """
+    Opens a Parquet file or folder (metadata only) and checks its columns against `spec`.
+
+    :raises InputError: If the path is missing, not Parquet, lacks a required column or has a column of
+        the wrong type.
+    """
+    filesystem, inner = resolve_path(path)
+    try:
+        schema = pads.dataset(inner, filesystem=filesystem, format="parquet").schema
+    except FileNotFoundError:
+        raise InputError(f"{path}: the {spec.name} file does not exist.") from None
+    except (pa.ArrowInvalid, OSError) as error:
+        raise InputError(f"{path}: the {spec.name} file is not readable Parquet: {error}") from None
+    for column in spec.required:
+        if column not in schema.names:
+            raise InputError(f"{path}: the {spec.name} table has no column '{column}' (columns: {schema.names}).")
+    for column, kind in {**spec.required, **spec.optional}.items():
+        if column in schema.names and not _is_kind(schema.field(column).type, kind):
+            raise InputError(
+                f"{path}: column '{column}' of the {spec.name} table must be {kind}, not {schema.field(column).type}."
+            )
+    return schema
+
+
+def check_questions_schema(path: str, has_documents: bool) -> pa.Schema:
+    """Checks the questions table and that it says which documents to read."""
+    schema = table_schema(path, QUESTIONS)
+    if "document_ids" not in schema.names and "context" not in schema.names:
+        raise InputError(
+            f"{path}: the questions table needs a 'document_ids' column (list of document ids) "
+            "or a SQuAD-style 'context' column."
+        )
+    if "document_ids" in schema.names and not has_documents:
+        raise InputError(f"{path}: the questions name document_ids, so --documents is required.")
+    return schema
+
+
+def check_model(model: str) -> None:
+    """
+    Checks, before any worker starts, that `model` is a loadable question-answering model.
+
+    :raises InputError: If a local path does not exist, the hub cannot be reached for a hub id, or the
+        model's type has no question-answering head.
+    """
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES
+
+    if not Path(model).expanduser().exists():
+        if model.startswith((".", "/", "~")) or model.count("/") > 1:
+            raise InputError(f"--model {model}: the folder does not exist. {LOCAL_MODEL_HINT}")
+        _check_hub_reachable(model)
+    try:
+        config = AutoConfig.from_pretrained(model)
+    except (OSError, ValueError) as error:
+        raise InputError(f"--model {model}: cannot load its configuration: {error}. {LOCAL_MODEL_HINT}") from None
+    if config.model_type not in MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES:
+        raise InputError(
+            f"--model {model}: a '{config.model_type}' model has no question-answering head in transformers."
+        )
+
+
+def _check_hub_reachable(model: str) -> None:
+    """Fails at once when the hub cannot be reached (transformers would retry for half a minute)."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        reachable = False
+    else:
+        try:
+            urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=5)
+            reachable = True
+        except urllib.error.HTTPError:
+            reachable = True  # the server answered
+        except (urllib.error.URLError, OSError):
+            reachable = False
+    if not reachable:
+        raise InputError(
+            f"--model {model}: not a local folder, and the model hub ({endpoint}) cannot be reached to download "
+            f"it. {LOCAL_MODEL_HINT}"
+        )

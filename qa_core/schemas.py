@@ -1,0 +1,96 @@
+"""The answer tables' Arrow schemas, and answers turned into their rows."""
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from qa_core.answers import ExtractedAnswer, GeneratedAnswer
+
+ANSWERS_SCHEMA = pa.schema(
+    [
+        ("question_id", pa.string()),
+        ("query", pa.string()),
+        ("rank", pa.int32()),  # 1-based position in the question's answer list, the no-answer row included
+        ("answer", pa.string()),  # null for the no-answer row
+        ("score", pa.float64()),
+        ("is_no_answer", pa.bool_()),
+        ("document_id", pa.string()),
+        ("document_start", pa.int64()),  # character offsets of the answer in the document
+        ("document_end", pa.int64()),
+        ("context", pa.string()),  # text around the answer (when context_window_size is set)
+        ("context_start", pa.int64()),  # offsets of the answer inside the context
+        ("context_end", pa.int64()),
+        ("answer_page_number", pa.int64()),
+    ]
+)
+
+QUESTION_STATUSES = ("answered", "refused", "no_documents", "error")
+
+QUESTIONS_SCHEMA = pa.schema(
+    [
+        ("question_id", pa.string()),
+        ("query", pa.string()),
+        ("status", pa.string()),  # one of QUESTION_STATUSES
+        ("best_answer", pa.string()),  # null unless answered
+        ("best_score", pa.float64()),  # the best span's score, refused or not
+        ("no_answer_score", pa.float64()),
+        ("n_documents", pa.int32()),  # documents read (known, with content)
+        ("n_sequences", pa.int32()),  # model sequences their text made
+        ("error", pa.string()),
+    ]
+)
+
+GENERATED_ANSWERS_SCHEMA = pa.schema(
+    [
+        ("question_id", pa.string()),
+        ("reply_index", pa.int32()),
+        ("answer", pa.string()),
+        ("referenced_document_ids", pa.list_(pa.string())),
+        ("source_indices", pa.list_(pa.int32())),  # 1-based positions in the question's document_ids
+        ("meta", pa.string()),  # JSON
+    ]
+)
+
+
+def answer_rows(question_id: str, answers: list[ExtractedAnswer]) -> list[dict[str, Any]]:
+    """One `ANSWERS_SCHEMA` row per answer, ranked in list order."""
+    rows = []
+    for rank, answer in enumerate(answers, start=1):
+        document_offset, context_offset = answer.document_offset, answer.context_offset
+        rows.append(
+            {
+                "question_id": question_id,
+                "query": answer.query,
+                "rank": rank,
+                "answer": answer.data,
+                "score": answer.score,
+                "is_no_answer": answer.data is None,
+                "document_id": answer.document.id if answer.document is not None else None,
+                "document_start": document_offset.start if document_offset else None,
+                "document_end": document_offset.end if document_offset else None,
+                "context": answer.context,
+                "context_start": context_offset.start if context_offset else None,
+                "context_end": context_offset.end if context_offset else None,
+                "answer_page_number": answer.meta.get("answer_page_number"),
+            }
+        )
+    return rows
+
+
+def generated_answer_rows(question_id: str, answers: list[GeneratedAnswer]) -> list[dict[str, Any]]:
+    """One `GENERATED_ANSWERS_SCHEMA` row per parsed reply."""
+    rows = []
+    for index, answer in enumerate(answers):
+        meta = {key: value for key, value in answer.meta.items() if key != "all_messages"}
+        rows.append(
+            {
+                "question_id": question_id,
+                "reply_index": index,
+                "answer": answer.data,
+                "referenced_document_ids": [document.id for document in answer.documents],
+                "source_indices": [document.meta["source_index"] for document in answer.documents],
+                "meta": json.dumps(meta, sort_keys=True, default=str),
+            }
+        )
+    return rows
