@@ -1,0 +1,187 @@
+"""
+A real Ray head on 127.0.0.1 for tests, isolated from every other Ray instance on the machine.
+
+`ray start --head --block` runs in its own session with a private `--temp-dir` and explicit free ports, so:
+
+- `ray.init()` in other tests never finds it (the "latest cluster" file lives in the private temp dir),
+- it never clashes with the default ports of an in-process cluster started elsewhere,
+- stopping it touches only its own processes: SIGTERM to the blocking `ray start`, which shuts down
+  everything it launched, then SIGKILL to any survivor whose command line names the private temp dir.
+  (`ray stop` would stop every Ray instance on the machine, including other engineers' test runs.)
+"""
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LocalRayHead:
+    """
+    A single-node Ray cluster started with `ray start --head`, with its dashboard (the Job Submission API).
+
+    Usage:
+        head = LocalRayHead(num_cpus=4, env={"SOME": "value"})
+        head.start()
+        try:
+            ...  # submit to head.dashboard_url, connect drivers to head.gcs_address
+        finally:
+            head.stop()
+
+    The head runs with token authentication (`RAY_AUTH_MODE=token`, the default of coming Ray releases) and its
+    own token file; a client reaches it with the environment in `client_env`.
+
+    :param num_cpus: Logical CPUs the head advertises.
+    :param env: Extra environment for the head's processes (and so for the jobs it runs).
+    """
+
+    def __init__(self, num_cpus: int = 4, env: dict[str, str] | None = None):
+        self.num_cpus = num_cpus
+        self.env = dict(env or {})
+        self.temp_dir: str | None = None
+        self.gcs_port = 0
+        self.dashboard_port = 0
+        self._process: subprocess.Popen | None = None
+        self._log_path: Path | None = None
+
+    @property
+    def gcs_address(self) -> str:
+        """The address `ray.init(address=...)` connects a driver to, as the head itself reports it."""
+        return (Path(self.temp_dir) / "ray_current_cluster").read_text().strip()
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """The environment a client (job submission, driver) needs to authenticate to this head."""
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(Path(self.temp_dir) / "auth_token")}
+
+    @property
+    def dashboard_url(self) -> str:
+        """The address of the Job Submission API."""
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def start(self, timeout_s: float = 90.0) -> None:
+        """Starts the head and waits until the Job Submission API answers.
+
+        :raises RuntimeError: if the head exits or does not answer within `timeout_s`; the message holds its output.
+        """
+        # Short: Ray puts Unix sockets under it, and their paths are limited to about 100 characters.
+        self.temp_dir = tempfile.mkdtemp(prefix="rayqa-", dir="/tmp")
+        (Path(self.temp_dir) / "auth_token").write_text(secrets.token_hex(32))
+        self.gcs_port, self.dashboard_port = free_port(), free_port()
+        ports = {
+            "--port": self.gcs_port,
+            "--dashboard-port": self.dashboard_port,
+            "--dashboard-agent-listen-port": free_port(),
+            "--dashboard-agent-grpc-port": free_port(),
+            "--runtime-env-agent-port": free_port(),
+            "--metrics-export-port": free_port(),
+            "--node-manager-port": free_port(),
+            "--object-manager-port": free_port(),
+        }
+        command = [
+            str(VENV_BIN / "ray"),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            "--dashboard-host=127.0.0.1",
+            "--include-dashboard=true",
+            f"--num-cpus={self.num_cpus}",
+            "--num-gpus=0",
+            f"--object-store-memory={512 * 1024**2}",
+            f"--temp-dir={self.temp_dir}",
+            "--disable-usage-stats",
+            *(f"{flag}={port}" for flag, port in ports.items()),
+        ]
+        env = {
+            **os.environ,
+            # Jobs run `python ...`: it must be this virtual environment's interpreter.
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # No draining on SIGTERM: shut down at once.
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            **self.client_env,
+            **self.env,
+        }
+        env.pop("RAY_ADDRESS", None)
+        self._log_path = Path(self.temp_dir) / "ray-start.log"
+        with self._log_path.open("wb") as log:
+            self._process = subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                output = self.output()
+                self.stop()
+                raise RuntimeError(f"ray start exited with {self._process.returncode}:\n{output}")
+            if self._answers() and (Path(self.temp_dir) / "ray_current_cluster").exists():
+                return
+            time.sleep(0.5)
+        output = self.output()
+        self.stop()
+        raise RuntimeError(f"the Ray head did not answer at {self.dashboard_url} in {timeout_s:.0f} s:\n{output}")
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.dashboard_url}/api/version", timeout=2):
+                return True
+        except urllib.error.HTTPError:  # 401 without a token: the API is up
+            return True
+        except OSError:
+            return False
+
+    def output(self) -> str:
+        """What `ray start` printed so far."""
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        return self._log_path.read_text(errors="replace")
+
+    def _own_processes(self) -> list[psutil.Process]:
+        """Every live process whose command line names this head's private temp dir."""
+        found = []
+        for process in psutil.process_iter(["cmdline"]):
+            try:
+                if any(self.temp_dir in part for part in process.info["cmdline"] or ()):
+                    found.append(process)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return found
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stops this head and every process it started; removes its temp dir."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        if self.temp_dir is not None:
+            survivors = self._own_processes()
+            for process in survivors:
+                try:
+                    process.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(survivors, timeout=10)
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
