@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.output import OutputFolder
-from jobs.stages import CANDIDATE, PAIR, QUESTION, SEQUENCE, candidate_answer, parse_reply_meta
+from jobs.stages import CANDIDATE, PAIR, QUESTION, REPLIES, SEQUENCE, candidate_answer, parse_reply_meta
 from qa_core.answer_builder import AnswerBuilder
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
@@ -106,13 +106,13 @@ def _refused(best_score: float, no_answer_score: float, refusal_threshold: float
     return no_answer_score >= refusal_threshold
 
 
-def parse_replies(question: dict[str, Any], builder: AnswerBuilder) -> list[dict[str, Any]]:
-    """The question's generator replies parsed by AnswerBuilder, its documents (in document_ids order) as targets."""
+def parse_replies(question: dict[str, Any], replies: dict[str, Any], builder: AnswerBuilder) -> list[dict[str, Any]]:
+    """A question's generator replies parsed by AnswerBuilder, its documents (in document_ids order) as targets."""
     documents = [Document(content=None, id=document_id) for document_id in question["document_ids"] or []]
     answers = builder.run(
         query=question["query"] or "",
-        replies=question["replies"],
-        meta=parse_reply_meta(question["reply_meta"]),
+        replies=replies["replies"] or [],
+        meta=parse_reply_meta(replies["reply_meta"]),
         documents=documents,
     )["answers"]
     return generated_answer_rows(question["question_id"], answers)
@@ -126,10 +126,13 @@ def aggregate_shard(group: pa.Table, settings: AggregationSettings, output: str)
     rows = group.to_pylist()
     shard = rows[0]["shard"]
     questions: dict[str, dict[str, Any]] = {}
+    replies: dict[str, dict[str, Any]] = {}
     notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         if row["kind"] == QUESTION:
             questions[row["question_id"]] = row
+        elif row["kind"] == REPLIES:
+            replies[row["question_id"]] = row
         else:
             notes[row["question_id"]].append(row)
     builder = AnswerBuilder(**settings.answer_builder)
@@ -138,9 +141,9 @@ def aggregate_shard(group: pa.Table, settings: AggregationSettings, output: str)
     for question_id in sorted(questions):
         question = questions[question_id]
         row, question_answers = question_result(question, notes[question_id], settings)
-        if question["replies"] is not None:
+        if question_id in replies:
             try:
-                generated += parse_replies(question, builder)
+                generated += parse_replies(question, replies[question_id], builder)
             except ValueError as error:
                 row.update(status="error", best_answer=None, error=f"replies: {error}")
         question_rows.append(row)
@@ -160,6 +163,7 @@ def aggregate_shard(group: pa.Table, settings: AggregationSettings, output: str)
         "generated_answers": len(generated),
         "sequences": sum(workers.values()),
         "workers": dict(workers),
+        "replies_without_question": sorted(set(replies) - set(questions)),
     }
     OutputFolder(output).commit_shard(shard, tables, marker)
     return pa.table({"shard": [shard], "marker": [json.dumps(marker)]}, schema=SUMMARY_SCHEMA)

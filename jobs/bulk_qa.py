@@ -19,7 +19,7 @@ from jobs.aggregate import AggregationSettings, aggregate_shard
 from jobs.config import InputError, JobConfig, build_parser, load_config
 from jobs.inputs import DOCUMENTS, REPLIES, check_model, check_questions_schema, resolve_path, table_schema
 from jobs.output import OutputFolder
-from jobs.stages import ReadSequences, explode_questions, tokenize
+from jobs.stages import ReadSequences, explode_questions, replies_rows, tokenize
 from qa_core.schemas import QUESTION_STATUSES
 
 # Fields that change how the job runs, not what it writes: a resumed run may change them.
@@ -54,11 +54,12 @@ def _input_fingerprint(path: str) -> list[list[Any]]:
     return sorted([i.path, i.size, i.mtime_ns] for i in infos if i.type == pafs.FileType.File)
 
 
-def _read(path: str, columns: list[str]):
+def _read(path: str, columns: list[str] | None = None):
     import ray.data
 
     filesystem, inner = resolve_path(path)
-    return ray.data.read_parquet(inner, filesystem=filesystem, columns=columns)
+    dataset = ray.data.read_parquet(inner, filesystem=filesystem)
+    return dataset.select_columns(columns) if columns else dataset
 
 
 def _check_ids(datasets: list[tuple[str, str, str, Any]], partitions: int) -> None:
@@ -67,6 +68,8 @@ def _check_ids(datasets: list[tuple[str, str, str, Any]], partitions: int) -> No
 
     :param datasets: (table name, path, id column, dataset) for each table.
     """
+    from ray.data.expressions import col
+
     tagged = [
         dataset.select_columns([column])
         .rename_columns({column: "id"})
@@ -78,7 +81,7 @@ def _check_ids(datasets: list[tuple[str, str, str, Any]], partitions: int) -> No
     ]
     combined = tagged[0].union(*tagged[1:]) if len(tagged) > 1 else tagged[0]
     counts = combined.groupby(["table", "id"], num_partitions=partitions).count()
-    bad = counts.filter(lambda row: row["id"] is None or row["count()"] > 1).take(20)
+    bad = counts.filter(expr=col("id").is_null() | (col("count()") > 1)).take(20)
     if not bad:
         return
     where = {table: (path, column) for table, path, column, _ in datasets}
@@ -131,6 +134,9 @@ def run(config: JobConfig) -> int:
     ray_start_s = _start_ray(config.address)
     import ray.data
 
+    # Sort-based shuffles run as tasks: no shuffle actors to start, which dominates on small inputs.
+    ray.data.DataContext.get_current().shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+
     questions = _read(config.questions, ["id", "query", "context" if squad else "document_ids"])
     n_questions = questions.count()
     checks = [("questions", config.questions, "id", questions)]
@@ -141,7 +147,7 @@ def run(config: JobConfig) -> int:
         checks.append(("documents", config.documents, "id", documents))
     replies = None
     if config.replies:
-        replies = _read(config.replies, None)
+        replies = _read(config.replies)
         checks.append(("replies", config.replies, "question_id", replies))
     partitions = max(1, min(32, n_questions // 50_000))
     _check_ids(checks, partitions)
@@ -158,15 +164,11 @@ def run(config: JobConfig) -> int:
     pipeline_started = time.time()
     num_actors, gpus_per_actor, cpu_threads = _actor_resources(config)
     if len(already_committed) < num_shards:
-        if replies is not None:
-            replies = replies.rename_columns({"question_id": "id", "replies": "replies"}).map_batches(
-                _reply_columns, batch_format="pyarrow"
-            )
-            questions = questions.join(replies, "left_outer", num_partitions=partitions, on=("id",))
+        skip_shards = frozenset(already_committed)
         work = questions.map_batches(
             explode_questions,
             batch_format="pyarrow",
-            fn_kwargs={"num_shards": num_shards, "skip_shards": frozenset(already_committed), "squad": squad},
+            fn_kwargs={"num_shards": num_shards, "skip_shards": skip_shards, "squad": squad},
         )
         if documents is not None:
             documents = documents.map_batches(_document_columns, batch_format="pyarrow")
@@ -194,6 +196,9 @@ def run(config: JobConfig) -> int:
             max_restarts=-1,
             max_task_retries=-1,
         )
+        if replies is not None:
+            fn_kwargs = {"num_shards": num_shards, "skip_shards": skip_shards}
+            work = work.union(replies.map_batches(replies_rows, batch_format="pyarrow", fn_kwargs=fn_kwargs))
         settings = AggregationSettings(
             top_k=config.top_k,
             overlap_threshold=config.overlap_threshold,
@@ -218,21 +223,12 @@ def run(config: JobConfig) -> int:
 
     markers = output.committed_shards()
     manifest = _manifest(
-        config, identity, markers, n_questions, num_shards, len(already_committed), started, ray_start_s, pipeline_s
+        config, identity, markers, n_questions, num_shards, already_committed, started, ray_start_s, pipeline_s
     )
     if manifest["reconciled"]:
         output.write_manifest(manifest)
     _print_summary(manifest, output)
     return 0 if manifest["reconciled"] else 1
-
-
-def _reply_columns(batch: pa.Table) -> pa.Table:
-    """The replies table's columns as the question rows carry them."""
-    columns = {"id": batch["id"], "replies": batch["replies"]}
-    columns["reply_meta"] = (
-        batch["meta"] if "meta" in batch.column_names else pa.nulls(len(batch), pa.list_(pa.string()))
-    )
-    return pa.table(columns)
 
 
 def _document_columns(batch: pa.Table) -> pa.Table:
@@ -254,7 +250,7 @@ def _manifest(
     markers: dict[int, dict[str, Any]],
     n_questions: int,
     num_shards: int,
-    resumed_shards: int,
+    resumed: dict[int, dict[str, Any]],
     started: float,
     ray_start_s: float,
     pipeline_s: float,
@@ -267,7 +263,7 @@ def _manifest(
         for worker, count in marker["workers"].items():
             workers[worker] = workers.get(worker, 0) + count
     sequences = sum(m["sequences"] for m in markers.values())
-    computed = sum(m["questions"] for shard, m in markers.items())
+    computed = sum(m["questions"] for shard, m in markers.items() if shard not in resumed)
     return {
         "config": config.to_dict(),
         "inputs": {"questions": n_questions, "files": identity["inputs"]},
@@ -279,7 +275,8 @@ def _manifest(
             "sequences": sequences,
         },
         "reconciled": written == n_questions and len(markers) == num_shards,
-        "shards": {"total": num_shards, "committed": len(markers), "resumed": resumed_shards},
+        "shards": {"total": num_shards, "committed": len(markers), "resumed": len(resumed)},
+        "replies_without_question": sorted(q for m in markers.values() for q in m["replies_without_question"]),
         "workers": workers,
         "timings": {
             "total_s": round(time.time() - started, 3),
@@ -310,6 +307,9 @@ def _print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
         f"  tables      {output.table_path('answers')}, {output.table_path('questions')}"
         + (f", {output.table_path('generated_answers')}" if outputs["generated_answers"] else ""),
         f"  manifest    {output.table_path('manifest.json')}" if manifest["reconciled"] else "",
+        f"  warning     replies for unknown question ids: {manifest['replies_without_question']}"
+        if manifest["replies_without_question"]
+        else "",
     ]
     print("\n".join(line for line in lines if line), flush=True)
 

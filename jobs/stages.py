@@ -6,7 +6,8 @@ it carries:
 - `pair`: one per (question, document) before tokenization; after it, only pairs that could not be read remain,
   as notes carrying the reason in `error`;
 - `sequence`: a tokenized window of a document (before the reader stage), then a note that it was read;
-- `candidate`: a span found by the reader, with its text, page and context.
+- `candidate`: a span found by the reader, with its text, page and context;
+- `replies`: a question's generator replies, joining the others just before aggregation.
 
 Every row has the question's `shard` (a stable hash of its id), the unit that the aggregation stage commits.
 """
@@ -27,7 +28,7 @@ from qa_core.reader import ExtractiveReader
 from qa_core.selection import DocumentText, candidate_answers
 from qa_core.tokenization import Sequence, tokenize_pairs
 
-QUESTION, PAIR, SEQUENCE, CANDIDATE = "question", "pair", "sequence", "candidate"
+QUESTION, PAIR, SEQUENCE, CANDIDATE, REPLIES = "question", "pair", "sequence", "candidate", "replies"
 
 _COMMON = [
     ("shard", pa.int32()),
@@ -115,8 +116,6 @@ def explode_questions(batch: pa.Table, num_shards: int, skip_shards: frozenset[i
                 "kind": QUESTION,
                 "error": error,
                 "document_ids": document_ids,
-                "replies": question.get("replies"),
-                "reply_meta": question.get("reply_meta"),
             }
         )
         if error is not None:
@@ -128,6 +127,24 @@ def explode_questions(batch: pa.Table, num_shards: int, skip_shards: frozenset[i
             rows.append(pair)
     schema = pa.schema(list(PAIRS_SCHEMA) + DOCUMENT_COLUMNS) if squad else PAIRS_SCHEMA
     return _table(rows, schema)
+
+
+def replies_rows(batch: pa.Table, num_shards: int, skip_shards: frozenset[int]) -> pa.Table:
+    """The replies table -> `replies` work rows (questions of committed shards dropped)."""
+    rows = []
+    for reply in batch.to_pylist():
+        shard = shard_of(reply["question_id"], num_shards)
+        if shard not in skip_shards:
+            rows.append(
+                {
+                    "shard": shard,
+                    "question_id": reply["question_id"],
+                    "kind": REPLIES,
+                    "replies": reply["replies"],
+                    "reply_meta": reply.get("meta"),
+                }
+            )
+    return _table(rows, CANDIDATES_SCHEMA)
 
 
 @lru_cache(maxsize=2)
