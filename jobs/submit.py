@@ -22,8 +22,9 @@ Exit status: 0 when the job SUCCEEDED; the job's own exit status when its driver
 input, as `python -m jobs.bulk_qa` locally); 1 for any other failure or a stopped job; 2 for bad arguments here.
 With `--no-wait` it prints the submission id and exits 0 once the cluster has accepted the job.
 
-Token authentication: when the cluster requires a token, set `RAY_AUTH_MODE=token` and the token
-(`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`, or `~/.ray/auth_token`), as for any Ray client.
+Token authentication: a cluster that requires a token gets the one at hand, as `ray.init` does when it joins a
+cluster: `RAY_AUTH_TOKEN`, the file `RAY_AUTH_TOKEN_PATH` names, or `~/.ray/auth_token`. `RAY_AUTH_MODE=disabled`
+sends none.
 """
 
 import argparse
@@ -123,6 +124,18 @@ def _env_vars(specs: list[str]) -> dict[str, str]:
             value = os.environ[name]
         env_vars[name] = value
     return env_vars
+
+
+def _use_token_if_available() -> None:
+    """
+    With `RAY_AUTH_MODE` unset and a token at hand, sends it (Ray's client sends none unless the mode is `token`,
+    while `ray start` enables token authentication whenever its node has a token).
+    """
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    token_file = Path.home() / ".ray" / "auth_token"
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or token_file.is_file():
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 def _check_job_args(job_args: list[str]) -> None:
@@ -273,11 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     for warning in _output_warnings(job_args):
         print(f"jobs.submit: warning: {warning}", file=sys.stderr)
 
-    from ray.job_submission import JobSubmissionClient
-
     # The explicit address wins: Ray's client would otherwise prefer these environment variables to it.
     os.environ.pop("RAY_API_SERVER_ADDRESS", None)
     os.environ.pop("RAY_ADDRESS", None)
+    _use_token_if_available()
+    from ray.exceptions import AuthenticationError
+    from ray.job_submission import JobSubmissionClient
+
     try:
         client = JobSubmissionClient(args.address)
         submission_id = client.submit_job(
@@ -285,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             runtime_env=build_runtime_env(working_dir, args.install, args.pip, env_vars),
             submission_id=args.submission_id,
         )
-    except (ConnectionError, RuntimeError, ValueError) as error:
+    except (AuthenticationError, ConnectionError, RuntimeError, ValueError) as error:
         print(f"jobs.submit: could not submit the job to {args.address}: {error}", file=sys.stderr)
         return 1
     print(f"jobs.submit: submitted {submission_id} to {args.address}", file=sys.stderr, flush=True)
@@ -304,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     status = exit_status(info)
     message = f"jobs.submit: job {submission_id} {info.status.value}"
     if info.status.value != "SUCCEEDED" and info.message:
-        message += f": {info.message}"
+        message += ": " + info.message.splitlines()[0]  # the rest repeats the logs streamed above
     print(message, file=sys.stderr)
     return status
 

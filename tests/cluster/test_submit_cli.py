@@ -1,5 +1,6 @@
 """jobs.submit without a cluster: the runtime environment it builds, what it uploads, and how it fails early."""
 
+import os
 import re
 import tomllib
 import zipfile
@@ -12,6 +13,27 @@ from ray.job_submission import JobInfo, JobStatus
 from jobs import submit
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _restore_auth_mode(monkeypatch):
+    """`submit.main` may set RAY_AUTH_MODE for its client; keep it out of the other tests."""
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+
+
+def test_token_is_sent_when_one_is_at_hand(monkeypatch, tmp_path):
+    monkeypatch.setattr(Path, "home", lambda: tmp_path)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    submit._use_token_if_available()
+    assert "RAY_AUTH_MODE" not in os.environ
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("secret")
+    submit._use_token_if_available()
+    assert os.environ["RAY_AUTH_MODE"] == "token"
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    submit._use_token_if_available()
+    assert os.environ["RAY_AUTH_MODE"] == "disabled"
 
 
 def test_project_requirements_are_pyproject_dependencies_without_ray():

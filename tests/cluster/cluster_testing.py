@@ -1,5 +1,7 @@
 """
-A real Ray head on 127.0.0.1 for tests, isolated from every other Ray instance on the machine.
+Helpers of the cluster tests: commands run as a user runs them, and a real Ray head on 127.0.0.1.
+
+The head is isolated from every other Ray instance on the machine.
 
 `ray start --head --block` runs in its own session with a private `--temp-dir` and explicit free ports, so:
 
@@ -10,7 +12,9 @@ A real Ray head on 127.0.0.1 for tests, isolated from every other Ray instance o
   (`ray stop` would stop every Ray instance on the machine, including other engineers' test runs.)
 """
 
+import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -24,8 +28,22 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+import pyarrow.parquet as pq
 
+from qa_core.schemas import ANSWERS_SCHEMA, QUESTION_STATUSES, QUESTIONS_SCHEMA
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "data" / "sample"
 VENV_BIN = Path(sys.executable).parent
+
+
+def run_command(args: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
+    """Runs `python ARGS` from the project root with this interpreter; stdout and stderr are captured."""
+    full_env = {**os.environ, **env}
+    full_env.pop("RAY_ADDRESS", None)
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout_s
+    )
 
 
 def free_port() -> int:
@@ -33,6 +51,57 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+JOB_TIMEOUT_S = 420
+
+
+def submit(head, job_args: list[str], env: dict[str, str] | None = None):
+    """`python -m jobs.submit --address HEAD --no-install -- JOB_ARGS`, run to the job's end."""
+    return run_command(
+        ["-m", "jobs.submit", "--address", head.dashboard_url, "--no-install", "--", *job_args],
+        env={**head.client_env, **(env or {})},
+        timeout_s=JOB_TIMEOUT_S,
+    )
+
+
+def submission_id(result) -> str:
+    found = re.search(r"submitted (\S+) to", result.stderr)
+    assert found, result.stderr
+    return found.group(1)
+
+
+def explain(result) -> str:
+    return f"exit {result.returncode}\n--- stdout\n{result.stdout[-6000:]}\n--- stderr\n{result.stderr[-4000:]}"
+
+
+def input_ids(path: Path) -> set[str]:
+    return set(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+
+
+def check_answer_tables(output: str, questions: set[str], filesystem=None) -> dict:
+    """
+    The job's output folder holds its tables, with their schemas, one questions row per input question, and its
+    manifest; returns the manifest.
+    """
+    table = pq.read_table(f"{output}/questions", filesystem=filesystem)
+    assert table.schema.names == QUESTIONS_SCHEMA.names
+    assert sorted(table.column("question_id").to_pylist()) == sorted(questions)
+    statuses = table.column("status").to_pylist()
+    assert set(statuses) <= set(QUESTION_STATUSES) and "answered" in statuses
+    answers = pq.read_table(f"{output}/answers", filesystem=filesystem)
+    assert answers.schema.names == ANSWERS_SCHEMA.names
+    assert answers.num_rows > 0
+    assert set(answers.column("question_id").to_pylist()) <= questions
+    if filesystem is None:
+        manifest = json.loads(Path(output, "manifest.json").read_text())
+    else:
+        with filesystem.open_input_stream(f"{output}/manifest.json") as stream:
+            manifest = json.loads(stream.read())
+    assert manifest["outputs"]["questions"] == len(questions)
+    assert manifest["outputs"]["answers"] == answers.num_rows
+    assert manifest["reconciled"] is True
+    return manifest
 
 
 class LocalRayHead:
@@ -149,6 +218,13 @@ class LocalRayHead:
             return True
         except OSError:
             return False
+
+    def get(self, path: str) -> dict | list:
+        """GETs `path` of the dashboard's REST API (e.g. `/api/jobs/ID`) with this head's token; returns the JSON."""
+        token = (Path(self.temp_dir) / "auth_token").read_text().strip()
+        request = urllib.request.Request(f"{self.dashboard_url}{path}", headers={"authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
 
     def output(self) -> str:
         """What `ray start` printed so far."""
