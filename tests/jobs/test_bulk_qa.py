@@ -1,0 +1,296 @@
+"""The bulk job end to end on a local Ray: its tables equal ExtractiveReader.run per question, whatever the sharding."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobs.config import InputError, load_config
+from qa_core import AnswerBuilder, Document, ExtractiveReader
+from tests.jobs.conftest import TEXTS, by_question, read_output, run_job, write_table
+
+SETTINGS = {"top_k": 4, "max_seq_length": 64, "stride": 16, "context_window_size": 60}
+WITH_DOCUMENTS = ["q01", "q02", "q03", "q04", "q05", "q06", "q11", "q12"]
+SETTING_FLAGS = ["--top-k", "4", "--max-seq-length", "64", "--stride", "16", "--context-window-size", "60"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Real-text documents of mixed length (one paged, one without content) and questions over them."""
+    root = tmp_path_factory.mktemp("corpus")
+    documents = {f"d{i:02d}": TEXTS[i * 17][: 150 + 90 * i] for i in range(12)}
+    documents["paged"] = "First page of the report.\fSecond page: the river in Maine.\fThird page ends it."
+    documents["no-content"] = None
+    page_numbers = {"paged": 3}
+    questions = {
+        "q01": ("What does this function return?", ["d00", "d01"]),
+        "q02": ("Which arguments are optional?", ["d02", "d03", "d04"]),
+        "q03": ("Where is the river?", ["paged"]),
+        "q04": ("What is raised on error?", ["d05", "d06", "d07", "d08"]),
+        "q05": ("How is the result sorted?", ["d09"]),
+        "q06": ("What does the module provide?", ["d10", "d11", "d00"]),
+        "q07": ("Which document is unknown?", ["d03", "nowhere"]),
+        "q08": ("Is anything there?", []),
+        "q09": ("What has no content?", ["no-content"]),
+        "q10": ("   ", ["d01"]),
+        "q11": ("What is returned twice?", ["d04", "d04"]),
+        "q12": ("When is the page number used?", ["paged", "d02"]),
+    }
+    paths = {
+        "documents": write_table(
+            root / "documents.parquet",
+            {
+                "id": list(documents),
+                "content": list(documents.values()),
+                "page_number": [page_numbers.get(key) for key in documents],
+                "source": ["stdlib"] * len(documents),
+            },
+        ),
+        "questions": write_table(
+            root / "questions.parquet",
+            {
+                "id": list(questions),
+                "query": [query for query, _ in questions.values()],
+                "document_ids": [ids for _, ids in questions.values()],
+            },
+        ),
+    }
+    docs = {
+        key: Document(content=content, id=key, meta={"page_number": page_numbers[key]} if key in page_numbers else {})
+        for key, content in documents.items()
+    }
+    return {"root": root, "paths": paths, "documents": docs, "questions": questions}
+
+
+@pytest.fixture(scope="module")
+def reader(tiny_bert_model: Path) -> ExtractiveReader:
+    reader = ExtractiveReader(model=str(tiny_bert_model), **SETTINGS)
+    reader.warm_up()
+    return reader
+
+
+@pytest.fixture(scope="module")
+def job_output(local_ray, corpus: dict, tiny_bert_model: Path) -> Path:
+    """One run over the corpus with two reader actors and small actor batches, so that both actors get work."""
+    output = corpus["root"] / "out"
+    status = run_job(
+        "--questions", corpus["paths"]["questions"], "--documents", corpus["paths"]["documents"],
+        "--output", output, "--model", tiny_bert_model, *SETTING_FLAGS,
+        "--num-actors", "2", "--cpus-per-actor", "0.25", "--sequences-per-actor-batch", "4", "--shard-size", "5",
+    )  # fmt: skip
+    assert status == 0
+    return output
+
+
+def _expected(reader: ExtractiveReader, corpus: dict, question_id: str):
+    query, document_ids = corpus["questions"][question_id]
+    known = [corpus["documents"][key] for key in document_ids if key in corpus["documents"]]
+    return reader.run(query, known)["answers"]
+
+
+def test_answers_equal_reader_run_per_question(job_output: Path, reader: ExtractiveReader, corpus: dict) -> None:
+    answers = by_question(read_output(job_output, "answers"))
+    checked = 0
+    for question_id, (query, _) in corpus["questions"].items():
+        if not query.strip():
+            continue
+        expected = _expected(reader, corpus, question_id)
+        rows = answers.get(question_id, [])
+        assert len(rows) == len(expected), question_id
+        for rank, (row, answer) in enumerate(zip(rows, expected, strict=True), start=1):
+            assert row["rank"] == rank
+            assert row["query"] == query
+            assert row["score"] == pytest.approx(answer.score, abs=1e-5)
+            assert row["is_no_answer"] == (answer.data is None)
+            if answer.data is None:
+                assert row["answer"] is None and row["document_id"] is None
+                continue
+            assert row["answer"] == answer.data
+            assert row["document_id"] == answer.document.id
+            assert (row["document_start"], row["document_end"]) == (
+                answer.document_offset.start,
+                answer.document_offset.end,
+            )
+            assert row["context"] == answer.context
+            assert (row["context_start"], row["context_end"]) == (
+                answer.context_offset.start,
+                answer.context_offset.end,
+            )
+            assert row["answer_page_number"] == answer.meta.get("answer_page_number")
+            checked += 1
+    assert checked > 30
+
+
+def test_paged_document_gives_answer_page_numbers(job_output: Path) -> None:
+    paged = [row for row in read_output(job_output, "answers") if row["document_id"] == "paged"]
+    assert len(paged) > 0
+    for row in paged:
+        text = "First page of the report.\fSecond page: the river in Maine.\fThird page ends it."
+        assert row["answer_page_number"] == 3 + text[: row["document_start"]].count("\f")
+
+
+def test_every_question_is_accounted_for_once_with_its_status(job_output: Path, corpus: dict) -> None:
+    rows = read_output(job_output, "questions")
+    assert [row["question_id"] for row in rows] == sorted(corpus["questions"])
+    questions = {row["question_id"]: row for row in rows}
+    assert questions["q07"]["status"] == "error"
+    assert questions["q07"]["error"] == "unknown document ids: 'nowhere' (the known documents were read)"
+    assert questions["q07"]["n_documents"] == 1
+    assert questions["q08"]["status"] == "no_documents"
+    assert questions["q09"]["status"] == "no_documents"
+    assert questions["q10"]["status"] == "error"
+    assert questions["q10"]["error"] == "the query is empty"
+    assert questions["q11"]["n_documents"] == 2
+    answered = [key for key, row in questions.items() if row["status"] in ("answered", "refused")]
+    assert answered == WITH_DOCUMENTS
+    assert all(questions[key]["error"] is None for key in answered)
+    manifest = json.loads((job_output / "manifest.json").read_text())
+    assert manifest["reconciled"] is True
+    assert manifest["outputs"]["questions"] == manifest["inputs"]["questions"] == 12
+    assert sum(manifest["outputs"]["statuses"].values()) == 12
+    assert manifest["shards"] == {"total": 3, "committed": 3, "resumed": 0}
+
+
+def test_best_answer_and_no_answer_score_follow_the_answers(job_output: Path) -> None:
+    questions = {row["question_id"]: row for row in read_output(job_output, "questions")}
+    answers = by_question(read_output(job_output, "answers"))
+    for question_id in WITH_DOCUMENTS:
+        spans = [row for row in answers[question_id] if not row["is_no_answer"]]
+        [no_answer] = [row["score"] for row in answers[question_id] if row["is_no_answer"]]
+        question = questions[question_id]
+        assert question["best_score"] == spans[0]["score"] == max(row["score"] for row in spans)
+        assert question["no_answer_score"] == no_answer
+        refused = no_answer > spans[0]["score"]
+        assert question["status"] == ("refused" if refused else "answered")
+        assert question["best_answer"] == (None if refused else spans[0]["answer"])
+
+
+def test_work_reached_both_reader_actors(job_output: Path) -> None:
+    manifest = json.loads((job_output / "manifest.json").read_text())
+    workers = manifest["workers"]
+    assert len(workers) == 2, workers
+    assert all(count > 0 for count in workers.values())
+    n_sequences = sum(row["n_sequences"] for row in read_output(job_output, "questions"))
+    assert sum(workers.values()) == n_sequences == manifest["outputs"]["sequences"]
+
+
+def test_refusal_threshold_refuses_and_keeps_every_answer(
+    local_ray, corpus: dict, tiny_bert_model: Path, job_output: Path
+) -> None:
+    output = corpus["root"] / "refuse-all"
+    status = run_job(
+        "--questions", corpus["paths"]["questions"], "--documents", corpus["paths"]["documents"],
+        "--output", output, "--model", tiny_bert_model, *SETTING_FLAGS, "--refusal-threshold", "0.0",
+    )  # fmt: skip
+    assert status == 0
+    questions = {row["question_id"]: row for row in read_output(output, "questions")}
+    assert [questions[key]["status"] for key in WITH_DOCUMENTS] == ["refused"] * len(WITH_DOCUMENTS)
+    assert [questions[key]["best_answer"] for key in WITH_DOCUMENTS] == [None] * len(WITH_DOCUMENTS)
+    without_scores = [{**row, "score": round(row["score"], 5)} for row in read_output(output, "answers")]
+    assert without_scores == [{**row, "score": round(row["score"], 5)} for row in read_output(job_output, "answers")]
+
+
+def test_score_threshold_above_every_answer_refuses(local_ray, corpus: dict, tiny_bert_model: Path) -> None:
+    output = corpus["root"] / "threshold"
+    status = run_job(
+        "--questions", corpus["paths"]["questions"], "--documents", corpus["paths"]["documents"],
+        "--output", output, "--model", tiny_bert_model, *SETTING_FLAGS, "--score-threshold", "0.999",
+        "--no-no-answer",
+    )  # fmt: skip
+    assert status == 0
+    questions = {row["question_id"]: row for row in read_output(output, "questions")}
+    assert read_output(output, "answers") == []
+    assert [questions[key]["status"] for key in WITH_DOCUMENTS] == ["refused"] * len(WITH_DOCUMENTS)
+
+
+def test_squad_style_context_input(local_ray, tmp_path: Path, tiny_bert_model: Path, reader: ExtractiveReader) -> None:
+    contexts = [TEXTS[3][:400], TEXTS[40][:900], TEXTS[3][:400]]
+    queries = ["What is it for?", "What does it return?", "Which class is it?"]
+    questions = write_table(
+        tmp_path / "squad.parquet", {"id": ["s1", "s2", "s3"], "query": queries, "context": contexts}
+    )
+    output = tmp_path / "out"
+    assert run_job("--questions", questions, "--output", output, "--model", tiny_bert_model, *SETTING_FLAGS) == 0
+    answers = by_question(read_output(output, "answers"))
+    for question_id, query, context in zip(["s1", "s2", "s3"], queries, contexts, strict=True):
+        expected = reader.run(query, [Document(content=context)])["answers"]
+        rows = answers[question_id]
+        assert [row["answer"] for row in rows] == [answer.data for answer in expected]
+        assert [row["document_id"] for row in rows if row["answer"] is not None] == [Document(content=context).id] * (
+            len(rows) - 1
+        )
+        assert [row["score"] for row in rows] == pytest.approx([answer.score for answer in expected], abs=1e-5)
+
+
+def test_replies_parsed_with_answer_builder(local_ray, corpus: dict, tiny_bert_model: Path) -> None:
+    replies = {
+        "q01": (["Answer: it returns a list [2]", "I am not sure [1-2]"], ['{"model": "m"}', "{}"]),
+        "q02": (["Answer: key and default [3] [9]"], None),
+        "q08": (["Nothing to cite [1]"], ["{}"]),
+    }
+    path = write_table(
+        corpus["root"] / "replies.parquet",
+        {
+            "question_id": list(replies),
+            "replies": [reply for reply, _ in replies.values()],
+            "meta": [meta for _, meta in replies.values()],
+        },
+    )
+    output = corpus["root"] / "replies-out"
+    status = run_job(
+        "--questions", corpus["paths"]["questions"], "--documents", corpus["paths"]["documents"], "--replies", path,
+        "--output", output, "--model", tiny_bert_model, *SETTING_FLAGS, "--answer-pattern", r"Answer: ([^\[]*)",
+        "--reference-pattern", r"\[(\d+(?:[,-]\d+)*)\]", "--expand-reference-ranges",
+    )  # fmt: skip
+    assert status == 0
+    generated = read_output(output, "generated_answers")
+    builder = AnswerBuilder(pattern=r"Answer: ([^\[]*)", reference_pattern=r"\[(\d+(?:[,-]\d+)*)\]",
+                            expand_reference_ranges=True)  # fmt: skip
+    expected_rows = []
+    for question_id, (texts, metas) in replies.items():
+        query, document_ids = corpus["questions"][question_id]
+        documents = [Document(content=None, id=key) for key in document_ids]
+        meta = [json.loads(m) for m in metas] if metas else None
+        for index, answer in enumerate(builder.run(query, texts, meta=meta, documents=documents)["answers"]):
+            expected_rows.append(
+                (question_id, index, answer.data, [d.id for d in answer.documents],
+                 [d.meta["source_index"] for d in answer.documents])
+            )  # fmt: skip
+    actual_rows = [
+        (row["question_id"], row["reply_index"], row["answer"], list(row["referenced_document_ids"]),
+         list(row["source_indices"]))
+        for row in generated
+    ]  # fmt: skip
+    assert actual_rows == expected_rows
+    assert actual_rows[0] == ("q01", 0, "it returns a list ", ["d01"], [2])
+    assert json.loads(generated[0]["meta"]) == {"model": "m"}
+
+
+def test_default_settings_complete_on_two_cpus(local_ray, tmp_path: Path, tiny_bert_model: Path) -> None:
+    """With default execution settings the actor pool leaves CPUs for read and write tasks: the job finishes."""
+    output = tmp_path / "sample"
+    status = run_job(
+        "--config", "data/sample/job.yaml", "--model", tiny_bert_model, "--output", output
+    )  # fmt: skip
+    assert status == 0
+    questions = read_output(output, "questions")
+    assert len(questions) == 12
+    statuses = {row["question_id"]: row["status"] for row in questions}
+    assert {statuses[f"q{i:02d}"] for i in range(1, 9)} <= {"answered", "refused"}
+    assert [statuses[key] for key in ("q09", "q10", "q11", "q12")] == ["error", "no_documents", "no_documents", "error"]
+    assert len(read_output(output, "generated_answers")) == 4
+
+
+def test_command_line_wins_over_yaml(tmp_path: Path) -> None:
+    config_file = tmp_path / "job.yaml"
+    config_file.write_text("questions: q.parquet\noutput: out\ntop_k: 7\nno_answer: true\nstride: 64\n")
+    config = load_config(["--config", str(config_file), "--top-k", "2", "--no-no-answer"])
+    assert (config.top_k, config.no_answer, config.stride, config.questions) == (2, False, 64, "q.parquet")
+    assert config.reader_parameters()["top_k"] == 2
+
+
+def test_unknown_yaml_key_is_refused(tmp_path: Path) -> None:
+    config_file = tmp_path / "job.yaml"
+    config_file.write_text("questions: q.parquet\noutput: out\ntop_kk: 7\n")
+    with pytest.raises(InputError, match=r"job.yaml: unknown configuration keys \['top_kk'\]"):
+        load_config(["--config", str(config_file)])
