@@ -5,6 +5,7 @@ The command line wins over the YAML file, which wins over the defaults.
 
 import argparse
 import dataclasses
+import inspect
 import re
 import types
 import typing
@@ -107,6 +108,12 @@ def _none_or(kind: type):
     return parse
 
 
+def _field_comments() -> dict[str, str]:
+    """`JobConfig`'s field comments, which are its documentation, by field name."""
+    pattern = re.compile(r"^\s+(\w+): .*?  # (.+)$")
+    return {match[1]: match[2] for match in map(pattern.match, inspect.getsource(JobConfig).splitlines()) if match}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line: `--config` plus one flag per `JobConfig` field (dashes for underscores)."""
     parser = argparse.ArgumentParser(
@@ -115,15 +122,18 @@ def build_parser() -> argparse.ArgumentParser:
         "from its documents and writes answer tables.",
     )
     parser.add_argument("--config", help="YAML file with any of the options below (by their underscore names)")
+    comments = _field_comments()
     for spec in fields(JobConfig):
         flag = "--" + spec.name.replace("_", "-")
         kind = _base_type(spec.type)
+        default = spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default
+        help_text = f"{comments.get(spec.name, '')} (default: {default})"
         if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif kind is dict:
-            parser.add_argument(flag, type=yaml.safe_load, default=None, metavar="YAML")
+            parser.add_argument(flag, type=yaml.safe_load, default=None, metavar="YAML", help=help_text)
         else:
-            parser.add_argument(flag, type=_none_or(kind), default=None)
+            parser.add_argument(flag, type=_none_or(kind), default=None, metavar=kind.__name__.upper(), help=help_text)
     return parser
 
 
