@@ -37,10 +37,19 @@ SAMPLE = ROOT / "data" / "sample"
 VENV_BIN = Path(sys.executable).parent
 
 
-def run_command(args: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
-    """Runs `python ARGS` from the project root with this interpreter; stdout and stderr are captured."""
-    full_env = {**os.environ, **env}
+def run_command(args: list[str], env: dict[str, str | None], timeout_s: float) -> subprocess.CompletedProcess:
+    """
+    Runs `python ARGS` from the project root with this interpreter; stdout and stderr are captured.
+
+    :param env: Changes to this process's environment: a value, or None to remove the variable.
+    """
+    full_env = dict(os.environ)
     full_env.pop("RAY_ADDRESS", None)
+    for name, value in env.items():
+        if value is None:
+            full_env.pop(name, None)
+        else:
+            full_env[name] = value
     return subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout_s
     )
@@ -53,7 +62,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-JOB_TIMEOUT_S = 420
+# A job of the sample's size takes about a minute on 2 idle cores, several on a loaded machine.
+JOB_TIMEOUT_S = 900
 
 
 def submit(head, job_args: list[str], env: dict[str, str] | None = None):
@@ -219,10 +229,12 @@ class LocalRayHead:
         except OSError:
             return False
 
-    def get(self, path: str) -> dict | list:
-        """GETs `path` of the dashboard's REST API (e.g. `/api/jobs/ID`) with this head's token; returns the JSON."""
+    def get(self, path: str, method: str = "GET") -> dict | list:
+        """Calls `path` of the dashboard's REST API (e.g. `/api/jobs/ID`) with this head's token; returns the JSON."""
         token = (Path(self.temp_dir) / "auth_token").read_text().strip()
-        request = urllib.request.Request(f"{self.dashboard_url}{path}", headers={"authorization": f"Bearer {token}"})
+        request = urllib.request.Request(
+            f"{self.dashboard_url}{path}", method=method, headers={"authorization": f"Bearer {token}"}
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 

@@ -1,0 +1,96 @@
+"""
+The bulk job on a real Ray cluster: a head started with `ray start --head` on 127.0.0.1, jobs submitted with
+`python -m jobs.submit` through the Job Submission API, as from a laptop to a remote cluster.
+
+The head runs this virtual environment's Python, which has the project's dependencies: the jobs are submitted
+with `--no-install` (installing them would need the network). The project's code still travels as the job's
+uploaded working directory, and the sample job reads its configuration from that copy.
+"""
+
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from cluster_testing import (
+    JOB_TIMEOUT_S,
+    ROOT,
+    SAMPLE,
+    check_answer_tables,
+    explain,
+    input_ids,
+    run_command,
+    submission_id,
+    submit,
+)
+
+
+def test_sample_job_succeeds_on_the_cluster(ray_head, tiny_bert_model, tmp_path):
+    output = tmp_path / "sample-out"
+    # data/sample/job.yaml and the inputs it names are read from the job's uploaded working directory.
+    result = submit(
+        ray_head,
+        ["--config", "data/sample/job.yaml", "--model", str(tiny_bert_model), "--output", str(output)],
+    )
+    assert result.returncode == 0, explain(result)
+    assert "bulk-qa: done" in result.stdout  # the job's own summary, streamed from the cluster
+    job = ray_head.get(f"/api/jobs/{submission_id(result)}")
+    assert job["status"] == "SUCCEEDED"
+    assert job["entrypoint"].startswith("python -m jobs.bulk_qa --config data/sample/job.yaml")
+    manifest = check_answer_tables(str(output), input_ids(SAMPLE / "questions.parquet"))
+    # The inputs were read from the job's own copy of the working directory, not from this checkout.
+    [[questions_read, *_]] = manifest["inputs"]["files"]["questions"]
+    assert questions_read.endswith("data/sample/questions.parquet")
+    assert not questions_read.startswith(str(ROOT))
+    assert pq.read_table(output / "generated_answers").num_rows > 0  # the sample has replies
+
+
+def test_bad_input_fails_with_the_message_in_the_logs(ray_head, tiny_bert_model, tmp_path):
+    questions = tmp_path / "questions.parquet"
+    pq.write_table(pa.table({"id": ["q1"], "question": ["What is Ray?"], "document_ids": [["d1"]]}), questions)
+    result = submit(
+        ray_head,
+        ["--questions", str(questions), "--documents", str(ROOT / "data/sample/documents.parquet"),
+         "--output", str(tmp_path / "out"), "--model", str(tiny_bert_model)],
+    )  # fmt: skip
+    expected = f"{questions}: the questions table has no column 'query'"
+    assert result.returncode == 2, explain(result)  # the driver's own status: unusable input
+    assert expected in result.stdout  # streamed while it ran
+    assert "FAILED" in result.stderr
+    job_id = submission_id(result)
+    assert ray_head.get(f"/api/jobs/{job_id}")["status"] == "FAILED"
+    assert expected in ray_head.get(f"/api/jobs/{job_id}/logs")["logs"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_wait_prints_the_id_and_sends_the_token_at_hand(ray_head, tmp_path):
+    """Without RAY_AUTH_MODE, the token is still sent when one is at hand (as `ray.init` does)."""
+    env = {"RAY_AUTH_MODE": None, "RAY_AUTH_TOKEN_PATH": ray_head.client_env["RAY_AUTH_TOKEN_PATH"]}
+    result = run_command(
+        ["-m", "jobs.submit", "--address", ray_head.dashboard_url, "--no-install", "--no-wait", "--",
+         "--questions", str(tmp_path / "none.parquet"), "--output", str(tmp_path / "out")],
+        env=env,
+        timeout_s=120,
+    )  # fmt: skip
+    assert result.returncode == 0, explain(result)
+    job_id = result.stdout.strip()
+    assert job_id == submission_id(result)
+    ray_head.get(f"/api/jobs/{job_id}/stop", method="POST")
+    deadline = time.monotonic() + 120
+    while ray_head.get(f"/api/jobs/{job_id}")["status"] not in ("STOPPED", "FAILED", "SUCCEEDED"):
+        assert time.monotonic() < deadline
+        time.sleep(1)
+
+
+def test_driver_joins_a_running_cluster_with_address(ray_head, tiny_bert_model, tmp_path):
+    """`python -m jobs.bulk_qa --address HOST:PORT` runs its driver here, its work on the running cluster."""
+    output = tmp_path / "driver-out"
+    result = run_command(
+        ["-m", "jobs.bulk_qa", "--config", "data/sample/job.yaml", "--model", str(tiny_bert_model),
+         "--output", str(output), "--address", ray_head.gcs_address],
+        env=ray_head.client_env,
+        timeout_s=JOB_TIMEOUT_S,
+    )  # fmt: skip
+    assert result.returncode == 0, explain(result)
+    check_answer_tables(str(output), input_ids(SAMPLE / "questions.parquet"))
+    drivers = [job for job in ray_head.get("/api/jobs/") if job["type"] == "DRIVER"]
+    assert any("jobs.bulk_qa" in (job.get("entrypoint") or "") for job in drivers), drivers
