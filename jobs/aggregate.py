@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.output import OutputFolder
-from jobs.stages import CANDIDATE, PAIR, QUESTION, REPLIES, SEQUENCE, candidate_answer, parse_reply_meta
+from jobs.rows import CANDIDATE, PAIR, QUESTION, REPLIES, SEQUENCE
 from qa_core.answer_builder import AnswerBuilder
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
@@ -167,3 +167,31 @@ def aggregate_shard(group: pa.Table, settings: AggregationSettings, output: str)
     }
     OutputFolder(output).commit_shard(shard, tables, marker)
     return pa.table({"shard": [shard], "marker": [json.dumps(marker)]}, schema=SUMMARY_SCHEMA)
+
+
+def candidate_answer(query: str, row: dict[str, Any]) -> ExtractedAnswer:
+    """A candidate row back as the answer it was made from."""
+    context_offset = None
+    if row["context_start"] is not None:
+        context_offset = ExtractedAnswer.Span(row["start"] - row["context_start"], row["end"] - row["context_start"])
+    page = row["answer_page_number"]
+    return ExtractedAnswer(
+        query=query,
+        score=row["score"],
+        data=row["answer"],
+        document=Document(content=None, id=row["document_id"]),
+        context=row["context"],
+        document_offset=ExtractedAnswer.Span(row["start"], row["end"]),
+        context_offset=context_offset,
+        meta={} if page is None else {"answer_page_number": page},
+    )
+
+
+def parse_reply_meta(values: list[str] | None) -> list[dict[str, Any]] | None:
+    """Reply meta JSON strings as dicts (never evaluated otherwise). `None` when absent."""
+    if values is None:
+        return None
+    parsed = [json.loads(value) if value else {} for value in values]
+    if any(not isinstance(value, dict) for value in parsed):
+        raise ValueError("each reply meta must be a JSON object")
+    return parsed

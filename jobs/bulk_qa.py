@@ -171,7 +171,7 @@ def run(config: JobConfig) -> int:
             fn_kwargs={"num_shards": num_shards, "skip_shards": skip_shards, "squad": squad},
         )
         if documents is not None:
-            documents = documents.map_batches(_document_columns, batch_format="pyarrow")
+            documents = documents.map_batches(document_columns, batch_format="pyarrow")
             work = work.join(documents, "left_outer", num_partitions=partitions, on=("document_id",), right_on=("id",))
         work = work.map_batches(
             tokenize,
@@ -229,19 +229,6 @@ def run(config: JobConfig) -> int:
         output.write_manifest(manifest)
     _print_summary(manifest, output)
     return 0 if manifest["reconciled"] else 1
-
-
-def _document_columns(batch: pa.Table) -> pa.Table:
-    """Documents as the pairs join them: content, page_number (int64 or null) and a marker that the id is known."""
-    page_number = batch["page_number"] if "page_number" in batch.column_names else pa.nulls(len(batch), pa.int64())
-    return pa.table(
-        {
-            "id": batch["id"],
-            "content": batch["content"],
-            "page_number": page_number.cast(pa.int64()),
-            "known": pa.array([True] * len(batch)),
-        }
-    )
 
 
 def _manifest(

@@ -1,88 +1,33 @@
 """
-The bulk job's Ray Data stages. Rows flow through them as Arrow tables of "work rows"; a row's `kind` says what
-it carries:
-
-- `question`: one per question (query, document ids, replies, question-level errors), passed through to the end;
-- `pair`: one per (question, document) before tokenization; after it, only pairs that could not be read remain,
-  as notes carrying the reason in `error`;
-- `sequence`: a tokenized window of a document (before the reader stage), then a note that it was read;
-- `candidate`: a span found by the reader, with its text, page and context;
-- `replies`: a question's generator replies, joining the others just before aggregation.
-
-Every row has the question's `shard` (a stable hash of its id), the unit that the aggregation stage commits.
+The bulk job's Ray Data stages before aggregation: questions exploded into (question, document) pairs,
+pairs tokenized in CPU tasks, sequences read by the reader actors. See `jobs.rows` for the rows they exchange.
+Only the tokenize and reader stages import torch and transformers, and only when they run.
 """
 
-import json
 import os
 import socket
-import zlib
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from jobs.rows import (
+    CANDIDATE,
+    CANDIDATES_SCHEMA,
+    DOCUMENT_COLUMNS,
+    PAIR,
+    PAIRS_SCHEMA,
+    QUESTION,
+    REPLIES,
+    SEQUENCE,
+    SEQUENCES_SCHEMA,
+    shard_of,
+    table,
+)
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
-from qa_core.reader import ExtractiveReader
 from qa_core.selection import DocumentText, candidate_answers
-from qa_core.tokenization import Sequence, tokenize_pairs
-
-QUESTION, PAIR, SEQUENCE, CANDIDATE, REPLIES = "question", "pair", "sequence", "candidate", "replies"
-
-_COMMON = [
-    ("shard", pa.int32()),
-    ("question_id", pa.string()),
-    ("kind", pa.string()),
-    ("query", pa.string()),
-    ("position", pa.int32()),  # the document's 0-based position in the question's document_ids
-    ("document_id", pa.string()),
-    ("error", pa.string()),
-    ("document_ids", pa.list_(pa.string())),
-    ("replies", pa.list_(pa.string())),
-    ("reply_meta", pa.list_(pa.string())),
-]
-PAIRS_SCHEMA = pa.schema(_COMMON)
-DOCUMENT_COLUMNS = [("content", pa.string()), ("page_number", pa.int64()), ("known", pa.bool_())]
-SEQUENCES_SCHEMA = pa.schema(
-    _COMMON
-    + [
-        ("sequence_index", pa.int32()),
-        ("input_ids", pa.list_(pa.int32())),
-        ("context_start", pa.int32()),
-        ("context_end", pa.int32()),
-        ("char_starts", pa.list_(pa.int64())),
-        ("char_ends", pa.list_(pa.int64())),
-        ("window_text", pa.string()),  # the document text the sequence's answers and contexts are cut from
-        ("window_offset", pa.int64()),
-        ("first_page", pa.int64()),  # page at window_offset, when the document is paged
-    ]
-)
-CANDIDATES_SCHEMA = pa.schema(
-    _COMMON
-    + [
-        ("sequence_index", pa.int32()),
-        ("rank", pa.int32()),  # the span's rank within its sequence
-        ("score", pa.float64()),
-        ("start", pa.int64()),
-        ("end", pa.int64()),
-        ("answer", pa.string()),
-        ("answer_page_number", pa.int64()),
-        ("context", pa.string()),
-        ("context_start", pa.int64()),  # where the context starts in the document
-        ("worker", pa.string()),  # which reader actor read the sequence
-    ]
-)
-
-
-def shard_of(question_id: str, num_shards: int) -> int:
-    """A stable shard number for a question id (the same in every process and every run)."""
-    return zlib.crc32(question_id.encode("utf-8")) % num_shards
-
-
-def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-    """Rows (dicts with any subset of the schema's columns) as a table of exactly that schema."""
-    return pa.Table.from_pylist([{name: row.get(name) for name in schema.names} for row in rows], schema=schema)
 
 
 def explode_questions(batch: pa.Table, num_shards: int, skip_shards: frozenset[int], squad: bool) -> pa.Table:
@@ -126,7 +71,7 @@ def explode_questions(batch: pa.Table, num_shards: int, skip_shards: frozenset[i
                 pair.update(content=documents[position].content, known=True)
             rows.append(pair)
     schema = pa.schema(list(PAIRS_SCHEMA) + DOCUMENT_COLUMNS) if squad else PAIRS_SCHEMA
-    return _table(rows, schema)
+    return table(rows, schema)
 
 
 def replies_rows(batch: pa.Table, num_shards: int, skip_shards: frozenset[int]) -> pa.Table:
@@ -144,7 +89,20 @@ def replies_rows(batch: pa.Table, num_shards: int, skip_shards: frozenset[int]) 
                     "reply_meta": reply.get("meta"),
                 }
             )
-    return _table(rows, CANDIDATES_SCHEMA)
+    return table(rows, CANDIDATES_SCHEMA)
+
+
+def document_columns(batch: pa.Table) -> pa.Table:
+    """Documents as the pairs join them: content, page_number (int64 or null) and a marker that the id is known."""
+    page_number = batch["page_number"] if "page_number" in batch.column_names else pa.nulls(len(batch), pa.int64())
+    return pa.table(
+        {
+            "id": batch["id"],
+            "content": batch["content"],
+            "page_number": page_number.cast(pa.int64()),
+            "known": pa.array([True] * len(batch)),
+        }
+    )
 
 
 @lru_cache(maxsize=2)
@@ -167,6 +125,7 @@ def tokenize(
     or a `pair` note with the reason when the document is unknown or the pair cannot be tokenized.
     Documents with null content are skipped, as the reader skips them. Other rows pass through.
     """
+
     tokenizer = _load_tokenizer(model, trust_remote_code)
     rows: list[dict[str, Any]] = []
     to_read: list[dict[str, Any]] = []
@@ -207,11 +166,13 @@ def tokenize(
                 "first_page": None if page_number is None else page_number + content.count("\f", 0, window_offset),
             }
         )
-    return _table(rows, SEQUENCES_SCHEMA)
+    return table(rows, SEQUENCES_SCHEMA)
 
 
-def _tokenize_each_pair(tokenizer, pairs: list[dict], max_seq_length: int, stride: int, notes: list) -> list[Sequence]:
+def _tokenize_each_pair(tokenizer, pairs: list[dict], max_seq_length: int, stride: int, notes: list) -> list:
     """Tokenizes all pairs at once; when that fails, pair by pair, turning each failing pair into a note."""
+    from qa_core.tokenization import tokenize_pairs
+
     try:
         return tokenize_pairs(
             tokenizer, [p["query"] for p in pairs], [p["content"] for p in pairs], max_seq_length, stride
@@ -240,7 +201,9 @@ class ReadSequences:
         import ray
         import torch
 
-        gpu_ids = ray.get_gpu_ids()
+        from qa_core.reader import ExtractiveReader
+
+        gpu_ids = ray.get_gpu_ids() if ray.is_initialized() else []
         device = "cuda:0" if gpu_ids and torch.cuda.is_available() else "cpu"
         if device == "cpu" and cpu_threads:
             torch.set_num_threads(cpu_threads)
@@ -249,6 +212,8 @@ class ReadSequences:
         self.worker = f"{socket.gethostname()}:{os.getpid()} gpus={','.join(map(str, gpu_ids)) or '-'} {device}"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        from qa_core.tokenization import Sequence
+
         rows = batch.to_pylist()
         passed = [row for row in rows if row["kind"] != SEQUENCE]
         sequence_rows = [row for row in rows if row["kind"] == SEQUENCE]
@@ -276,7 +241,7 @@ class ReadSequences:
             found = candidate_answers(row["query"], source, spans, self.reader.context_window_size)
             for rank, answer in enumerate(found):
                 out.append({**keys, "kind": CANDIDATE, "rank": rank, **candidate_columns(answer)})
-        return _table(out, CANDIDATES_SCHEMA)
+        return table(out, CANDIDATES_SCHEMA)
 
 
 def candidate_columns(answer: ExtractedAnswer) -> dict[str, Any]:
@@ -293,31 +258,3 @@ def candidate_columns(answer: ExtractedAnswer) -> dict[str, Any]:
         "context": answer.context,
         "context_start": context_start,
     }
-
-
-def candidate_answer(query: str, row: dict[str, Any]) -> ExtractedAnswer:
-    """A candidate row back as the answer it was made from."""
-    context_offset = None
-    if row["context_start"] is not None:
-        context_offset = ExtractedAnswer.Span(row["start"] - row["context_start"], row["end"] - row["context_start"])
-    page = row["answer_page_number"]
-    return ExtractedAnswer(
-        query=query,
-        score=row["score"],
-        data=row["answer"],
-        document=Document(content=None, id=row["document_id"]),
-        context=row["context"],
-        document_offset=ExtractedAnswer.Span(row["start"], row["end"]),
-        context_offset=context_offset,
-        meta={} if page is None else {"answer_page_number": page},
-    )
-
-
-def parse_reply_meta(values: list[str] | None) -> list[dict[str, Any]] | None:
-    """Reply meta JSON strings as dicts (never evaluated otherwise). `None` when absent."""
-    if values is None:
-        return None
-    parsed = [json.loads(value) if value else {} for value in values]
-    if any(not isinstance(value, dict) for value in parsed):
-        raise ValueError("each reply meta must be a JSON object")
-    return parsed

@@ -1,9 +1,32 @@
-"""Engine-free extractive question answering with Haystack's semantics: reader, answers, AnswerBuilder."""
+"""
+Engine-free extractive question answering with Haystack's semantics: reader, answers, AnswerBuilder.
 
-from qa_core.answer_builder import AnswerBuilder
-from qa_core.answers import ExtractedAnswer, GeneratedAnswer
-from qa_core.document import Document
-from qa_core.reader import ExtractiveReader
-from qa_core.secret import Secret
+The public names load on first use, so that code needing only the dataclasses or the answer selection
+(for instance the Ray job's aggregation tasks) does not import torch and transformers.
+"""
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_MODULES = {
+    "AnswerBuilder": "qa_core.answer_builder",
+    "Document": "qa_core.document",
+    "ExtractedAnswer": "qa_core.answers",
+    "ExtractiveReader": "qa_core.reader",
+    "GeneratedAnswer": "qa_core.answers",
+    "Secret": "qa_core.secret",
+}
 __all__ = ["AnswerBuilder", "Document", "ExtractedAnswer", "ExtractiveReader", "GeneratedAnswer", "Secret"]
+
+if TYPE_CHECKING:
+    from qa_core.answer_builder import AnswerBuilder
+    from qa_core.answers import ExtractedAnswer, GeneratedAnswer
+    from qa_core.document import Document
+    from qa_core.reader import ExtractiveReader
+    from qa_core.secret import Secret
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULES:
+        raise AttributeError(f"module 'qa_core' has no attribute {name!r}")
+    return getattr(importlib.import_module(_MODULES[name]), name)

@@ -4,6 +4,8 @@ rank candidates by score, drop overlapping duplicates, cut to `top_k`, add the n
 Also the answers' details that need the document's text: answer text, page number and context window.
 """
 
+from __future__ import annotations
+
 import logging
 import math
 from bisect import bisect_left
@@ -11,12 +13,15 @@ from collections.abc import Hashable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
-from qa_core.spans import SequenceSpans
+
+if TYPE_CHECKING:  # spans.py imports torch, which the Ray job's aggregation tasks do without
+    from qa_core.spans import SequenceSpans
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +114,7 @@ class DocumentText:
     first_page: int | None = None
 
     @classmethod
-    def of(cls, document: Document) -> "DocumentText":
+    def of(cls, document: Document) -> DocumentText:
         """The whole content of a document, paged when its `meta["page_number"]` is an int."""
         page_number = document.meta.get("page_number")
         if page_number is not None and not isinstance(page_number, int):

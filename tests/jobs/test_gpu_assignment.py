@@ -1,0 +1,36 @@
+"""Reader actors on a cluster with GPUs: one actor per GPU, each with its own GPU id (logical GPUs on a CPU machine)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.jobs.conftest import read_output, run_job
+
+
+@pytest.fixture(scope="module")
+def ray_with_two_gpus():
+    import ray
+
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    yield ray
+    ray.shutdown()
+
+
+def test_each_actor_gets_a_distinct_gpu_and_the_job_completes_on_cpu(
+    ray_with_two_gpus, tmp_path: Path, tiny_bert_model: Path
+) -> None:
+    output = tmp_path / "out"
+    status = run_job(
+        "--config", "data/sample/job.yaml", "--model", tiny_bert_model, "--output", output,
+        "--sequences-per-actor-batch", "2",
+    )  # fmt: skip
+    assert status == 0
+    workers = json.loads((output / "manifest.json").read_text())["workers"]
+    assert len(workers) == 2, workers
+    gpu_ids = sorted(worker.split("gpus=")[1].split(" ")[0] for worker in workers)
+    assert gpu_ids == ["0", "1"]
+    assert all(worker.endswith(" cpu") for worker in workers)  # no CUDA here: the readers run on the CPU
+    assert all(count > 0 for count in workers.values())
+    assert len(read_output(output, "questions")) == 12

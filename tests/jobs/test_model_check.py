@@ -1,0 +1,35 @@
+"""The model is checked before any worker starts: a hub id that cannot be downloaded fails at once, clearly."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.config import InputError
+from jobs.inputs import check_model
+from tests.jobs.conftest import run_job
+
+
+def test_unreachable_hub_model_fails_at_once_with_the_way_out(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: the hub cannot be reached
+    started = time.monotonic()
+    status = run_job(
+        "--questions", "data/sample/questions.parquet", "--documents", "data/sample/documents.parquet",
+        "--output", "/tmp/never-written", "--model", "deepset/roberta-base-squad2-distilled",
+    )  # fmt: skip
+    assert status == 2
+    assert time.monotonic() - started < 15
+    message = capsys.readouterr().err
+    assert "--model deepset/roberta-base-squad2-distilled: not a local folder" in message
+    assert "cannot be reached" in message and "Point --model at a local folder" in message
+    assert "python -m qa_core.local_models minilm models/minilm-qa" in message
+    assert not Path("/tmp/never-written").exists()
+
+
+def test_missing_local_model_folder(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"--model .*/missing: the folder does not exist"):
+        check_model(str(tmp_path / "missing"))
+
+
+def test_local_model_folder_passes(tiny_bert_model: Path) -> None:
+    check_model(str(tiny_bert_model))

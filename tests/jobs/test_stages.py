@@ -1,0 +1,73 @@
+"""The job's stages run in-process on Arrow tables, without Ray: each question's answers equal reader.run's."""
+
+import zlib
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from jobs.aggregate import AggregationSettings, aggregate_shard
+from jobs.rows import DOCUMENT_COLUMNS, shard_of
+from jobs.stages import ReadSequences, document_columns, explode_questions, tokenize
+from qa_core import Document, ExtractiveReader
+from tests.jobs.conftest import TEXTS, by_question, read_output
+
+SETTINGS = {"top_k": 3, "max_seq_length": 48, "stride": 12, "context_window_size": 40, "overlap_threshold": 0.01}
+
+
+def test_stages_in_process_equal_reader_run(tiny_roberta_model: Path, tmp_path: Path) -> None:
+    contents = {"a": TEXTS[5][:700], "b": "Page one.\fPage two: " + TEXTS[9][:300], "c": None}
+    documents = pa.table({"id": list(contents), "content": list(contents.values()), "page_number": [None, 7, None]})
+    questions = pa.table(
+        {
+            "id": ["q1", "q2", "q3"],
+            "query": ["What is returned?", "Which page?", "Where?"],
+            "document_ids": [["a", "b"], ["b", "c", "zz"], ["c"]],
+        }
+    )
+    work = explode_questions(questions, num_shards=1, skip_shards=frozenset(), squad=False)
+    # Ray Data's join runs on polars: join the same way here.
+    joined = pl.from_arrow(work).join(pl.from_arrow(document_columns(documents)), left_on="document_id",
+                                      right_on="id", how="left")  # fmt: skip
+    work = joined.to_arrow().cast(pa.schema([(f.name, f.type) for f in work.schema] + DOCUMENT_COLUMNS))
+    sequences = tokenize(work, str(tiny_roberta_model), SETTINGS["max_seq_length"], SETTINGS["stride"], 40)
+    parameters = {"model": str(tiny_roberta_model), **SETTINGS}
+    candidates = ReadSequences(parameters, cpu_threads=1)(sequences)
+    settings = AggregationSettings(
+        top_k=3, overlap_threshold=0.01, no_answer=True, score_threshold=None, refusal_threshold=None,
+        answer_builder={}, with_replies=False,
+    )  # fmt: skip
+    summary = aggregate_shard(candidates, settings, str(tmp_path))
+    assert summary["shard"].to_pylist() == [0]
+
+    reader = ExtractiveReader(model=str(tiny_roberta_model), **SETTINGS)
+    reader.warm_up()
+    pages = {"b": {"page_number": 7}}
+    answers = by_question(read_output(tmp_path, "answers"))
+    for question in questions.to_pylist():
+        docs = [
+            Document(content=contents[key], id=key, meta=pages.get(key, {}))
+            for key in question["document_ids"]
+            if key in contents
+        ]
+        expected = reader.run(question["query"], docs)["answers"]
+        rows = answers.get(question["id"], [])
+        assert [row["answer"] for row in rows] == [answer.data for answer in expected]
+        assert [row["score"] for row in rows] == pytest.approx([answer.score for answer in expected], abs=1e-6)
+        assert [row["context"] for row in rows] == [answer.context for answer in expected]
+        assert [row["answer_page_number"] for row in rows] == [
+            answer.meta.get("answer_page_number") for answer in expected
+        ]
+    statuses = {row["question_id"]: (row["status"], row["error"]) for row in read_output(tmp_path, "questions")}
+    assert statuses["q2"] == ("error", "unknown document ids: 'zz' (the known documents were read)")
+    assert statuses["q3"] == ("no_documents", None)
+
+
+def test_shards_are_stable_across_processes() -> None:
+    """A crc32 of the id, not Python's per-process salted hash(): a resumed run finds the same shards."""
+    assert [shard_of(question_id, 1000) for question_id in ("q1", "q2", "question-42")] == [
+        zlib.crc32(b"q1") % 1000,
+        zlib.crc32(b"q2") % 1000,
+        zlib.crc32(b"question-42") % 1000,
+    ]
