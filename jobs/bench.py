@@ -1,0 +1,563 @@
+"""
+Throughput benchmark: Haystack's reader against ours, in-process and on Ray, and the forward-pass limit.
+
+    python -m jobs.bench                 # 300 real-text questions x 5 documents, MiniLM-L6 QA model, CPU
+    python -m jobs.bench --scale         # the Ray job's peak memory at N and 10 N questions (tiny model)
+
+Rows, all on the same questions, documents and weights:
+- `haystack`: `TransformersExtractiveReader.run`, one call per question (how its users call it);
+- `run_batch`: `qa_core.ExtractiveReader.run_batch`, all the round's questions in one call;
+- `run_batch:int8`: the same with `quantization="int8"` (CPU only, opt-in), compared with `run_batch`;
+- `run_batch:DTYPE`: the same in half precision when `--half DTYPE` is given, compared with `run_batch`;
+- `ray`: the job `jobs.bulk_qa` end to end on a local Ray; Ray's start-up and a 4-question warm-up job
+  (worker processes, imports) are reported apart as `startup_s`;
+- `limit`, `limit:DTYPE`: the model's forward pass alone over `run_batch`'s sequences, in its length-sorted
+  batches, with the inputs padded and on the device beforehand: no tokenization, decoding or answers.
+
+In-process rows run interleaved, over `--rounds` chunks of the questions and in a rotating order, so that a
+machine shared with other work slows all of them alike: the ratios between rows are the numbers to read.
+Peak memory is the RSS of this process for in-process rows, and the PSS summed over this process and its
+descendants (Ray's processes and object store) for `ray`.
+"""
+
+import argparse
+import gc
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from jobs.bench_data import (
+    Agreement,
+    MemorySampler,
+    Workload,
+    agreement,
+    answer_keys,
+    answer_table_keys,
+    encoder_flops,
+    local_model,
+    make_workload,
+    peak_flops,
+    write_parquet,
+)
+from qa_core.inference import DEFAULT_BATCH_SIZE, length_sorted_batches
+from qa_core.reader import ExtractiveReader, deserialize_model_kwargs
+from qa_core.tokenization import Sequence, pad_batch, tokenize_pairs
+
+MIB = 2**20
+TOLERANCE = 1e-4  # largest score difference for answers to count as the same as Haystack's
+COLUMNS = (  # (key, header, format) of the printed table
+    ("row", "row", "{}"),
+    ("questions", "questions", "{}"),
+    ("seconds", "seconds", "{:.1f}"),
+    ("startup_s", "start-up s", "{:.1f}"),
+    ("questions_per_s", "questions/s", "{:.2f}"),
+    ("sequences_per_s", "sequences/s", "{:.1f}"),
+    ("tokens_per_s", "tokens/s", "{:.0f}"),
+    ("padding_ratio", "padding", "{:.3f}"),
+    ("vs_haystack", "x haystack", "{:.2f}"),
+    ("vs_limit", "x limit", "{:.2f}"),
+    ("mfu", "MFU", "{:.1%}"),
+    ("peak_mib", "peak MiB", "{:.0f}"),
+    ("growth_mib", "+MiB", "{:.0f}"),
+    ("agreement", "agreement", "{}"),
+)
+
+
+@dataclass
+class Settings:
+    """The reader settings every row uses."""
+
+    top_k: int = 20
+    max_seq_length: int = 384
+    stride: int = 128
+    max_batch_size: int | None = None  # None: each reader's default (Haystack: a query's sequences at once; ours: 32)
+    device: str = "cpu"
+
+
+@dataclass
+class Measurement:
+    """What one row did and how long it took, summed over rounds."""
+
+    name: str
+    questions: int = 0
+    sequences: int = 0
+    tokens: int = 0  # real (unpadded) tokens of its sequences
+    padded_tokens: int | None = 0  # tokens of its padded batches; None when unknown (the Ray job)
+    seconds: float = 0.0
+    cpu_seconds: float | None = 0.0  # this process's CPU time (all threads); None for the Ray job
+    startup_seconds: float | None = None
+    peak_bytes: int = 0
+    growth_bytes: int = 0  # peak minus what was in use when the row started
+    flops: float | None = None  # model FLOPs over the real tokens (for the MFU)
+    agreement: Agreement | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Counts:
+    sequences: int
+    tokens: int
+    padded_tokens: int
+    lengths: list[int]
+
+
+def sorted_batch_counts(sequences: list[Sequence], batch_size: int | None) -> Counts:
+    """Counts of the sequences in the length-sorted batches `qa_core.inference.predict_spans` makes of them."""
+    lengths = [len(sequence) for sequence in sequences]
+    batches = length_sorted_batches(sequences, batch_size or DEFAULT_BATCH_SIZE)
+    padded = sum(len(batch) * max(lengths[index] for index in batch) for batch in batches)
+    return Counts(len(sequences), sum(lengths), padded, lengths)
+
+
+def tokenize_workload(tokenizer: Any, work: Workload, settings: Settings) -> list[Sequence]:
+    """The sequences `run_batch` makes of the workload's (question, document) pairs."""
+    pairs = [(query, doc.content) for query, docs in zip(work.queries, work.documents, strict=True) for doc in docs]
+    queries, contents = [query for query, _ in pairs], [content for _, content in pairs]
+    return tokenize_pairs(tokenizer, queries, contents, settings.max_seq_length, settings.stride)
+
+
+class HaystackRow:
+    """Haystack's `TransformersExtractiveReader`, one `run` per question."""
+
+    name = "haystack"
+
+    def __init__(self, model: Path, settings: Settings) -> None:
+        from haystack.utils import ComponentDevice
+        from haystack_integrations.components.readers.transformers import TransformersExtractiveReader
+
+        self.settings = settings
+        self.reader = TransformersExtractiveReader(
+            model=str(model),
+            device=ComponentDevice.from_str(settings.device),
+            top_k=settings.top_k,
+            max_seq_length=settings.max_seq_length,
+            stride=settings.stride,
+            max_batch_size=settings.max_batch_size,
+        )
+        self.reader.warm_up()
+
+    def prepare(self, work: Workload) -> tuple[Any, Counts]:
+        """Haystack documents, and the counts of the padded tensor each `run` builds (one per question)."""
+        from haystack import Document as HaystackDocument
+
+        documents = [[HaystackDocument(content=doc.content, id=doc.id) for doc in docs] for docs in work.documents]
+        sequences = tokens = padded = 0
+        for query, docs in zip(work.queries, work.documents, strict=True):
+            encoded = self.reader.tokenizer(
+                [query] * len(docs),
+                [doc.content for doc in docs],
+                padding=True,
+                truncation=True,
+                max_length=self.settings.max_seq_length,
+                stride=self.settings.stride,
+                return_overflowing_tokens=True,
+                return_tensors="pt",
+            )
+            sequences += encoded.input_ids.shape[0]
+            tokens += int(encoded.attention_mask.sum())
+            padded += encoded.input_ids.numel()
+        return (work.queries, documents), Counts(sequences, tokens, padded, [])
+
+    def run(self, prepared: Any) -> list[list[Any]]:
+        queries, documents = prepared
+        return [
+            self.reader.run(query=query, documents=docs)["answers"]
+            for query, docs in zip(queries, documents, strict=True)
+        ]
+
+
+class RunBatchRow:
+    """`qa_core.ExtractiveReader.run_batch` over all the round's questions."""
+
+    def __init__(self, model: Path, settings: Settings, quantization: str | None = None, half: str | None = None):
+        self.name = "run_batch" + (f":{quantization}" if quantization else "") + (f":{half}" if half else "")
+        self.settings = settings
+        self.reader = ExtractiveReader(
+            model=str(model),
+            device=settings.device,
+            top_k=settings.top_k,
+            max_seq_length=settings.max_seq_length,
+            stride=settings.stride,
+            max_batch_size=settings.max_batch_size,
+            quantization=quantization,
+            model_kwargs={"dtype": f"torch.{half}"} if half else None,
+        )
+        self.reader.warm_up()
+
+    def prepare(self, work: Workload) -> tuple[Any, Counts]:
+        sequences = tokenize_workload(self.reader._tokenizer, work, self.settings)
+        return (work.queries, work.documents), sorted_batch_counts(sequences, self.settings.max_batch_size)
+
+    def run(self, prepared: Any) -> list[list[Any]]:
+        queries, documents = prepared
+        return self.reader.run_batch(queries, documents)["answers"]
+
+
+class LimitRow:
+    """The model's forward pass alone, over `run_batch`'s sequences in its length-sorted batches."""
+
+    def __init__(self, model: Path, settings: Settings, half: str | None = None) -> None:
+        from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+        self.name = "limit" + (f":{half}" if half else "")
+        self.settings = settings
+        self.device = torch.device(settings.device)
+        kwargs = deserialize_model_kwargs({"dtype": f"torch.{half}"} if half else {})
+        self.model = AutoModelForQuestionAnswering.from_pretrained(model, **kwargs).to(self.device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(model)
+
+    def prepare(self, work: Workload) -> tuple[Any, Counts]:
+        sequences = tokenize_workload(self.tokenizer, work, self.settings)
+        batches = length_sorted_batches(sequences, self.settings.max_batch_size or DEFAULT_BATCH_SIZE)
+        tensors = []
+        for indices in batches:
+            padded = pad_batch([sequences[index] for index in indices], self.tokenizer.pad_token_id)
+            tensors.append((padded["input_ids"].to(self.device), padded["attention_mask"].to(self.device)))
+        return tensors, sorted_batch_counts(sequences, self.settings.max_batch_size)
+
+    def run(self, prepared: Any) -> None:
+        with torch.inference_mode():
+            for input_ids, attention_mask in prepared:
+                self.model(input_ids=input_ids, attention_mask=attention_mask)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def measure_in_process(rows: list[Any], workload: Workload, rounds: int, config: Any) -> tuple[dict, dict]:
+    """
+    Runs the rows interleaved: the questions in `rounds` chunks, every row on each chunk, the order rotating.
+
+    :returns: Measurements and answers (`AnswerKey` lists, one per question) by row name.
+    """
+    sampler = MemorySampler(tree=False)
+    measurements = {row.name: Measurement(row.name) for row in rows}
+    answers: dict[str, list] = {row.name: [] for row in rows}
+    bounds = [(len(workload) * i // rounds, len(workload) * (i + 1) // rounds) for i in range(rounds)]
+    for round_index, (start, stop) in enumerate(bounds):
+        for row in rows[round_index % len(rows) :] + rows[: round_index % len(rows)]:
+            prepared, counts = row.prepare(workload.chunk(start, stop))
+            gc.collect()
+            with sampler.measure() as memory:
+                started, cpu_started = time.perf_counter(), time.process_time()
+                found = row.run(prepared)
+                seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+            del prepared
+            measurement = measurements[row.name]
+            measurement.questions += stop - start
+            measurement.sequences += counts.sequences
+            measurement.tokens += counts.tokens
+            measurement.padded_tokens += counts.padded_tokens
+            measurement.seconds += seconds
+            measurement.cpu_seconds += cpu_seconds
+            measurement.peak_bytes = max(measurement.peak_bytes, memory.peak)
+            measurement.growth_bytes = max(measurement.growth_bytes, memory.peak - memory.start)
+            if counts.lengths and config is not None:
+                measurement.flops = (measurement.flops or 0.0) + encoder_flops(config, counts.lengths)
+            if found is not None:
+                answers[row.name] += answer_keys(found)
+            print(f"  round {round_index + 1}/{rounds} {row.name}: {seconds:.1f} s", flush=True)
+    return measurements, answers
+
+
+def measure_ray(
+    model: Path, workload: Workload, settings: Settings, folder: Path, job_args: list[str]
+) -> tuple[Measurement, list]:
+    """
+    The Ray job end to end on a fresh local Ray. Start-up (Ray's, plus a 4-question warm-up job that starts the
+    worker processes) is timed apart; the measured job then runs on the warm Ray, reader actors included.
+
+    :returns: The measurement (tokens and padding left to the caller) and the job's answers.
+    """
+    import ray
+
+    from jobs.bulk_qa import main as bulk_qa
+
+    questions, documents = write_parquet(workload, folder / "inputs")
+    warm_questions, warm_documents = write_parquet(workload.chunk(0, 4), folder / "warm-up")
+    common = ["--model", str(model), "--overwrite", "--context-window-size", "none", "--top-k", str(settings.top_k)]
+    common += ["--max-seq-length", str(settings.max_seq_length), "--stride", str(settings.stride)]
+    if settings.max_batch_size is not None:
+        common += ["--max-batch-size", str(settings.max_batch_size)]
+    sampler = MemorySampler(tree=True)
+    started = time.perf_counter()
+    ray.init(include_dashboard=False, log_to_driver=False)
+    try:
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        if (
+            bulk_qa(
+                ["--questions", warm_questions, "--documents", warm_documents, "--output", str(folder / "warm")]
+                + common
+                + job_args
+            )
+            != 0
+        ):
+            raise RuntimeError("the Ray warm-up job failed")
+        startup = time.perf_counter() - started
+        output = folder / "out"
+        with sampler.measure() as memory:
+            started = time.perf_counter()
+            status = bulk_qa(
+                ["--questions", questions, "--documents", documents, "--output", str(output)] + common + job_args
+            )
+            seconds = time.perf_counter() - started
+    finally:
+        ray.shutdown()
+    if status != 0:
+        raise RuntimeError(f"the Ray job exited with status {status}")
+    manifest = json.loads((output / "manifest.json").read_text())
+    measurement = Measurement(
+        "ray",
+        questions=len(workload),
+        sequences=manifest["outputs"]["sequences"],
+        padded_tokens=None,
+        seconds=seconds,
+        cpu_seconds=None,
+        startup_seconds=startup,
+        peak_bytes=memory.peak,
+        growth_bytes=memory.peak - memory.start,
+        details={"job_timings": manifest["timings"]},
+    )
+    return measurement, answer_table_keys(str(output / "answers"), workload.question_ids)
+
+
+def table(measurements: list[Measurement], peak: float | None = None) -> list[dict[str, Any]]:
+    """
+    The table's rows: throughput, padding ratio, ratios to `haystack` and to the limit, MFU and memory.
+
+    A row's limit is `limit:DTYPE` for a `...:DTYPE` row when measured, else `limit`. Ratios compare
+    questions per second (all rows answer the same questions).
+    """
+    by_name = {m.name: m for m in measurements}
+
+    def rate(measurement: Measurement | None) -> float | None:
+        return measurement.questions / measurement.seconds if measurement and measurement.seconds else None
+
+    rows = []
+    for m in measurements:
+        precision = m.name.split(":", 1)[1] if ":" in m.name else None
+        limit = by_name.get(f"limit:{precision}") or by_name.get("limit")
+        haystack_rate, limit_rate, own_rate = rate(by_name.get("haystack")), rate(limit), rate(m)
+        found = m.agreement
+        rows.append(
+            {
+                "row": m.name,
+                "questions": m.questions,
+                "sequences": m.sequences,
+                "tokens": m.tokens,
+                "padded_tokens": m.padded_tokens,
+                "seconds": m.seconds,
+                "cpu_seconds": m.cpu_seconds,
+                "startup_s": m.startup_seconds,
+                "questions_per_s": own_rate,
+                "sequences_per_s": m.sequences / m.seconds if m.seconds else None,
+                "tokens_per_s": m.tokens / m.seconds if m.seconds and m.tokens else None,
+                "padding_ratio": m.padded_tokens / m.tokens if m.padded_tokens and m.tokens else None,
+                "vs_haystack": own_rate / haystack_rate if own_rate and haystack_rate else None,
+                "vs_limit": own_rate / limit_rate if own_rate and limit_rate else None,
+                "mfu": m.flops / m.seconds / peak if m.flops and m.seconds and peak else None,
+                "peak_mib": m.peak_bytes / MIB,
+                "growth_mib": m.growth_bytes / MIB,
+                "agreement": None
+                if found is None
+                else f"{found.share:.3f} {'best' if found.best_only else 'all'} vs {found.reference}, "
+                f"max diff {found.max_score_diff:.1e}",
+                "agreement_share": None if found is None else found.share,
+                "max_score_diff": None if found is None else found.max_score_diff,
+                **m.details,
+            }
+        )
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The rows as aligned text columns; empty cells for values not measured."""
+    columns = [(key, header, fmt) for key, header, fmt in COLUMNS if any(row.get(key) is not None for row in rows)]
+    cells = [[header for _, header, _ in columns]]
+    cells += [["" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in cells]
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's targets that this run's rows can decide, each with its value and whether it is met."""
+    by_name = {row["row"]: row for row in rows}
+    found = []
+
+    def check(name: str, value: float | None, threshold: float, at_least: bool = True) -> None:
+        if value is not None:
+            met = value >= threshold if at_least else value <= threshold
+            found.append({"target": name, "value": round(value, 4), "threshold": threshold, "met": met})
+
+    run_batch, ray = by_name.get("run_batch"), by_name.get("ray")
+    if run_batch:
+        check("run_batch questions/s >= 1.5x haystack", run_batch["vs_haystack"], 1.5)
+        check("run_batch answers agree with haystack (scores within 1e-4)", run_batch["agreement_share"], 1.0)
+        check("run_batch >= 90% of the forward-only limit", run_batch["vs_limit"], 0.9)
+        check("run_batch padding ratio <= 1.1", run_batch["padding_ratio"], 1.1, at_least=False)
+    if run_batch and ray and run_batch["questions_per_s"] and ray["questions_per_s"]:
+        name = f"ray job (without start-up) >= 70% of run_batch (on {ray['questions']} questions; target: >= 2000)"
+        check(name, ray["questions_per_s"] / run_batch["questions_per_s"], 0.7)
+    return found
+
+
+def machine(device: str) -> dict[str, Any]:
+    """The machine the run was on."""
+    described = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "load_average": os.getloadavg(),
+    }
+    if device.startswith("cuda"):
+        described["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return described
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m jobs.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="QA model folder (default: MiniLM-L6 built locally; tiny-bert with --scale)")
+    parser.add_argument("--questions", type=int, default=300, help="questions (default 300)")
+    parser.add_argument("--documents-per-question", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the questions' draw")
+    parser.add_argument("--rounds", type=int, default=3, help="chunks the in-process rows are interleaved over")
+    parser.add_argument("--skip", default="", help="rows to leave out, comma-separated (haystack,int8,ray,...)")
+    parser.add_argument("--half", choices=["bfloat16", "float16"], help="add run_batch and limit rows in this dtype")
+    parser.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads in this process")
+    parser.add_argument("--top-k", type=int, default=20)
+    parser.add_argument("--max-seq-length", type=int, default=384)
+    parser.add_argument("--stride", type=int, default=128)
+    parser.add_argument("--max-batch-size", type=int, help="sequences per forward pass (default: each reader's)")
+    parser.add_argument("--peak-tflops", type=float, help="the device's peak, for the MFU (GPUs: looked up)")
+    parser.add_argument("--ray-args", default="", help="extra flags for the Ray job, e.g. '--num-actors 2'")
+    parser.add_argument("--scale", action="store_true", help="measure the Ray job's peak memory at N and 10 N")
+    parser.add_argument("--scale-questions", type=int, default=5000, help="N for --scale (default 5000)")
+    parser.add_argument("--work-dir", help="where inputs and job outputs go (default: a temporary folder)")
+    parser.add_argument("--output", default="out/bench/bench.json", help="the JSON results file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Runs the benchmark, prints its table and writes it as JSON; returns what it wrote."""
+    args = build_parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    settings = Settings(args.top_k, args.max_seq_length, args.stride, args.max_batch_size, args.device)
+    skip = {name.strip() for name in args.skip.split(",") if name.strip()}
+    with tempfile.TemporaryDirectory(prefix="bench-") as temporary:
+        folder = Path(args.work_dir or temporary)
+        run = scale if args.scale else compare
+        result = run(args, settings, skip, folder)
+    result.update(machine=machine(args.device), command="python -m jobs.bench " + " ".join(argv or sys.argv[1:]))
+    print("\n" + format_table(result["rows"]))
+    for target in result["targets"]:
+        print(f"  {'MET    ' if target['met'] else 'NOT MET'}  {target['target']}: {target['value']}")
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2, default=str))
+    print(f"\nwrote {output}")
+    return result
+
+
+def compare(args: argparse.Namespace, settings: Settings, skip: set[str], folder: Path) -> dict[str, Any]:
+    """The side-by-side comparison on one workload."""
+    from transformers import AutoConfig
+
+    model = Path(args.model) if args.model else local_model("minilm")
+    workload = make_workload(args.questions, args.documents_per_question, args.seed)
+    config = AutoConfig.from_pretrained(model)
+    cpu = settings.device == "cpu"
+    print(f"bench: {len(workload)} questions x {args.documents_per_question} documents, model {model}", flush=True)
+    candidates = [
+        ("haystack", lambda: HaystackRow(model, settings)),
+        ("run_batch", lambda: RunBatchRow(model, settings)),
+        ("int8", lambda: RunBatchRow(model, settings, quantization="int8") if cpu else None),
+        ("half", lambda: RunBatchRow(model, settings, half=args.half) if args.half else None),
+        ("limit", lambda: LimitRow(model, settings)),
+        ("half", lambda: LimitRow(model, settings, half=args.half) if args.half else None),
+    ]
+    rows = [row for key, build in candidates if key not in skip and (row := build()) is not None]
+    measurements, answers = measure_in_process(rows, workload, args.rounds, config)
+    # Full answer lists against Haystack; the faster modes' best answers against fp32 run_batch.
+    references = {"run_batch": "haystack", "ray": "haystack", "run_batch:int8": "run_batch"}
+    references[f"run_batch:{args.half}"] = "run_batch"
+    if "ray" not in skip:
+        measurement, answers["ray"] = measure_ray(model, workload, settings, folder, args.ray_args.split())
+        if "run_batch" in measurements:  # the job tokenizes as run_batch does
+            measurement.tokens, measurement.flops = measurements["run_batch"].tokens, measurements["run_batch"].flops
+        measurements["ray"] = measurement
+    for name, measurement in measurements.items():
+        reference = references.get(name)
+        if answers.get(name) and answers.get(reference):
+            best_only = reference == "run_batch"
+            measurement.agreement = agreement(answers[name], answers[reference], reference, TOLERANCE, best_only)
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else None
+    if peak is None and settings.device.startswith("cuda"):
+        peak = peak_flops(torch.cuda.get_device_name(torch.device(settings.device)))
+    order = ["haystack", "run_batch", f"run_batch:{args.half}", "run_batch:int8", "ray", "limit", f"limit:{args.half}"]
+    rows_out = table([measurements[name] for name in order if name in measurements], peak)
+    return {
+        "mode": "compare",
+        "model": str(model),
+        "settings": asdict(settings),
+        "rows": rows_out,
+        "targets": targets(rows_out),
+    }
+
+
+def scale(args: argparse.Namespace, settings: Settings, skip: set[str], folder: Path) -> dict[str, Any]:
+    """The Ray job at N and 10 N questions, each on a fresh Ray; run_batch in-process at N for comparison."""
+    model = Path(args.model) if args.model else local_model("tiny-bert")
+    sizes = [args.scale_questions, 10 * args.scale_questions]
+    measurements, answers = [], {}
+    if "run_batch" not in skip:
+        small = make_workload(sizes[0], args.documents_per_question, args.seed)
+        print(f"bench --scale: run_batch on {sizes[0]} questions, model {model}", flush=True)
+        found, answers = measure_in_process([RunBatchRow(model, settings)], small, 1, None)
+        measurements.append(found["run_batch"])
+    for size in sizes:
+        print(f"bench --scale: the Ray job on {size} questions", flush=True)
+        workload = make_workload(size, args.documents_per_question, args.seed)
+        measurement, keys = measure_ray(model, workload, settings, folder / f"n{size}", args.ray_args.split())
+        measurement.name = f"ray:{size}"
+        if size == sizes[0] and answers.get("run_batch"):
+            measurement.agreement = agreement(keys, answers["run_batch"], "run_batch", TOLERANCE)
+        measurements.append(measurement)
+        del workload, keys
+    rows_out = table(measurements)
+    small_ray, large_ray = rows_out[-2], rows_out[-1]
+    growth = large_ray["peak_mib"] / small_ray["peak_mib"]
+    found = [
+        {
+            "target": f"Ray job peak memory x{growth:.2f} for 10x questions (< 1.5)",
+            "value": round(growth, 3),
+            "threshold": 1.5,
+            "met": growth < 1.5,
+        }
+    ]
+    if measurements[0].name == "run_batch":
+        ratio = small_ray["questions_per_s"] / rows_out[0]["questions_per_s"]
+        found.append(
+            {
+                "target": f"ray job >= 70% of run_batch on {sizes[0]} questions",
+                "value": round(ratio, 3),
+                "threshold": 0.7,
+                "met": ratio >= 0.7,
+            }
+        )
+    return {"mode": "scale", "model": str(model), "settings": asdict(settings), "rows": rows_out, "targets": found}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,295 @@
+"""
+The benchmark's helpers: a real-text workload, its Parquet form for the Ray job, local models, a peak-memory
+sampler, answer agreement and model FLOPs. `jobs.bench` is the command; nothing here times anything.
+"""
+
+import json
+import os
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from qa_core.document import Document
+from qa_core.local_models import BUILDERS
+
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "text" / "python_stdlib_docs.jsonl"
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+TEMPLATES = (
+    "What does {} return?",
+    "Which arguments does {} accept?",
+    "What is {} used for?",
+    "When does {} raise an error?",
+    "How do you call {}?",
+    "What does the documentation say about {}?",
+)
+
+
+@dataclass
+class Workload:
+    """Questions, each with the documents to read, as both readers take them."""
+
+    question_ids: list[str]
+    queries: list[str]
+    documents: list[list[Document]]  # one list per question
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def chunk(self, start: int, stop: int) -> "Workload":
+        """Questions `[start, stop)`."""
+        return Workload(self.question_ids[start:stop], self.queries[start:stop], self.documents[start:stop])
+
+
+def make_workload(n_questions: int, docs_per_question: int = 5, seed: int = 0) -> Workload:
+    """
+    Real-text questions over the Python standard library documentation (`data/text/`): each asks about one
+    documented name and reads that name's page plus `docs_per_question - 1` others drawn at random, so that
+    lengths are mixed (200 to 6,000 characters, a median near 450). Deterministic for a seed.
+    """
+    pages = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+    documents = [Document(content=page["text"], id=page["title"]) for page in pages]
+    rng = random.Random(seed)
+    queries, chosen = [], []
+    for index in range(n_questions):
+        subject = rng.randrange(len(pages))
+        others = rng.sample([i for i in range(len(pages)) if i != subject], docs_per_question - 1)
+        picked = [subject, *others]
+        rng.shuffle(picked)
+        queries.append(TEMPLATES[index % len(TEMPLATES)].format(pages[subject]["title"]))
+        chosen.append([documents[i] for i in picked])
+    return Workload([f"q{index:07d}" for index in range(n_questions)], queries, chosen)
+
+
+def write_parquet(workload: Workload, folder: Path) -> tuple[str, str]:
+    """Writes the workload as the Ray job reads it; returns the questions and documents paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    documents = {doc.id: doc.content for docs in workload.documents for doc in docs}
+    questions_path, documents_path = folder / "questions.parquet", folder / "documents.parquet"
+    pq.write_table(pa.table({"id": list(documents), "content": list(documents.values())}), documents_path)
+    pq.write_table(
+        pa.table(
+            {
+                "id": workload.question_ids,
+                "query": workload.queries,
+                "document_ids": [[doc.id for doc in docs] for docs in workload.documents],
+            }
+        ),
+        questions_path,
+    )
+    return str(questions_path), str(documents_path)
+
+
+def local_model(kind: str, seed: int = 0) -> Path:
+    """A model built by `qa_core.local_models` (no download), cached under `models/bench-KIND-seedN`."""
+    folder = MODELS_DIR / f"bench-{kind}-seed{seed}"
+    if not (folder / "config.json").exists():
+        BUILDERS[kind](folder, seed=seed)
+    return folder
+
+
+def _rss(pid: int) -> int:
+    """Resident set size of a process, in bytes."""
+    with open(f"/proc/{pid}/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE_SIZE
+
+
+def _pss(pid: int) -> int:
+    """Proportional set size of a process (shared pages divided among the processes sharing them), in bytes."""
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        for line in rollup:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    """The process ids of every descendant of a process (children, their children, ...)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # exited while listed
+        children.setdefault(parent, []).append(int(entry))
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [child for parent in frontier for child in children.get(parent, [])]
+        found += frontier
+    return found
+
+
+class MemorySampler:
+    """
+    Samples memory in a background thread while `measure()` is active and keeps the peak (Linux: reads /proc).
+
+    `tree=False`: resident set size (RSS) of this process, every 20 ms (cheap).
+    `tree=True`: proportional set size (PSS) summed over this process and all its descendants (Ray's raylet,
+    workers and object store), every 250 ms: pages shared between processes, such as the object store's, count
+    once in the sum, not once per process.
+    """
+
+    def __init__(self, tree: bool = False) -> None:
+        self.tree = tree
+        self.interval = 0.25 if tree else 0.02
+
+    def current(self) -> int:
+        """Bytes in use now."""
+        if not self.tree:
+            return _rss(os.getpid())
+        total = 0
+        for pid in [os.getpid(), *_descendants(os.getpid())]:
+            try:
+                total += _pss(pid)
+            except OSError:
+                pass  # exited between listing and reading
+        return total
+
+    @contextmanager
+    def measure(self) -> Iterator["MemoryReading"]:
+        """Yields a reading whose `start` and `peak` (bytes) are final when the block exits."""
+        reading = MemoryReading(start=self.current())
+        reading.peak = reading.start
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(self.interval):
+                reading.peak = max(reading.peak, self.current())
+
+        thread = threading.Thread(target=sample, daemon=True)
+        thread.start()
+        try:
+            yield reading
+        finally:
+            stop.set()
+            thread.join()
+            reading.peak = max(reading.peak, self.current())
+
+
+@dataclass
+class MemoryReading:
+    start: int
+    peak: int = 0
+
+
+class AnswerKey(NamedTuple):
+    """What two readers must agree on for one answer: its text, document and offsets, and its score."""
+
+    data: str | None
+    document_id: str | None
+    start: int | None
+    end: int | None
+    score: float
+
+
+def answer_keys(answers: list[list[Any]]) -> list[list[AnswerKey]]:
+    """Keys of `ExtractedAnswer`s (ours or Haystack's: they share the field names), one list per question."""
+    return [
+        [
+            AnswerKey(
+                answer.data,
+                answer.document.id if answer.document is not None else None,
+                answer.document_offset.start if answer.document_offset is not None else None,
+                answer.document_offset.end if answer.document_offset is not None else None,
+                float(answer.score),
+            )
+            for answer in question
+        ]
+        for question in answers
+    ]
+
+
+def answer_table_keys(answers_folder: str, question_ids: list[str]) -> list[list[AnswerKey]]:
+    """Keys of the Ray job's answers table (all shards), in the order of `question_ids`."""
+    rows = pq.read_table(answers_folder).to_pylist()
+    by_question: dict[str, list[dict]] = {question_id: [] for question_id in question_ids}
+    for row in sorted(rows, key=lambda row: (row["question_id"], row["rank"])):
+        by_question.setdefault(row["question_id"], []).append(row)
+    return [
+        [
+            AnswerKey(row["answer"], row["document_id"], row["document_start"], row["document_end"], row["score"])
+            for row in by_question[question_id]
+        ]
+        for question_id in question_ids
+    ]
+
+
+@dataclass
+class Agreement:
+    """How far answers agree with a reference's."""
+
+    reference: str  # the row compared with
+    share: float  # share of questions that agree (all answers, or the best one with `best_only`)
+    max_score_diff: float  # largest score difference between answers with the same span, over all answers
+    best_only: bool = False
+
+
+def agreement(
+    answers: list[list[AnswerKey]],
+    reference: list[list[AnswerKey]],
+    reference_name: str,
+    tolerance: float = 1e-4,
+    best_only: bool = False,
+) -> Agreement:
+    """
+    A question agrees when its answers have the reference's spans in the same order with scores within
+    `tolerance` (with `best_only`: when its first answer, the no-answer entry included, has the same span).
+    """
+    if len(answers) != len(reference):
+        raise ValueError(f"{len(answers)} questions answered but {len(reference)} in the reference.")
+    same, max_diff = 0, 0.0
+    for ours, theirs in zip(answers, reference, strict=True):
+        reference_scores = {answer[:4]: answer.score for answer in theirs}
+        diffs = [abs(a.score - reference_scores[a[:4]]) for a in ours if a[:4] in reference_scores]
+        max_diff = max([max_diff, *diffs])
+        if best_only:
+            ours, theirs = ours[:1], theirs[:1]
+        if [a[:4] for a in ours] != [b[:4] for b in theirs]:
+            continue
+        if best_only or all(abs(a.score - b.score) <= tolerance for a, b in zip(ours, theirs, strict=True)):
+            same += 1
+    return Agreement(reference_name, same / len(answers) if answers else 1.0, max_diff, best_only)
+
+
+def encoder_flops(config: Any, lengths: list[int]) -> float:
+    """
+    Forward FLOPs of a BERT-style encoder with a QA head over unpadded sequences of the given lengths:
+    per layer and token 2 x (4 d^2 + 2 d f) for the projections and feed-forward, plus 4 d L for attention
+    scores and their weighted sum; 4 d per token for the QA head. Embedding look-ups are free.
+    """
+    hidden, ff, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    tokens = sum(lengths)
+    square = sum(length * length for length in lengths)
+    return layers * (2 * (4 * hidden * hidden + 2 * hidden * ff) * tokens + 4 * hidden * square) + 4 * hidden * tokens
+
+
+# Dense half-precision (bf16 / fp16) tensor-core peaks, FLOP/s, by a substring of torch.cuda.get_device_name().
+PEAK_HALF_FLOPS = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "L4": 121e12,
+    "A10G": 70e12,
+    "A10": 125e12,
+    "T4": 65e12,
+    "V100": 125e12,
+}
+
+
+def peak_flops(device_name: str) -> float | None:
+    """The device's dense half-precision peak from `PEAK_HALF_FLOPS`, or `None` when unknown."""
+    for name, flops in PEAK_HALF_FLOPS.items():
+        if name in device_name:
+            return flops
+    return None

@@ -1,0 +1,130 @@
+"""The benchmark command: every row and column, ratios derived from the measured numbers, the GPU script on CPU.
+
+No timing is asserted: the numbers are whatever this machine gives; only their arithmetic is checked. The Ray job
+is replaced by a stand-in (its own tests run it end to end), so that the smoke run stays fast.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobs import bench, gpu_check
+from jobs.bench_data import AnswerKey, agreement, answer_keys, encoder_flops, make_workload
+from qa_core.reader import ExtractiveReader
+
+ROWS = ["haystack", "run_batch", "run_batch:bfloat16", "run_batch:int8", "ray", "limit", "limit:bfloat16"]
+COLUMNS = [
+    "row", "questions", "sequences", "tokens", "padded_tokens", "seconds", "startup_s", "questions_per_s",
+    "sequences_per_s", "tokens_per_s", "padding_ratio", "vs_haystack", "vs_limit", "mfu", "peak_mib", "growth_mib",
+    "agreement", "agreement_share", "max_score_diff",
+]  # fmt: skip
+
+
+def fake_ray(model, workload, settings, folder, job_args):
+    """Stands in for the Ray job: run_batch's answers, fixed made-up timings."""
+    reader = ExtractiveReader(
+        model=str(model), top_k=settings.top_k, max_seq_length=settings.max_seq_length, stride=settings.stride
+    )
+    reader.warm_up()
+    answers = reader.run_batch(workload.queries, workload.documents)["answers"]
+    measurement = bench.Measurement("ray", len(workload), 7, padded_tokens=None, seconds=2.0, cpu_seconds=None)
+    measurement.startup_seconds, measurement.peak_bytes = 3.0, 2**30
+    return measurement, answer_keys(answers)
+
+
+@pytest.fixture(scope="module")
+def result(tiny_bert_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    output = tmp_path_factory.mktemp("bench") / "bench.json"
+    patch = pytest.MonkeyPatch()
+    patch.setattr(bench, "measure_ray", fake_ray)
+    try:
+        args = ["--model", tiny_bert_model, "--questions", 4, "--documents-per-question", 2, "--rounds", 2]
+        args += ["--half", "bfloat16", "--max-seq-length", 128, "--stride", 32, "--output", output]
+        found = bench.main([str(arg) for arg in args])
+    finally:
+        patch.undo()
+    assert json.loads(output.read_text())["rows"] == json.loads(json.dumps(found["rows"], default=str))
+    return found
+
+
+def test_every_row_and_column(result: dict) -> None:
+    assert [row["row"] for row in result["rows"]] == ROWS
+    for row in result["rows"]:
+        assert set(COLUMNS) <= set(row), row["row"]
+        assert row["questions"] == 4
+        assert row["seconds"] > 0 and row["peak_mib"] > 0
+    table = bench.format_table(result["rows"])
+    for name in ROWS + ["x haystack", "x limit", "padding", "agreement"]:
+        assert name in table
+    assert result["machine"]["cpus"] >= 1 and "command" in result
+
+
+def test_ratios_follow_from_the_measured_numbers(result: dict) -> None:
+    rows = {row["row"]: row for row in result["rows"]}
+    for row in rows.values():
+        assert row["questions_per_s"] == pytest.approx(row["questions"] / row["seconds"])
+        assert row["sequences_per_s"] == pytest.approx(row["sequences"] / row["seconds"])
+        assert row["vs_haystack"] == pytest.approx(row["questions_per_s"] / rows["haystack"]["questions_per_s"])
+        limit = rows["limit:bfloat16"] if row["row"].endswith("bfloat16") else rows["limit"]
+        assert row["vs_limit"] == pytest.approx(row["questions_per_s"] / limit["questions_per_s"])
+        if row["padded_tokens"] is not None:
+            assert row["padding_ratio"] == pytest.approx(row["padded_tokens"] / row["tokens"])
+            assert row["tokens_per_s"] == pytest.approx(row["tokens"] / row["seconds"])
+    # run_batch and the limit read the same sequences in the same batches; Haystack pads per question.
+    assert rows["run_batch"]["padded_tokens"] == rows["limit"]["padded_tokens"]
+    assert rows["haystack"]["padding_ratio"] >= 1.0 and rows["run_batch"]["padding_ratio"] >= 1.0
+    assert rows["ray"]["startup_s"] == 3.0 and rows["ray"]["tokens"] == rows["run_batch"]["tokens"]
+
+
+def test_agreement_is_reported(result: dict) -> None:
+    rows = {row["row"]: row for row in result["rows"]}
+    assert rows["run_batch"]["agreement_share"] == 1.0  # same answers as Haystack, scores within 1e-4
+    assert rows["ray"]["agreement_share"] == 1.0
+    assert "best vs run_batch" in rows["run_batch:int8"]["agreement"]
+    assert rows["haystack"]["agreement"] is None and rows["limit"]["agreement"] is None
+    names = [target["target"] for target in result["targets"]]
+    assert any("1.5x haystack" in name for name in names) and any("70% of run_batch" in name for name in names)
+
+
+def test_table_arithmetic_on_hand_built_measurements() -> None:
+    measurements = [
+        bench.Measurement("haystack", 10, 40, 4000, 6000, seconds=20.0),
+        bench.Measurement("run_batch", 10, 40, 4000, 4100, seconds=8.0, flops=8e12),
+        bench.Measurement("run_batch:bfloat16", 10, 40, 4000, 4100, seconds=4.0),
+        bench.Measurement("limit", 10, 40, 4000, 4100, seconds=7.5),
+        bench.Measurement("limit:bfloat16", 10, 40, 4000, 4100, seconds=2.0),
+    ]
+    rows = {row["row"]: row for row in bench.table(measurements, peak=1e12)}
+    assert rows["run_batch"]["vs_haystack"] == pytest.approx(2.5)
+    assert rows["run_batch"]["vs_limit"] == pytest.approx(7.5 / 8.0)
+    assert rows["run_batch:bfloat16"]["vs_limit"] == pytest.approx(0.5)  # against the bf16 limit
+    assert rows["haystack"]["padding_ratio"] == pytest.approx(1.5)
+    assert rows["run_batch"]["mfu"] == pytest.approx(1.0)
+    met = {target["target"]: target["met"] for target in bench.targets(list(rows.values()))}
+    assert met["run_batch questions/s >= 1.5x haystack"] and met["run_batch >= 90% of the forward-only limit"]
+
+
+def test_agreement_and_flops_helpers() -> None:
+    same = [[AnswerKey("a", "d1", 0, 1, 0.9), AnswerKey(None, None, None, None, 0.1)]]
+    close = [[AnswerKey("a", "d1", 0, 1, 0.90005), AnswerKey(None, None, None, None, 0.1)]]
+    swapped = [[AnswerKey("b", "d1", 2, 3, 0.9), AnswerKey("a", "d1", 0, 1, 0.8)]]
+    assert agreement(close, same, "ref").share == 1.0
+    assert agreement(close, same, "ref", tolerance=1e-6).share == 0.0
+    assert agreement(swapped, same, "ref", best_only=True).share == 0.0
+    assert agreement(swapped, same, "ref").max_score_diff == pytest.approx(0.1)
+
+    class Config:
+        hidden_size, intermediate_size, num_hidden_layers = 2, 4, 1
+
+    # 1 layer: 2 * (4*4 + 2*2*4) * 3 tokens + 4 * 2 * 9 (attention over a 3-token sequence); head: 4 * 2 * 3.
+    assert encoder_flops(Config, [3]) == 2 * 32 * 3 + 72 + 24
+    assert len(make_workload(7, 3)) == 7 and all(len(docs) == 3 for docs in make_workload(7, 3).documents)
+
+
+def test_gpu_check_runs_on_cpu(tiny_bert_model: Path, tmp_path: Path) -> None:
+    args = ["--model", tiny_bert_model, "--questions", 3, "--max-batch-size", 8, "--output", tmp_path / "g.json"]
+    args += ["--skip", "haystack,ray,int8", "--documents-per-question", 2, "--max-seq-length", 128, "--stride", 32]
+    found = gpu_check.main([str(arg) for arg in args])
+    assert [row["row"] for row in found["rows"]] == ["run_batch", "run_batch:bfloat16", "limit", "limit:bfloat16"]
+    assert found["rows"][1]["agreement"].startswith(("0.", "1.")) and (tmp_path / "g.json").exists()
