@@ -493,7 +493,11 @@ def compare(args: argparse.Namespace, settings: Settings, skip: set[str], folder
     references = {"run_batch": "haystack", "ray": "haystack", "run_batch:int8": "run_batch"}
     references[f"run_batch:{args.half}"] = "run_batch"
     if "ray" not in skip:
-        measurement, answers["ray"] = measure_ray(model, workload, settings, folder, args.ray_args.split())
+        try:
+            measurement, answers["ray"] = measure_ray(model, workload, settings, folder, args.ray_args.split())
+        except Exception as error:  # noqa: BLE001 - a failed job is reported in its row; the other rows stand
+            print(f"bench: the Ray job failed: {error}", flush=True)
+            measurement = Measurement("ray", len(workload), details={"error": str(error)[-2000:]})
         if "run_batch" in measurements:  # the job tokenizes as run_batch does
             measurement.tokens, measurement.flops = measurements["run_batch"].tokens, measurements["run_batch"].flops
         measurements["ray"] = measurement
