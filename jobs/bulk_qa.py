@@ -19,7 +19,7 @@ from jobs.aggregate import AggregationSettings, aggregate_shard
 from jobs.config import InputError, JobConfig, build_parser, load_config
 from jobs.inputs import DOCUMENTS, REPLIES, check_model, check_questions_schema, resolve_path, table_schema
 from jobs.output import OutputFolder
-from jobs.stages import ReadSequences, explode_questions, replies_rows, tokenize
+from jobs.stages import ReadSequences, document_columns, explode_questions, replies_rows, tokenize
 from qa_core.schemas import QUESTION_STATUSES
 
 # Fields that change how the job runs, not what it writes: a resumed run may change them.
@@ -31,6 +31,7 @@ EXECUTION_FIELDS = (
     "gpus_per_actor",
     "cpus_per_actor",
     "sequences_per_actor_batch",
+    "shards_per_wave",
 )
 
 __all__ = ["build_parser", "main", "run"]
@@ -116,6 +117,84 @@ def _actor_resources(config: JobConfig) -> tuple[int, float, int]:
     return num_actors, 0.0, max(1, int(cpus // num_actors))
 
 
+def _answer_shards(
+    config: JobConfig,
+    shards: frozenset[int],
+    num_shards: int,
+    squad: bool,
+    questions,
+    documents,
+    replies,
+    partitions: int,
+) -> None:
+    """
+    One wave: answers the questions of `shards` with one Ray Data pipeline (join, tokenize, read, aggregate) and
+    commits each shard. Waves bound memory: a wave's candidates are shuffled together, the next wave's later.
+    """
+    import ray.data
+
+    num_actors, gpus_per_actor, cpu_threads = _actor_resources(config)
+    work = questions.map_batches(
+        explode_questions,
+        batch_format="pyarrow",
+        fn_kwargs={"num_shards": num_shards, "shards": shards, "squad": squad},
+    )
+    if documents is not None:
+        work = work.join(
+            documents.map_batches(document_columns, batch_format="pyarrow"),
+            "left_outer",
+            num_partitions=partitions,
+            on=("document_id",),
+            right_on=("id",),
+        )
+    work = work.map_batches(
+        tokenize,
+        batch_format="pyarrow",
+        fn_kwargs={
+            "model": config.model,
+            "max_seq_length": config.max_seq_length,
+            "stride": config.stride,
+            "context_window_size": config.context_window_size,
+            "trust_remote_code": bool(config.model_kwargs.get("trust_remote_code", False)),
+        },
+    )
+    work = work.repartition(target_num_rows_per_block=config.sequences_per_actor_batch)
+    work = work.map_batches(
+        ReadSequences,
+        batch_format="pyarrow",
+        batch_size=config.sequences_per_actor_batch,
+        compute=ray.data.ActorPoolStrategy(size=num_actors),
+        fn_constructor_kwargs={"reader_parameters": config.reader_parameters(), "cpu_threads": cpu_threads},
+        num_gpus=gpus_per_actor,
+        num_cpus=config.cpus_per_actor,
+        max_restarts=-1,
+        max_task_retries=-1,
+    )
+    if replies is not None:
+        fn_kwargs = {"num_shards": num_shards, "shards": shards}
+        work = work.union(replies.map_batches(replies_rows, batch_format="pyarrow", fn_kwargs=fn_kwargs))
+    settings = AggregationSettings(
+        top_k=config.top_k,
+        overlap_threshold=config.overlap_threshold,
+        no_answer=config.no_answer,
+        score_threshold=config.score_threshold,
+        refusal_threshold=config.refusal_threshold,
+        answer_builder={
+            "pattern": config.answer_pattern,
+            "reference_pattern": config.reference_pattern,
+            "last_message_only": config.last_message_only,
+            "return_only_referenced_documents": config.return_only_referenced_documents,
+            "expand_reference_ranges": config.expand_reference_ranges,
+        },
+        with_replies=replies is not None,
+    )
+    summaries = work.groupby("shard", num_partitions=max(1, min(len(shards), 32))).map_groups(
+        aggregate_shard, batch_format="pyarrow", fn_kwargs={"settings": settings, "output": config.output}
+    )
+    for _ in summaries.iter_rows():
+        pass
+
+
 def run(config: JobConfig) -> int:
     """
     Runs the job for a validated configuration.
@@ -142,8 +221,8 @@ def run(config: JobConfig) -> int:
     checks = [("questions", config.questions, "id", questions)]
     documents = None
     if not squad:
-        document_columns = ["id", "content"] + (["page_number"] if "page_number" in documents_schema.names else [])
-        documents = _read(config.documents, document_columns)
+        columns = ["id", "content"] + (["page_number"] if "page_number" in documents_schema.names else [])
+        documents = _read(config.documents, columns)
         checks.append(("documents", config.documents, "id", documents))
     replies = None
     if config.replies:
@@ -162,63 +241,10 @@ def run(config: JobConfig) -> int:
     already_committed = output.committed_shards()
 
     pipeline_started = time.time()
-    num_actors, gpus_per_actor, cpu_threads = _actor_resources(config)
-    if len(already_committed) < num_shards:
-        skip_shards = frozenset(already_committed)
-        work = questions.map_batches(
-            explode_questions,
-            batch_format="pyarrow",
-            fn_kwargs={"num_shards": num_shards, "skip_shards": skip_shards, "squad": squad},
-        )
-        if documents is not None:
-            documents = documents.map_batches(document_columns, batch_format="pyarrow")
-            work = work.join(documents, "left_outer", num_partitions=partitions, on=("document_id",), right_on=("id",))
-        work = work.map_batches(
-            tokenize,
-            batch_format="pyarrow",
-            fn_kwargs={
-                "model": config.model,
-                "max_seq_length": config.max_seq_length,
-                "stride": config.stride,
-                "context_window_size": config.context_window_size,
-                "trust_remote_code": bool(config.model_kwargs.get("trust_remote_code", False)),
-            },
-        )
-        work = work.repartition(target_num_rows_per_block=config.sequences_per_actor_batch)
-        work = work.map_batches(
-            ReadSequences,
-            batch_format="pyarrow",
-            batch_size=config.sequences_per_actor_batch,
-            compute=ray.data.ActorPoolStrategy(size=num_actors),
-            fn_constructor_kwargs={"reader_parameters": config.reader_parameters(), "cpu_threads": cpu_threads},
-            num_gpus=gpus_per_actor,
-            num_cpus=config.cpus_per_actor,
-            max_restarts=-1,
-            max_task_retries=-1,
-        )
-        if replies is not None:
-            fn_kwargs = {"num_shards": num_shards, "skip_shards": skip_shards}
-            work = work.union(replies.map_batches(replies_rows, batch_format="pyarrow", fn_kwargs=fn_kwargs))
-        settings = AggregationSettings(
-            top_k=config.top_k,
-            overlap_threshold=config.overlap_threshold,
-            no_answer=config.no_answer,
-            score_threshold=config.score_threshold,
-            refusal_threshold=config.refusal_threshold,
-            answer_builder={
-                "pattern": config.answer_pattern,
-                "reference_pattern": config.reference_pattern,
-                "last_message_only": config.last_message_only,
-                "return_only_referenced_documents": config.return_only_referenced_documents,
-                "expand_reference_ranges": config.expand_reference_ranges,
-            },
-            with_replies=replies is not None,
-        )
-        summaries = work.groupby("shard", num_partitions=max(1, min(num_shards, 32))).map_groups(
-            aggregate_shard, batch_format="pyarrow", fn_kwargs={"settings": settings, "output": config.output}
-        )
-        for _ in summaries.iter_rows():
-            pass
+    pending = [shard for shard in range(num_shards) if shard not in already_committed]
+    for first in range(0, len(pending), config.shards_per_wave):
+        wave = frozenset(pending[first : first + config.shards_per_wave])
+        _answer_shards(config, wave, num_shards, squad, questions, documents, replies, partitions)
     pipeline_s = time.time() - pipeline_started
 
     markers = output.committed_shards()

@@ -64,14 +64,23 @@ class JobConfig:
     cpus_per_actor: float = 0.5  # logical CPUs each reader actor reserves (keep some free for read and write tasks)
     sequences_per_actor_batch: int = 256  # sequences handed to an actor at once (sorted by length inside)
     shard_size: int = 1000  # questions per output shard (the unit of atomic commit and of resume)
+    shards_per_wave: int = 20  # shards answered by one pipeline run; bounds memory, as a wave is shuffled at once
 
     def reader_parameters(self) -> dict[str, Any]:
         """The `qa_core.ExtractiveReader` constructor arguments."""
         return {name: getattr(self, name) for name in READER_FIELDS}
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved configuration, for the manifest (it holds no secrets: tokens come from the environment)."""
-        return dataclasses.asdict(self)
+        """
+        The resolved configuration, for the manifest and the output's identity. It holds no secrets: tokens come
+        from the environment (`validate` refuses them in `model_kwargs`), and credentials written into a path or
+        address (`s3://key:secret@bucket/...`, `?secret_key=...`) are masked.
+        """
+        values = dataclasses.asdict(self)
+        for name in URI_FIELDS:
+            if values[name] is not None:
+                values[name] = redact(values[name])
+        return values
 
 
 READER_FIELDS = (
@@ -91,6 +100,24 @@ READER_FIELDS = (
     "model_kwargs",
 )
 REQUIRED = ("questions", "output")
+URI_FIELDS = ("questions", "documents", "replies", "output", "address", "model")
+# model_kwargs keys that carry credentials: they belong in the environment (HF_TOKEN), never in the configuration,
+# which is written to the manifest and passed to every worker.
+SECRET_MODEL_KWARGS = ("token", "use_auth_token")
+_URI_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@]*)@")
+_SECRET_QUERY = re.compile(r"(?P<key>[^?&=]*(?:key|secret|token|password|credential|signature)[^?&=]*)=[^&]*", re.I)
+
+
+def redact(uri: str) -> str:
+    """
+    `uri` with the credentials it may carry masked: the user-info part (`s3://KEY:SECRET@bucket/...`) and query
+    values whose name speaks of keys, secrets, tokens or passwords (`?secret_key=...`). Plain paths are unchanged.
+    """
+    uri = _URI_USERINFO.sub(r"\g<scheme>***@", uri)
+    if "?" in uri:
+        path, query = uri.split("?", 1)
+        uri = path + "?" + _SECRET_QUERY.sub(r"\g<key>=***", query)
+    return uri
 
 
 def _base_type(annotation: Any) -> type:
@@ -227,8 +254,22 @@ def validate(config: JobConfig) -> None:
         (config.cpus_per_actor >= 0, f"cpus_per_actor must be >= 0, not {config.cpus_per_actor}"),
         (config.sequences_per_actor_batch >= 1, "sequences_per_actor_batch must be >= 1"),
         (config.shard_size >= 1, f"shard_size must be >= 1, not {config.shard_size}"),
+        (config.shards_per_wave >= 1, f"shards_per_wave must be >= 1, not {config.shards_per_wave}"),
     ]
     problems += [message for ok, message in checks if not ok]
+    if not isinstance(config.model_kwargs, dict):
+        problems.append(f"model_kwargs must be a mapping, not {type(config.model_kwargs).__name__}")
+    else:
+        secrets = sorted(key for key in config.model_kwargs if key in SECRET_MODEL_KWARGS)
+        if secrets:
+            # The value is never echoed: it is a credential.
+            problems.append(
+                f"model_kwargs must not hold credentials ({', '.join(secrets)}): they would be written to the "
+                "manifest and sent to every worker. Set the HF_TOKEN environment variable instead."
+            )
+        trust = config.model_kwargs.get("trust_remote_code", False)
+        if not isinstance(trust, bool):
+            problems.append(f"model_kwargs.trust_remote_code must be true or false, not {trust!r}")
     for name in ("answer_pattern", "reference_pattern"):
         pattern = getattr(config, name)
         if pattern is None:

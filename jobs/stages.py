@@ -30,17 +30,18 @@ from qa_core.document import Document
 from qa_core.selection import DocumentText, candidate_answers
 
 
-def explode_questions(batch: pa.Table, num_shards: int, skip_shards: frozenset[int], squad: bool) -> pa.Table:
+def explode_questions(batch: pa.Table, num_shards: int, shards: frozenset[int], squad: bool) -> pa.Table:
     """
-    Questions -> one `question` row each plus one `pair` row per document to read. Questions of shards already
-    committed (a resumed run) are dropped. SQuAD-style questions carry their document in `context`: their pair
-    rows carry its content directly, with an id derived from the content as `Document` derives it.
+    Questions of `shards` -> one `question` row each plus one `pair` row per document to read (questions of other
+    shards are dropped: another wave, or a resumed run's committed shards, answers them). SQuAD-style questions
+    carry their document in `context`: their pair rows carry its content directly, with an id derived from the
+    content as `Document` derives it.
     """
     rows: list[dict[str, Any]] = []
     for question in batch.to_pylist():
         question_id = question["id"]
         shard = shard_of(question_id, num_shards)
-        if shard in skip_shards:
+        if shard not in shards:
             continue
         query = question["query"]
         error = None
@@ -74,12 +75,12 @@ def explode_questions(batch: pa.Table, num_shards: int, skip_shards: frozenset[i
     return table(rows, schema)
 
 
-def replies_rows(batch: pa.Table, num_shards: int, skip_shards: frozenset[int]) -> pa.Table:
-    """The replies table -> `replies` work rows (questions of committed shards dropped)."""
+def replies_rows(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> pa.Table:
+    """The replies of questions of `shards` -> `replies` work rows."""
     rows = []
     for reply in batch.to_pylist():
         shard = shard_of(reply["question_id"], num_shards)
-        if shard not in skip_shards:
+        if shard in shards:
             rows.append(
                 {
                     "shard": shard,

@@ -26,7 +26,7 @@ def test_stages_in_process_equal_reader_run(tiny_roberta_model: Path, tmp_path: 
             "document_ids": [["a", "b"], ["b", "c", "zz"], ["c"]],
         }
     )
-    work = explode_questions(questions, num_shards=1, skip_shards=frozenset(), squad=False)
+    work = explode_questions(questions, num_shards=1, shards=frozenset({0}), squad=False)
     # Ray Data's join runs on polars: join the same way here.
     joined = pl.from_arrow(work).join(pl.from_arrow(document_columns(documents)), left_on="document_id",
                                       right_on="id", how="left")  # fmt: skip
