@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from jobs.config import InputError
+from jobs.config import InputError, redact
 
 LOCAL_MODEL_HINT = (
     "Point --model at a local folder holding a question-answering model (config.json, weights, tokenizer). "
@@ -29,7 +29,7 @@ def resolve_path(path: str) -> tuple[pafs.FileSystem, str]:
     try:
         return pafs.FileSystem.from_uri(path)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-        raise InputError(f"{path}: unsupported path or filesystem: {error}") from None
+        raise InputError(f"{redact(path)}: unsupported path or filesystem: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -71,19 +71,20 @@ def table_schema(path: str, spec: TableSpec) -> pa.Schema:
         the wrong type.
     """
     filesystem, inner = resolve_path(path)
+    shown = redact(path)
     try:
         schema = pads.dataset(inner, filesystem=filesystem, format="parquet").schema
     except FileNotFoundError:
-        raise InputError(f"{path}: the {spec.name} file does not exist.") from None
+        raise InputError(f"{shown}: the {spec.name} file does not exist.") from None
     except (pa.ArrowInvalid, OSError) as error:
-        raise InputError(f"{path}: the {spec.name} file is not readable Parquet: {error}") from None
+        raise InputError(f"{shown}: the {spec.name} file is not readable Parquet: {error}") from None
     for column in spec.required:
         if column not in schema.names:
-            raise InputError(f"{path}: the {spec.name} table has no column '{column}' (columns: {schema.names}).")
+            raise InputError(f"{shown}: the {spec.name} table has no column '{column}' (columns: {schema.names}).")
     for column, kind in {**spec.required, **spec.optional}.items():
         if column in schema.names and not _is_kind(schema.field(column).type, kind):
             raise InputError(
-                f"{path}: column '{column}' of the {spec.name} table must be {kind}, not {schema.field(column).type}."
+                f"{shown}: column '{column}' of the {spec.name} table must be {kind}, not {schema.field(column).type}."
             )
     return schema
 
@@ -93,11 +94,11 @@ def check_questions_schema(path: str, has_documents: bool) -> pa.Schema:
     schema = table_schema(path, QUESTIONS)
     if "document_ids" not in schema.names and "context" not in schema.names:
         raise InputError(
-            f"{path}: the questions table needs a 'document_ids' column (list of document ids) "
+            f"{redact(path)}: the questions table needs a 'document_ids' column (list of document ids) "
             "or a SQuAD-style 'context' column."
         )
     if "document_ids" in schema.names and not has_documents:
-        raise InputError(f"{path}: the questions name document_ids, so --documents is required.")
+        raise InputError(f"{redact(path)}: the questions name document_ids, so --documents is required.")
     return schema
 
 
