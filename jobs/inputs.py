@@ -63,12 +63,31 @@ def _is_kind(data_type: pa.DataType, kind: str) -> bool:
     raise ValueError(kind)
 
 
+# Ray Data's extension type for arbitrary Python objects: its values are pickles, and reading them unpickles.
+PICKLED_OBJECT_TYPE = "ray.data.arrow_pickled_object"
+
+
+def _holds_pickles(data_type: pa.DataType, field: pa.Field | None = None) -> bool:
+    """Whether a column's type is, or nests, Ray's pickled-object type (registered in this process or not)."""
+    if (
+        field is not None
+        and field.metadata
+        and field.metadata.get(b"ARROW:extension:name") == PICKLED_OBJECT_TYPE.encode()
+    ):
+        return True
+    if isinstance(data_type, pa.ExtensionType):
+        return data_type.extension_name == PICKLED_OBJECT_TYPE or _holds_pickles(data_type.storage_type)
+    if pa.types.is_dictionary(data_type):
+        return _holds_pickles(data_type.value_type)
+    return any(_holds_pickles(data_type.field(i).type, data_type.field(i)) for i in range(data_type.num_fields))
+
+
 def table_schema(path: str, spec: TableSpec) -> pa.Schema:
     """
     Opens a Parquet file or folder (metadata only) and checks its columns against `spec`.
 
-    :raises InputError: If the path is missing, not Parquet, lacks a required column or has a column of
-        the wrong type.
+    :raises InputError: If the path is missing, not Parquet, lacks a required column, has a column of the wrong
+        type, or has any column of pickled Python objects (input data is never unpickled).
     """
     filesystem, inner = resolve_path(path)
     shown = redact(path)
@@ -78,6 +97,13 @@ def table_schema(path: str, spec: TableSpec) -> pa.Schema:
         raise InputError(f"{shown}: the {spec.name} file does not exist.") from None
     except (pa.ArrowInvalid, OSError) as error:
         raise InputError(f"{shown}: the {spec.name} file is not readable Parquet: {error}") from None
+    for column in schema.names:
+        if _holds_pickles(schema.field(column).type, schema.field(column)):
+            raise InputError(
+                f"{shown}: column '{column}' of the {spec.name} table holds pickled Python objects "
+                f"('{PICKLED_OBJECT_TYPE}'); reading them would unpickle them, which can run arbitrary code, "
+                "so the job refuses them. Drop that column or store it as plain Arrow types."
+            )
     for column in spec.required:
         if column not in schema.names:
             raise InputError(f"{shown}: the {spec.name} table has no column '{column}' (columns: {schema.names}).")
