@@ -97,6 +97,8 @@ def table_schema(path: str, spec: TableSpec) -> pa.Schema:
         raise InputError(f"{shown}: the {spec.name} file does not exist.") from None
     except (pa.ArrowInvalid, OSError) as error:
         raise InputError(f"{shown}: the {spec.name} file is not readable Parquet: {error}") from None
+    if not schema.names and filesystem.get_file_info(inner).type == pafs.FileType.Directory:
+        raise InputError(f"{shown}: the {spec.name} folder holds no Parquet files.")
     for column in schema.names:
         if _holds_pickles(schema.field(column).type, schema.field(column)):
             raise InputError(
@@ -125,6 +127,9 @@ def check_questions_schema(path: str, has_documents: bool) -> pa.Schema:
         )
     if "document_ids" in schema.names and not has_documents:
         raise InputError(f"{redact(path)}: the questions name document_ids, so --documents is required.")
+    filesystem, inner = resolve_path(path)
+    if pads.dataset(inner, filesystem=filesystem, format="parquet").count_rows() == 0:  # footers only
+        raise InputError(f"{redact(path)}: the questions table has no rows: there is nothing to answer.")
     return schema
 
 
