@@ -133,28 +133,51 @@ def check_questions_schema(path: str, has_documents: bool) -> pa.Schema:
     return schema
 
 
-def check_model(model: str) -> None:
-    """
-    Checks, before any worker starts, that `model` is a loadable question-answering model.
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
+# A tokenizer's vocabulary: without one, transformers builds an empty tokenizer that maps every word to [UNK].
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "*.model")
 
-    :raises InputError: If a local path does not exist, the hub cannot be reached for a hub id, or the
-        model's type has no question-answering head.
+
+def check_model(model: str, trust_remote_code: bool = False) -> None:
     """
-    from transformers import AutoConfig
+    Checks, before any worker starts, that `model` is a loadable question-answering model. Custom code shipped with
+    a model is never run unless `trust_remote_code` is set (the user's `model_kwargs.trust_remote_code`).
+
+    :raises InputError: If a local path does not exist, the hub cannot be reached for a hub id, the model's type
+        has no question-answering head (or needs custom code that is not trusted), or a local folder has no
+        weights or no loadable tokenizer.
+    """
+    from transformers import AutoConfig, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES
 
-    if not Path(model).expanduser().exists():
+    local = Path(model).expanduser()
+    if not local.exists():
         if model.startswith((".", "/", "~")) or model.count("/") > 1:
             raise InputError(f"--model {model}: the folder does not exist. {LOCAL_MODEL_HINT}")
         _check_hub_reachable(model)
     try:
-        config = AutoConfig.from_pretrained(model)
+        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as error:
         raise InputError(f"--model {model}: cannot load its configuration: {error}. {LOCAL_MODEL_HINT}") from None
-    if config.model_type not in MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES:
+    auto_map = getattr(config, "auto_map", None) or {}
+    remote_qa = trust_remote_code and "AutoModelForQuestionAnswering" in auto_map
+    if config.model_type not in MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES and not remote_qa:
         raise InputError(
             f"--model {model}: a '{config.model_type}' model has no question-answering head in transformers."
         )
+    if not local.is_dir():
+        return
+    if not any(next(local.glob(pattern), None) for pattern in WEIGHT_FILES):
+        raise InputError(f"--model {model}: the folder holds no model weights (*.safetensors or pytorch_model.bin).")
+    if not any(next(local.glob(pattern), None) for pattern in TOKENIZER_FILES):
+        raise InputError(
+            f"--model {model}: the folder holds no tokenizer (tokenizer.json, vocab.txt, vocab.json or a "
+            "sentencepiece .model file)."
+        )
+    try:
+        AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, TypeError) as error:
+        raise InputError(f"--model {model}: cannot load its tokenizer: {error}") from None
 
 
 def _check_hub_reachable(model: str) -> None:
