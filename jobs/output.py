@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from jobs.config import InputError
+from jobs.config import InputError, redact
 from jobs.inputs import resolve_path
 
 TABLES = ("answers", "questions", "generated_answers")
@@ -33,6 +33,7 @@ class OutputFolder:
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
+        self.shown = redact(uri)  # for messages: credentials in the URI never reach logs or the manifest
         self.filesystem, self.root = resolve_path(uri)
 
     def _path(self, *parts: str) -> str:
@@ -74,7 +75,7 @@ class OutputFolder:
                 )
                 inputs_changed = existing.get("inputs") != identity["inputs"]
                 raise InputError(
-                    f"{self.uri}: holds the output of a run with "
+                    f"{self.shown}: holds the output of a run with "
                     + (f"other settings ({', '.join(changed)})" if changed else "")
                     + (" and " if changed and inputs_changed else "")
                     + ("other input files" if inputs_changed else "")
@@ -119,5 +120,5 @@ class OutputFolder:
         self._write_bytes(json.dumps(manifest, indent=2, sort_keys=True, default=str).encode("utf-8"), "manifest.json")
 
     def table_path(self, table_name: str) -> str:
-        """Where a table's files are (a URI for remote filesystems)."""
-        return self.uri.rstrip("/") + "/" + table_name
+        """Where a table's files are (a URI for remote filesystems, credentials masked)."""
+        return self.shown.rstrip("/") + "/" + table_name
