@@ -25,7 +25,9 @@ from jobs.config import InputError, redact
 from jobs.inputs import resolve_path
 
 TABLES = ("answers", "questions", "generated_answers")
-_OWN_NAMES = (*TABLES, "_shards", "_tmp", "_job.json", "manifest.json")
+# What the job writes, in the order `clear` deletes it: the manifest first (the run is no longer complete) and the
+# identity last (a folder holding any of the others without `_job.json` is not the job's, and is never cleared).
+_OWN_NAMES = ("manifest.json", *TABLES, "_shards", "_tmp", "_job.json")
 
 
 class OutputFolder:
@@ -63,27 +65,41 @@ class OutputFolder:
         Makes the folder this run's: new, or holding a run with the same identity (then the run resumes).
         With `overwrite`, an earlier run's tables are deleted first.
 
-        :raises InputError: When the folder holds a run with another configuration or other inputs.
+        :raises InputError: When the folder holds a run with another configuration or other inputs (unless
+            `overwrite`), or holds files with the job's names that no run of the job wrote (never deleted).
         """
-        existing = self._read_json("_job.json")
-        if existing is not None and existing != identity:
-            if not overwrite:
-                changed = sorted(
-                    key
-                    for key in {*existing.get("config", {}), *identity["config"]}
-                    if existing.get("config", {}).get(key) != identity["config"].get(key)
-                )
-                inputs_changed = existing.get("inputs") != identity["inputs"]
+        try:
+            existing = self._read_json("_job.json")
+        except ValueError:
+            existing = {}  # unreadable: refused below unless --overwrite
+        if existing is not None and not isinstance(existing, dict):
+            existing = {}
+        if existing is None:
+            foreign = [name for name in _OWN_NAMES if name != "_tmp" and self._exists(name)]
+            if foreign:
                 raise InputError(
-                    f"{self.shown}: holds the output of a run with "
-                    + (f"other settings ({', '.join(changed)})" if changed else "")
-                    + (" and " if changed and inputs_changed else "")
-                    + ("other input files" if inputs_changed else "")
-                    + ". Pass --overwrite to replace it, or choose another --output."
+                    f"{self.shown}: holds {', '.join(foreign)} but no _job.json, so it is not the output of a "
+                    "bulk-qa run; the job would replace them. Choose a new or empty --output folder."
                 )
-        if overwrite or existing != identity:
+        elif existing != identity and not overwrite:
+            old_config = existing.get("config", {})
+            changed = sorted(
+                key for key in {*old_config, *identity["config"]} if old_config.get(key) != identity["config"].get(key)
+            )
+            inputs_changed = existing.get("inputs") != identity["inputs"]
+            raise InputError(
+                f"{self.shown}: holds the output of a run with "
+                + (f"other settings ({', '.join(changed)})" if changed else "")
+                + (" and " if changed and inputs_changed else "")
+                + ("other input files" if inputs_changed else "")
+                + ". Pass --overwrite to replace it, or choose another --output."
+            )
+        if existing is not None and (overwrite or existing != identity):
             self.clear()
         self._write_bytes(json.dumps(identity, sort_keys=True, indent=2).encode("utf-8"), "_job.json")
+
+    def _exists(self, name: str) -> bool:
+        return self.filesystem.get_file_info(self._path(name)).type != pafs.FileType.NotFound
 
     def clear(self) -> None:
         """Deletes this job's own files and folders in the output folder (nothing else)."""
