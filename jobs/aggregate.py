@@ -52,10 +52,11 @@ def question_result(
     """
     query = question["query"]
     errors = [question["error"]] if question["error"] else []
-    unknown = [note["document_id"] for note in notes if note["kind"] == PAIR and note["error"].startswith("unknown")]
+    pairs = sorted((note for note in notes if note["kind"] == PAIR), key=lambda note: note["position"])
+    unknown = [note["document_id"] for note in pairs if note["error"].startswith("unknown")]
     if unknown:
         errors.append(f"unknown document ids: {', '.join(map(repr, unknown))} (the known documents were read)")
-    errors += [note["error"] for note in notes if note["kind"] == PAIR and not note["error"].startswith("unknown")]
+    errors += [note["error"] for note in pairs if not note["error"].startswith("unknown")]
     sequences = [note for note in notes if note["kind"] == SEQUENCE]
     candidates = sorted(
         (note for note in notes if note["kind"] == CANDIDATE),

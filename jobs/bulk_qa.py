@@ -10,15 +10,17 @@ accounted for, 2 for unusable input or configuration, 1 for any other failure.
 import math
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from jobs.aggregate import AggregationSettings, aggregate_shard
-from jobs.config import InputError, JobConfig, build_parser, load_config
+from jobs.config import InputError, JobConfig, build_parser, load_config, redact
 from jobs.inputs import DOCUMENTS, REPLIES, check_model, check_questions_schema, resolve_path, table_schema
 from jobs.output import OutputFolder
+from jobs.rows import shard_of
 from jobs.stages import ReadSequences, document_columns, explode_questions, replies_rows, tokenize
 from qa_core.schemas import QUESTION_STATUSES
 
@@ -90,8 +92,18 @@ def _check_ids(datasets: list[tuple[str, str, str, Any]], partitions: int) -> No
     for row in bad:
         path, column = where[row["table"]]
         what = "a null value" if row["id"] is None else f"duplicate value {row['id']!r}"
-        problems.append(f"{path}: column '{column}' of the {row['table']} table has {what} ({row['count()']} rows)")
+        problems.append(
+            f"{redact(path)}: column '{column}' of the {row['table']} table has {what} ({row['count()']} rows)"
+        )
     raise InputError("Input ids must be unique and not null:\n  - " + "\n  - ".join(problems))
+
+
+def _questions_per_shard(questions, num_shards: int) -> dict[int, int]:
+    """How many questions each shard holds (shards that no question hashes to are absent), streaming the ids."""
+    counts: Counter[int] = Counter()
+    for batch in questions.select_columns(["id"]).iter_batches(batch_format="pyarrow", batch_size=65536):
+        counts.update(shard_of(question_id, num_shards) for question_id in batch["id"].to_pylist())
+    return dict(counts)
 
 
 def _start_ray(address: str | None) -> float:
@@ -137,6 +149,7 @@ def _answer_shards(
     work = questions.map_batches(
         explode_questions,
         batch_format="pyarrow",
+        max_retries=-1,
         fn_kwargs={"num_shards": num_shards, "shards": shards, "squad": squad},
     )
     if documents is not None:
@@ -150,6 +163,7 @@ def _answer_shards(
     work = work.map_batches(
         tokenize,
         batch_format="pyarrow",
+        max_retries=-1,
         fn_kwargs={
             "model": config.model,
             "max_seq_length": config.max_seq_length,
@@ -206,9 +220,8 @@ def run(config: JobConfig) -> int:
     questions_schema = check_questions_schema(config.questions, bool(config.documents))
     squad = "document_ids" not in questions_schema.names
     documents_schema = table_schema(config.documents, DOCUMENTS) if not squad else None
-    if config.replies:
-        table_schema(config.replies, REPLIES)
-    check_model(config.model)
+    replies_schema = table_schema(config.replies, REPLIES) if config.replies else None
+    check_model(config.model, trust_remote_code=bool(config.model_kwargs.get("trust_remote_code", False)))
 
     ray_start_s = _start_ray(config.address)
     import ray.data
@@ -226,7 +239,9 @@ def run(config: JobConfig) -> int:
         checks.append(("documents", config.documents, "id", documents))
     replies = None
     if config.replies:
-        replies = _read(config.replies)
+        replies = _read(
+            config.replies, ["question_id", "replies"] + (["meta"] if "meta" in replies_schema.names else [])
+        )
         checks.append(("replies", config.replies, "question_id", replies))
     partitions = max(1, min(32, n_questions // 50_000))
     _check_ids(checks, partitions)
@@ -238,10 +253,11 @@ def run(config: JobConfig) -> int:
     }
     output.claim(identity, config.overwrite)
     num_shards = max(1, math.ceil(n_questions / config.shard_size))
+    expected = _questions_per_shard(questions, num_shards)
     already_committed = output.committed_shards()
 
     pipeline_started = time.time()
-    pending = [shard for shard in range(num_shards) if shard not in already_committed]
+    pending = [shard for shard in sorted(expected) if shard not in already_committed]
     for first in range(0, len(pending), config.shards_per_wave):
         wave = frozenset(pending[first : first + config.shards_per_wave])
         _answer_shards(config, wave, num_shards, squad, questions, documents, replies, partitions)
@@ -249,7 +265,7 @@ def run(config: JobConfig) -> int:
 
     markers = output.committed_shards()
     manifest = _manifest(
-        config, identity, markers, n_questions, num_shards, already_committed, started, ray_start_s, pipeline_s
+        config, identity, markers, n_questions, expected, already_committed, started, ray_start_s, pipeline_s
     )
     if manifest["reconciled"]:
         output.write_manifest(manifest)
@@ -262,7 +278,7 @@ def _manifest(
     identity: dict[str, Any],
     markers: dict[int, dict[str, Any]],
     n_questions: int,
-    num_shards: int,
+    expected: dict[int, int],
     resumed: dict[int, dict[str, Any]],
     started: float,
     ray_start_s: float,
@@ -287,8 +303,8 @@ def _manifest(
             "generated_answers": sum(m["generated_answers"] for m in markers.values()),
             "sequences": sequences,
         },
-        "reconciled": written == n_questions and len(markers) == num_shards,
-        "shards": {"total": num_shards, "committed": len(markers), "resumed": len(resumed)},
+        "reconciled": written == n_questions and {shard: m["questions"] for shard, m in markers.items()} == expected,
+        "shards": {"total": len(expected), "committed": len(markers), "resumed": len(resumed)},
         "replies_without_question": sorted(q for m in markers.values() for q in m["replies_without_question"]),
         "workers": workers,
         "timings": {

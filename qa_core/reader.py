@@ -176,6 +176,7 @@ class ExtractiveReader:
         device = None if "device_map" in model_kwargs else resolve_device(self.device)
         if self.quantization is not None and device is not None and device.type != "cpu":
             raise ValueError(f"{self.quantization} quantization runs on the CPU only, not on {device}.")
+        model_kwargs.setdefault("trust_remote_code", False)  # custom model code runs only when the user says so
         model = AutoModelForQuestionAnswering.from_pretrained(self.model, token=token, **model_kwargs)
         self._tokenizer = AutoTokenizer.from_pretrained(self.model, token=token, trust_remote_code=trust_remote_code)
         if "device_map" in model_kwargs:
