@@ -23,7 +23,7 @@ from qa_core.spans import spans_to_chars, top_spans
 from qa_core.tokenization import Sequence, pad_batch, tokenize_pairs
 
 TEXT_FILE = Path(__file__).resolve().parents[2] / "data" / "text" / "python_stdlib_docs.jsonl"
-RIVER = "I want to go to the river in Maine."
+RIVER = "I swam in the river in Maine."
 
 
 def stdlib_docs() -> dict[str, str]:
@@ -294,14 +294,12 @@ OTHER_DOC = Document(content=RIVER + " Again.")
 
 def test_deduplicate_by_overlap_examples_from_the_docstring(readers):
     reader = readers()
-    long_answer = answer(0.9, 13, 34, RIVER_DOC)  # "to the river in Maine" contains "the river in Maine"
-    assert long_answer.data == "to the river in Maine"
-    inside = answer(0.8, 16, 25, RIVER_DOC)
-    assert inside.data == "the river"
+    long_answer, inside = answer(0.9, 7, 28, RIVER_DOC), answer(0.8, 10, 19, RIVER_DOC)
+    assert (long_answer.data, inside.data) == ("in the river in Maine", "the river")  # overlap: 9 / 9 = 1.0
     assert reader.deduplicate_by_overlap([long_answer, inside], overlap_threshold=0.99) == [long_answer]
     assert reader.deduplicate_by_overlap([long_answer, inside], overlap_threshold=1.0) == [long_answer, inside]
 
-    left, right = answer(0.9, 16, 28, RIVER_DOC), answer(0.8, 26, 34, RIVER_DOC)
+    left, right = answer(0.9, 10, 22, RIVER_DOC), answer(0.8, 20, 28, RIVER_DOC)
     assert (left.data, right.data) == ("the river in", "in Maine")  # they share "in": 2 / 8 = 0.25 of "in Maine"
     assert reader.deduplicate_by_overlap([left, right], overlap_threshold=0.25) == [left, right]
     assert reader.deduplicate_by_overlap([left, right], overlap_threshold=0.24) == [left]
@@ -310,19 +308,20 @@ def test_deduplicate_by_overlap_examples_from_the_docstring(readers):
 
 def test_deduplication_only_compares_answers_of_the_same_document(readers):
     reader = readers()
-    first, same_span_other_doc = answer(0.9, 16, 25, RIVER_DOC), answer(0.8, 16, 25, OTHER_DOC)
+    first, same_span_other_doc = answer(0.9, 10, 19, RIVER_DOC), answer(0.8, 10, 19, OTHER_DOC)
     assert reader.deduplicate_by_overlap([first, same_span_other_doc], 0.0) == [first, same_span_other_doc]
-    touching = answer(0.7, 25, 28, RIVER_DOC)  # " in" starts where "the river" ends: no shared character
+    touching = answer(0.7, 19, 22, RIVER_DOC)  # " in" starts where "the river" ends: no shared character
+    assert (first.data, touching.data) == ("the river", " in")
     assert reader.deduplicate_by_overlap([first, touching], 0.0) == [first, touching]
 
 
 def test_rank_answers_sorts_deduplicates_then_cuts_to_top_k():
     candidates = [
-        answer(0.5, 0, 6, RIVER_DOC),  # "I want"
-        answer(0.9, 16, 25, RIVER_DOC),  # "the river"
-        answer(0.8, 20, 25, RIVER_DOC),  # "river": inside "the river", dropped
-        answer(0.7, 16, 25, OTHER_DOC),  # same span, other document: kept
-        answer(0.6, 29, 34, RIVER_DOC),  # "Maine"
+        answer(0.5, 0, 6, RIVER_DOC),  # "I swam"
+        answer(0.9, 10, 19, RIVER_DOC),  # "the river"
+        answer(0.8, 14, 19, RIVER_DOC),  # "river": inside "the river", dropped
+        answer(0.7, 10, 19, OTHER_DOC),  # same span, other document: kept
+        answer(0.6, 23, 28, RIVER_DOC),  # "Maine"
     ]
     ranked = rank_answers("q", candidates, top_k=3, overlap_threshold=0.01, no_answer=False, score_threshold=None)
     assert [(a.score, a.data) for a in ranked] == [(0.9, "the river"), (0.7, "the river"), (0.6, "Maine")]
@@ -395,7 +394,7 @@ def test_reader_no_answer_and_score_threshold(readers):
     threshold = spans[2].score
     kept = reader.run("What is a deque?", docs, top_k=4, score_threshold=threshold)["answers"]
     assert spans_of(kept) == spans_of([a for a in answers if a.score >= threshold])
-    assert len(kept) == 3 + (no_answer.score >= threshold)
+    assert len(kept) >= 3
 
 
 # --- 6. Page numbers ----------------------------------------------------------------------------------------------
@@ -749,7 +748,8 @@ def test_model_kwargs_pass_through_to_from_pretrained(tiny_bert_model, monkeypat
     reader.warm_up()
     ((args, kwargs),) = calls
     assert args == (str(tiny_bert_model),)
-    assert kwargs == {"token": None, "dtype": torch.float16}
+    assert kwargs["dtype"] is torch.float16 and kwargs["token"] is None
+    assert set(kwargs) - {"token", "trust_remote_code"} == {"dtype"}  # the user's model_kwargs, nothing else
     assert {p.dtype for p in reader._model.parameters()} == {torch.float16}
 
 
