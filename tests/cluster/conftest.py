@@ -4,11 +4,22 @@ hold the S3 endpoint and credentials in their environment, as cloud nodes hold t
 Kubernetes secrets). Both live for the tests of this folder only.
 """
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 from cluster_testing import LocalRayHead, free_port
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment() -> Iterator[None]:
+    """`jobs.submit` sets RAY_AUTH_MODE for its client: no test of this folder may leave it (or anything else) set
+    for the test modules that start their own local Ray afterwards."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @dataclass(frozen=True)
