@@ -138,7 +138,7 @@ def test_document_ids_agree_with_haystack():
 def test_same_answers_as_haystack(request, reader_pairs, family, kwargs):
     ours, theirs = reader_pairs(request.getfixturevalue(family), **kwargs)
     n_answers = 0
-    for query in QUERIES:
+    for query in QUERIES[::2]:  # two queries per case keep the grid's time down
         expected = theirs.run(query=query, documents=haystack_documents())["answers"]
         got = ours.run(query, our_documents())["answers"]
         assert_same_answers(got, expected)
