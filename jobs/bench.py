@@ -45,6 +45,7 @@ from jobs.bench_data import (
     local_model,
     make_workload,
     peak_flops,
+    tree_cpu_seconds,
     write_parquet,
 )
 from qa_core.inference import DEFAULT_BATCH_SIZE, length_sorted_batches
@@ -64,6 +65,9 @@ COLUMNS = (  # (key, header, format) of the printed table
     ("padding_ratio", "padding", "{:.3f}"),
     ("vs_haystack", "x haystack", "{:.2f}"),
     ("vs_limit", "x limit", "{:.2f}"),
+    ("cpu_seconds", "CPU s", "{:.1f}"),
+    ("vs_haystack_cpu", "x haystack CPU", "{:.2f}"),
+    ("vs_limit_cpu", "x limit CPU", "{:.2f}"),
     ("mfu", "MFU", "{:.1%}"),
     ("peak_mib", "peak MiB", "{:.0f}"),
     ("growth_mib", "+MiB", "{:.0f}"),
@@ -92,7 +96,7 @@ class Measurement:
     tokens: int = 0  # real (unpadded) tokens of its sequences
     padded_tokens: int | None = 0  # tokens of its padded batches; None when unknown (the Ray job)
     seconds: float = 0.0
-    cpu_seconds: float | None = 0.0  # this process's CPU time (all threads); None for the Ray job
+    cpu_seconds: float | None = 0.0  # CPU time, all threads (the Ray job: of all its processes); None if unknown
     startup_seconds: float | None = None
     peak_bytes: int = 0
     growth_bytes: int = 0  # peak minus what was in use when the row started
@@ -303,11 +307,11 @@ def measure_ray(
         startup = time.perf_counter() - started
         output = folder / "out"
         with sampler.measure() as memory:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), tree_cpu_seconds()
             status = bulk_qa(
                 ["--questions", questions, "--documents", documents, "--output", str(output)] + common + job_args
             )
-            seconds = time.perf_counter() - started
+            seconds, cpu_seconds = time.perf_counter() - started, tree_cpu_seconds() - cpu_started
     finally:
         ray.shutdown()
     if status != 0:
@@ -319,7 +323,7 @@ def measure_ray(
         sequences=manifest["outputs"]["sequences"],
         padded_tokens=None,
         seconds=seconds,
-        cpu_seconds=None,
+        cpu_seconds=cpu_seconds,
         startup_seconds=startup,
         peak_bytes=memory.peak,
         growth_bytes=memory.peak - memory.start,
@@ -340,11 +344,17 @@ def table(measurements: list[Measurement], peak: float | None = None) -> list[di
     def rate(measurement: Measurement | None) -> float | None:
         return measurement.questions / measurement.seconds if measurement and measurement.seconds else None
 
+    def cpu_rate(measurement: Measurement | None) -> float | None:
+        return measurement.questions / measurement.cpu_seconds if measurement and measurement.cpu_seconds else None
+
+    def ratio(numerator: float | None, denominator: float | None) -> float | None:
+        return numerator / denominator if numerator and denominator else None
+
     rows = []
     for m in measurements:
         precision = m.name.split(":", 1)[1] if ":" in m.name else None
         limit = by_name.get(f"limit:{precision}") or by_name.get("limit")
-        haystack_rate, limit_rate, own_rate = rate(by_name.get("haystack")), rate(limit), rate(m)
+        haystack, own_rate = by_name.get("haystack"), rate(m)
         found = m.agreement
         rows.append(
             {
@@ -360,8 +370,11 @@ def table(measurements: list[Measurement], peak: float | None = None) -> list[di
                 "sequences_per_s": m.sequences / m.seconds if m.seconds else None,
                 "tokens_per_s": m.tokens / m.seconds if m.seconds and m.tokens else None,
                 "padding_ratio": m.padded_tokens / m.tokens if m.padded_tokens and m.tokens else None,
-                "vs_haystack": own_rate / haystack_rate if own_rate and haystack_rate else None,
-                "vs_limit": own_rate / limit_rate if own_rate and limit_rate else None,
+                "vs_haystack": ratio(own_rate, rate(haystack)),
+                "vs_limit": ratio(own_rate, rate(limit)),
+                "questions_per_cpu_s": cpu_rate(m),
+                "vs_haystack_cpu": ratio(cpu_rate(m), cpu_rate(haystack)),
+                "vs_limit_cpu": ratio(cpu_rate(m), cpu_rate(limit)),
                 "mfu": m.flops / m.seconds / peak if m.flops and m.seconds and peak else None,
                 "peak_mib": m.peak_bytes / MIB,
                 "growth_mib": m.growth_bytes / MIB,
@@ -388,25 +401,47 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's targets that this run's rows can decide, each with its value and whether it is met."""
+    """
+    The issue's targets that this run's rows can decide: each with its value and whether it is met, by wall-clock
+    time and, for ratios of speeds, also by CPU time (`value_cpu`, `met_cpu`), which a machine shared with other
+    work disturbs much less.
+    """
     by_name = {row["row"]: row for row in rows}
     found = []
 
-    def check(name: str, value: float | None, threshold: float, at_least: bool = True) -> None:
-        if value is not None:
-            met = value >= threshold if at_least else value <= threshold
-            found.append({"target": name, "value": round(value, 4), "threshold": threshold, "met": met})
+    def check(name: str, value: float | None, threshold: float, value_cpu: float | None = None, least=True) -> None:
+        if value is None:
+            return
+        target = {"target": name, "threshold": threshold, "value": round(value, 4)}
+        target["met"] = value >= threshold if least else value <= threshold
+        if value_cpu is not None:
+            target.update(value_cpu=round(value_cpu, 4), met_cpu=value_cpu >= threshold)
+        found.append(target)
 
     run_batch, ray = by_name.get("run_batch"), by_name.get("ray")
     if run_batch:
-        check("run_batch questions/s >= 1.5x haystack", run_batch["vs_haystack"], 1.5)
+        check("run_batch questions/s >= 1.5x haystack", run_batch["vs_haystack"], 1.5, run_batch["vs_haystack_cpu"])
         check("run_batch answers agree with haystack (scores within 1e-4)", run_batch["agreement_share"], 1.0)
-        check("run_batch >= 90% of the forward-only limit", run_batch["vs_limit"], 0.9)
-        check("run_batch padding ratio <= 1.1", run_batch["padding_ratio"], 1.1, at_least=False)
-    if run_batch and ray and run_batch["questions_per_s"] and ray["questions_per_s"]:
+        check("run_batch >= 90% of the forward-only limit", run_batch["vs_limit"], 0.9, run_batch["vs_limit_cpu"])
+        check("run_batch padding ratio <= 1.1", run_batch["padding_ratio"], 1.1, least=False)
+    if run_batch and ray and ray["questions_per_s"]:
         name = f"ray job (without start-up) >= 70% of run_batch (on {ray['questions']} questions; target: >= 2000)"
-        check(name, ray["questions_per_s"] / run_batch["questions_per_s"], 0.7)
+        value = ray["questions_per_s"] / run_batch["questions_per_s"]
+        cpu = ray["questions_per_cpu_s"] / run_batch["questions_per_cpu_s"] if ray["questions_per_cpu_s"] else None
+        check(name, value, 0.7, cpu)
     return found
+
+
+def format_targets(found: list[dict[str, Any]]) -> str:
+    """One line per target: met or not, by wall-clock time and by CPU time where both apply."""
+    lines = []
+    for target in found:
+        verdict = "MET    " if target["met"] else "NOT MET"
+        line = f"  {verdict}  {target['target']}: {target['value']}"
+        if "value_cpu" in target:
+            line += f" (by CPU time: {target['value_cpu']}, {'met' if target['met_cpu'] else 'not met'})"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def machine(device: str) -> dict[str, Any]:
@@ -431,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--questions", type=int, default=300, help="questions (default 300)")
     parser.add_argument("--documents-per-question", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0, help="seed of the questions' draw")
-    parser.add_argument("--rounds", type=int, default=3, help="chunks the in-process rows are interleaved over")
+    parser.add_argument("--rounds", type=int, default=6, help="chunks the in-process rows are interleaved over")
     parser.add_argument("--skip", default="", help="rows to leave out, comma-separated (haystack,int8,ray,...)")
     parser.add_argument("--half", choices=["bfloat16", "float16"], help="add run_batch and limit rows in this dtype")
     parser.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
@@ -461,8 +496,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result = run(args, settings, skip, folder)
     result.update(machine=machine(args.device), command="python -m jobs.bench " + " ".join(argv or sys.argv[1:]))
     print("\n" + format_table(result["rows"]))
-    for target in result["targets"]:
-        print(f"  {'MET    ' if target['met'] else 'NOT MET'}  {target['target']}: {target['value']}")
+    print(format_targets(result["targets"]))
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2, default=str))

@@ -21,6 +21,7 @@ from qa_core.local_models import BUILDERS
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "text" / "python_stdlib_docs.jsonl"
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 TEMPLATES = (
     "What does {} return?",
@@ -127,6 +128,22 @@ def _descendants(pid: int) -> list[int]:
         frontier = [child for parent in frontier for child in children.get(parent, [])]
         found += frontier
     return found
+
+
+def tree_cpu_seconds() -> float:
+    """
+    CPU time (user + system, all threads) of this process and its descendants, including the children each has
+    already waited for: Ray's workers, even those that exited, count once the raylet reaps them.
+    """
+    total = 0
+    for pid in [os.getpid(), *_descendants(os.getpid())]:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited between listing and reading
+        total += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+    return total / CLOCK_TICKS
 
 
 class MemorySampler:

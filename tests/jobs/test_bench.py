@@ -16,7 +16,8 @@ from qa_core.reader import ExtractiveReader
 ROWS = ["haystack", "run_batch", "run_batch:bfloat16", "run_batch:int8", "ray", "limit", "limit:bfloat16"]
 COLUMNS = [
     "row", "questions", "sequences", "tokens", "padded_tokens", "seconds", "startup_s", "questions_per_s",
-    "sequences_per_s", "tokens_per_s", "padding_ratio", "vs_haystack", "vs_limit", "mfu", "peak_mib", "growth_mib",
+    "sequences_per_s", "tokens_per_s", "padding_ratio", "vs_haystack", "vs_limit", "cpu_seconds", "questions_per_cpu_s",
+    "vs_haystack_cpu", "vs_limit_cpu", "mfu", "peak_mib", "growth_mib",
     "agreement", "agreement_share", "max_score_diff",
 ]  # fmt: skip
 
@@ -68,6 +69,11 @@ def test_ratios_follow_from_the_measured_numbers(result: dict) -> None:
         assert row["vs_haystack"] == pytest.approx(row["questions_per_s"] / rows["haystack"]["questions_per_s"])
         limit = rows["limit:bfloat16"] if row["row"].endswith("bfloat16") else rows["limit"]
         assert row["vs_limit"] == pytest.approx(row["questions_per_s"] / limit["questions_per_s"])
+        if row["cpu_seconds"]:  # the same ratios by CPU time
+            assert row["questions_per_cpu_s"] == pytest.approx(row["questions"] / row["cpu_seconds"])
+            haystack_cpu = rows["haystack"]["questions_per_cpu_s"]
+            assert row["vs_haystack_cpu"] == pytest.approx(row["questions_per_cpu_s"] / haystack_cpu)
+            assert row["vs_limit_cpu"] == pytest.approx(row["questions_per_cpu_s"] / limit["questions_per_cpu_s"])
         if row["padded_tokens"] is not None:
             assert row["padding_ratio"] == pytest.approx(row["padded_tokens"] / row["tokens"])
             assert row["tokens_per_s"] == pytest.approx(row["tokens"] / row["seconds"])
