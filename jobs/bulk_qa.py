@@ -115,8 +115,12 @@ def _start_ray(address: str | None) -> float:
     return time.time() - started
 
 
-def _actor_resources(config: JobConfig) -> tuple[int, float, int]:
-    """(number of actors, GPUs per actor, CPU threads per actor) for the cluster the driver is connected to."""
+def _actor_resources(config: JobConfig) -> tuple[int, float, float, int]:
+    """
+    (number of actors, GPUs and CPUs each actor reserves, CPU threads per actor) for the cluster the driver is
+    connected to. The pool never reserves more than a quarter of the cluster's CPUs, so that the read, join,
+    tokenize and write tasks always find CPUs: an actor pool that claims them starves those tasks and the job hangs.
+    """
     import ray
 
     resources = ray.cluster_resources()
@@ -124,9 +128,12 @@ def _actor_resources(config: JobConfig) -> tuple[int, float, int]:
     cpus = resources.get("CPU", 1)
     if gpus:
         num_actors = config.num_actors or max(1, int(gpus // config.gpus_per_actor))
-        return num_actors, config.gpus_per_actor, 1
-    num_actors = config.num_actors or 1
-    return num_actors, 0.0, max(1, int(cpus // num_actors))
+        gpus_per_actor, threads = config.gpus_per_actor, 1
+    else:
+        num_actors = config.num_actors or 1
+        gpus_per_actor, threads = 0.0, max(1, int(cpus // num_actors))
+    cpus_per_actor = min(config.cpus_per_actor, cpus / (4 * num_actors))
+    return num_actors, gpus_per_actor, cpus_per_actor, threads
 
 
 def _answer_shards(
@@ -145,7 +152,7 @@ def _answer_shards(
     """
     import ray.data
 
-    num_actors, gpus_per_actor, cpu_threads = _actor_resources(config)
+    num_actors, gpus_per_actor, cpus_per_actor, cpu_threads = _actor_resources(config)
     work = questions.map_batches(
         explode_questions,
         batch_format="pyarrow",
@@ -180,7 +187,7 @@ def _answer_shards(
         compute=ray.data.ActorPoolStrategy(size=num_actors),
         fn_constructor_kwargs={"reader_parameters": config.reader_parameters(), "cpu_threads": cpu_threads},
         num_gpus=gpus_per_actor,
-        num_cpus=config.cpus_per_actor,
+        num_cpus=cpus_per_actor,
         max_restarts=-1,
         max_task_retries=-1,
     )
