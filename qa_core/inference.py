@@ -2,10 +2,11 @@
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from qa_core.spans import SequenceSpans, spans_to_chars, top_spans
-from qa_core.tokenization import Sequence, pad_batch
+from qa_core.tokenization import Sequence
 
 # Sequences per forward pass when the caller sets no `max_batch_size`.
 DEFAULT_BATCH_SIZE = 32
@@ -18,6 +19,28 @@ class SpanSettings:
     answers_per_seq: int = 20  # spans kept per sequence
     calibration_factor: float = 0.1  # multiplies start + end logits before the sigmoid
     max_answer_length: int | None = None  # longest span in tokens; None: no limit
+
+
+def pad_batch(sequences: list[Sequence], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """
+    Pads sequences to the longest of the batch.
+
+    :returns: `input_ids`, `attention_mask` and `context_mask` (tokens that may start or end an answer),
+        each of shape (batch, longest).
+    """
+    longest = max(len(sequence) for sequence in sequences)
+    input_ids = np.full((len(sequences), longest), pad_token_id, dtype=np.int64)
+    attention_mask = np.zeros((len(sequences), longest), dtype=np.int64)
+    context_mask = np.zeros((len(sequences), longest), dtype=bool)
+    for row, sequence in enumerate(sequences):
+        input_ids[row, : len(sequence)] = sequence.input_ids
+        attention_mask[row, : len(sequence)] = 1
+        context_mask[row, sequence.context_start : sequence.context_end] = True
+    return {
+        "input_ids": torch.from_numpy(input_ids),
+        "attention_mask": torch.from_numpy(attention_mask),
+        "context_mask": torch.from_numpy(context_mask),
+    }
 
 
 def length_sorted_batches(sequences: list[Sequence], batch_size: int) -> list[list[int]]:

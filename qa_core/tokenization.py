@@ -4,7 +4,6 @@ from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
-import torch
 
 
 @dataclass
@@ -106,25 +105,3 @@ def _encode_pairs(tokenizer, queries: list[str], contents: list[str], max_seq_le
     if backend.encode_special_tokens != tokenizer.split_special_tokens:
         backend.encode_special_tokens = tokenizer.split_special_tokens
     return backend.encode_batch(list(zip(queries, contents, strict=True)), add_special_tokens=True)
-
-
-def pad_batch(sequences: list[Sequence], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """
-    Pads sequences to the longest of the batch.
-
-    :returns: `input_ids`, `attention_mask` and `context_mask` (tokens that may start or end an answer),
-        each of shape (batch, longest).
-    """
-    longest = max(len(sequence) for sequence in sequences)
-    input_ids = np.full((len(sequences), longest), pad_token_id, dtype=np.int64)
-    attention_mask = np.zeros((len(sequences), longest), dtype=np.int64)
-    context_mask = np.zeros((len(sequences), longest), dtype=bool)
-    for row, sequence in enumerate(sequences):
-        input_ids[row, : len(sequence)] = sequence.input_ids
-        attention_mask[row, : len(sequence)] = 1
-        context_mask[row, sequence.context_start : sequence.context_end] = True
-    return {
-        "input_ids": torch.from_numpy(input_ids),
-        "attention_mask": torch.from_numpy(attention_mask),
-        "context_mask": torch.from_numpy(context_mask),
-    }
