@@ -48,9 +48,9 @@ from jobs.bench_data import (
     tree_cpu_seconds,
     write_parquet,
 )
-from qa_core.inference import DEFAULT_BATCH_SIZE, length_sorted_batches
+from qa_core.inference import DEFAULT_BATCH_SIZE, length_sorted_batches, pad_batch
 from qa_core.reader import ExtractiveReader, deserialize_model_kwargs
-from qa_core.tokenization import Sequence, pad_batch, tokenize_pairs
+from qa_core.tokenization import Sequence, tokenize_pairs
 
 MIB = 2**20
 TOLERANCE = 1e-4  # largest score difference for answers to count as the same as Haystack's
@@ -311,9 +311,12 @@ def measure_ray(
             status = bulk_qa(
                 ["--questions", questions, "--documents", documents, "--output", str(output)] + common + job_args
             )
-            seconds, cpu_seconds = time.perf_counter() - started, tree_cpu_seconds() - cpu_started
+            seconds = time.perf_counter() - started
     finally:
         ray.shutdown()
+    # Read after the shutdown: only then have the exited reader actors and workers been reaped, so that their CPU
+    # time counts (Ray's shutdown adds its own, a second or two).
+    cpu_seconds = tree_cpu_seconds() - cpu_started
     if status != 0:
         raise RuntimeError(f"the Ray job exited with status {status}")
     manifest = json.loads((output / "manifest.json").read_text())
