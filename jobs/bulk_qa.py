@@ -65,45 +65,71 @@ def _read(path: str, columns: list[str] | None = None):
     return dataset.select_columns(columns) if columns else dataset
 
 
-def _check_ids(datasets: list[tuple[str, str, str, Any]], partitions: int) -> None:
+# What the id check returns per batch of (table, id, count) groups: the questions per shard, and problem ids.
+_ID_SUMMARY_SCHEMA = pa.schema(
+    [("table", pa.string()), ("id", pa.string()), ("rows", pa.int64()), ("shard", pa.int32()), ("problem", pa.bool_())]
+)
+_PROBLEMS_SHOWN = 20
+
+
+def _summarise_ids(counts: pa.Table, num_shards: int) -> pa.Table:
     """
-    Fails when an id column holds nulls or duplicates; one shuffle checks all the tables.
+    Of a batch of (table, id, rows) groups: one row per shard with how many questions hash to it, and the
+    first ids that are null or repeated (`problem`), with a total of the problems as one more row.
+    """
+    shards: Counter[int] = Counter()
+    problems = []
+    for table, id_, rows in zip(*(counts[name].to_pylist() for name in ("table", "id", "count()")), strict=True):
+        if id_ is None or rows > 1:
+            problems.append({"table": table, "id": id_, "rows": rows, "problem": True})
+        elif table == "questions":
+            shards[shard_of(id_, num_shards)] += 1
+    summary = [{"shard": shard, "rows": rows, "problem": False} for shard, rows in shards.items()]
+    summary += problems[:_PROBLEMS_SHOWN]
+    if len(problems) > _PROBLEMS_SHOWN:
+        summary.append({"rows": len(problems) - _PROBLEMS_SHOWN, "problem": True})
+    return pa.Table.from_pylist(summary, schema=_ID_SUMMARY_SCHEMA)
+
+
+def _check_ids(datasets: list[tuple[str, str, str, Any]], num_shards: int, partitions: int) -> dict[int, int]:
+    """
+    Fails when an id column holds nulls or duplicates, else returns how many questions each shard holds (shards
+    that no question hashes to are absent). One shuffle checks all the tables and counts the shards.
 
     :param datasets: (table name, path, id column, dataset) for each table.
     """
-    from ray.data.expressions import col
+    from ray.data.expressions import lit
 
     tagged = [
-        dataset.select_columns([column])
-        .rename_columns({column: "id"})
-        .map_batches(
-            lambda batch, table=table: batch.append_column("table", pa.array([table] * len(batch))),
-            batch_format="pyarrow",
-        )
+        dataset.select_columns([column]).rename_columns({column: "id"}).with_column("table", lit(table))
         for table, _, column, dataset in datasets
     ]
     combined = tagged[0].union(*tagged[1:]) if len(tagged) > 1 else tagged[0]
-    counts = combined.groupby(["table", "id"], num_partitions=partitions).count()
-    bad = counts.filter(expr=col("id").is_null() | (col("count()") > 1)).take(20)
-    if not bad:
-        return
+    summary = (
+        combined.groupby(["table", "id"], num_partitions=partitions)
+        .count()
+        .map_batches(_summarise_ids, batch_format="pyarrow", fn_kwargs={"num_shards": num_shards})
+    )
+    questions_per_shard: Counter[int] = Counter()
+    problems, unshown = [], 0
+    for row in summary.iter_rows():
+        if not row["problem"]:
+            questions_per_shard[row["shard"]] += row["rows"]
+        elif row["table"] is None or len(problems) == _PROBLEMS_SHOWN:
+            unshown += row["rows"] if row["table"] is None else 1
+        else:
+            problems.append(row)
+    if not problems:
+        return dict(questions_per_shard)
     where = {table: (path, column) for table, path, column, _ in datasets}
-    problems = []
-    for row in bad:
+    lines = []
+    for row in problems:
         path, column = where[row["table"]]
         what = "a null value" if row["id"] is None else f"duplicate value {row['id']!r}"
-        problems.append(
-            f"{redact(path)}: column '{column}' of the {row['table']} table has {what} ({row['count()']} rows)"
-        )
-    raise InputError("Input ids must be unique and not null:\n  - " + "\n  - ".join(problems))
-
-
-def _questions_per_shard(questions, num_shards: int) -> dict[int, int]:
-    """How many questions each shard holds (shards that no question hashes to are absent), streaming the ids."""
-    counts: Counter[int] = Counter()
-    for batch in questions.select_columns(["id"]).iter_batches(batch_format="pyarrow", batch_size=65536):
-        counts.update(shard_of(question_id, num_shards) for question_id in batch["id"].to_pylist())
-    return dict(counts)
+        lines.append(f"{redact(path)}: column '{column}' of the {row['table']} table has {what} ({row['rows']} rows)")
+    if unshown:
+        lines.append(f"... and {unshown} more null or duplicate ids")
+    raise InputError("Input ids must be unique and not null:\n  - " + "\n  - ".join(lines))
 
 
 def _start_ray(address: str | None) -> float:
@@ -229,6 +255,17 @@ def run(config: JobConfig) -> int:
     documents_schema = table_schema(config.documents, DOCUMENTS) if not squad else None
     replies_schema = table_schema(config.replies, REPLIES) if config.replies else None
     check_model(config.model, trust_remote_code=bool(config.model_kwargs.get("trust_remote_code", False)))
+    inputs = {
+        "questions": config.questions,
+        "replies": config.replies,
+        "documents": None if squad else config.documents,
+    }
+    identity = {
+        "config": {key: value for key, value in config.to_dict().items() if key not in EXECUTION_FIELDS},
+        "inputs": {name: _input_fingerprint(path) for name, path in inputs.items() if path},
+    }
+    output = OutputFolder(config.output)
+    output.check(identity, config.overwrite)  # a run that would be refused is refused before reading any input
 
     ray_start_s = _start_ray(config.address)
     import ray.data
@@ -251,16 +288,10 @@ def run(config: JobConfig) -> int:
         )
         checks.append(("replies", config.replies, "question_id", replies))
     partitions = max(1, min(32, n_questions // 50_000))
-    _check_ids(checks, partitions)
-
-    output = OutputFolder(config.output)
-    identity = {
-        "config": {key: value for key, value in config.to_dict().items() if key not in EXECUTION_FIELDS},
-        "inputs": {name: _input_fingerprint(path) for name, path, _, _ in checks},
-    }
-    output.claim(identity, config.overwrite)
     num_shards = max(1, math.ceil(n_questions / config.shard_size))
-    expected = _questions_per_shard(questions, num_shards)
+    expected = _check_ids(checks, num_shards, partitions)
+
+    output.claim(identity, config.overwrite)
     already_committed = output.committed_shards()
 
     pipeline_started = time.time()

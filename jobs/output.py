@@ -60,11 +60,12 @@ class OutputFolder:
         except FileNotFoundError:
             return None
 
-    def claim(self, identity: dict[str, Any], overwrite: bool) -> None:
+    def check(self, identity: dict[str, Any], overwrite: bool) -> dict[str, Any] | None:
         """
-        Makes the folder this run's: new, or holding a run with the same identity (then the run resumes).
-        With `overwrite`, an earlier run's tables are deleted first.
+        Checks, changing nothing, that this run may use the folder: new, holding a run with the same identity
+        (then the run resumes), or `overwrite`. Cheap, so the job checks it before reading any input.
 
+        :returns: The identity of the run the folder holds, if any.
         :raises InputError: When the folder holds a run with another configuration or other inputs (unless
             `overwrite`), or holds files with the job's names that no run of the job wrote (never deleted).
         """
@@ -94,6 +95,14 @@ class OutputFolder:
                 + ("other input files" if inputs_changed else "")
                 + ". Pass --overwrite to replace it, or choose another --output."
             )
+        return existing
+
+    def claim(self, identity: dict[str, Any], overwrite: bool) -> None:
+        """
+        Makes the folder this run's (see `check`, which it runs first). With `overwrite`, an earlier run's
+        tables are deleted first.
+        """
+        existing = self.check(identity, overwrite)
         if existing is not None and (overwrite or existing != identity):
             self.clear()
         self._write_bytes(json.dumps(identity, sort_keys=True, indent=2).encode("utf-8"), "_job.json")
