@@ -62,7 +62,7 @@ class JobConfig:
     num_actors: int | None = None  # reader actors; None: one per GPU, or one on a CPU-only cluster
     gpus_per_actor: float = 1.0  # GPUs each reader actor holds when the cluster has GPUs
     cpus_per_actor: float = 0.5  # logical CPUs each reader actor reserves; the pool takes at most 1/4 of the cluster
-    sequences_per_actor_batch: int = 256  # sequences handed to an actor at once (sorted by length inside)
+    sequences_per_actor_batch: int = 1024  # sequences handed to an actor at once (sorted by length inside)
     shard_size: int = 1000  # questions per output shard (the unit of atomic commit and of resume)
     shards_per_wave: int = 20  # shards answered by one pipeline run; bounds memory, as a wave is shuffled at once
 
