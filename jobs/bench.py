@@ -45,7 +45,6 @@ from jobs.bench_data import (
     local_model,
     make_workload,
     peak_flops,
-    tree_cpu_seconds,
     write_parquet,
 )
 from qa_core.inference import DEFAULT_BATCH_SIZE, length_sorted_batches, pad_batch
@@ -307,16 +306,13 @@ def measure_ray(
         startup = time.perf_counter() - started
         output = folder / "out"
         with sampler.measure() as memory:
-            started, cpu_started = time.perf_counter(), tree_cpu_seconds()
+            started = time.perf_counter()
             status = bulk_qa(
                 ["--questions", questions, "--documents", documents, "--output", str(output)] + common + job_args
             )
             seconds = time.perf_counter() - started
     finally:
         ray.shutdown()
-    # Read after the shutdown: only then have the exited reader actors and workers been reaped, so that their CPU
-    # time counts (Ray's shutdown adds its own, a second or two).
-    cpu_seconds = tree_cpu_seconds() - cpu_started
     if status != 0:
         raise RuntimeError(f"the Ray job exited with status {status}")
     manifest = json.loads((output / "manifest.json").read_text())
@@ -326,7 +322,7 @@ def measure_ray(
         sequences=manifest["outputs"]["sequences"],
         padded_tokens=None,
         seconds=seconds,
-        cpu_seconds=cpu_seconds,
+        cpu_seconds=memory.cpu_seconds,
         startup_seconds=startup,
         peak_bytes=memory.peak,
         growth_bytes=memory.peak - memory.start,

@@ -130,20 +130,11 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def tree_cpu_seconds() -> float:
-    """
-    CPU time (user + system, all threads) of this process and its descendants, including the children each has
-    already waited for: Ray's workers, even those that exited, count once the raylet reaps them.
-    """
-    total = 0
-    for pid in [os.getpid(), *_descendants(os.getpid())]:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # exited between listing and reading
-        total += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
-    return total / CLOCK_TICKS
+def _cpu_ticks(pid: int) -> int:
+    """CPU time of a process (user + system, all threads; not its children), in clock ticks."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 class MemorySampler:
@@ -154,12 +145,15 @@ class MemorySampler:
     `tree=True`: proportional set size (PSS) summed over this process and all its descendants (Ray's raylet,
     workers and object store), every second: pages shared between processes, such as the object store's, count
     once in the sum, not once per process. Reading every process's PSS is not free (the kernel walks its page
-    tables) and the sampler shares the driver's interpreter, so it samples no faster.
+    tables) and the sampler shares the driver's interpreter, so it samples no faster. It also keeps each
+    process's latest CPU time, so that the reading's `cpu_seconds` counts processes that exit before the end
+    (Ray's reader actors and workers, whose CPU time no surviving parent collects).
     """
 
     def __init__(self, tree: bool = False) -> None:
         self.tree = tree
         self.interval = 1.0 if tree else 0.02
+        self.cpu_ticks: dict[int, int] = {}  # with `tree`: each process's CPU time when last seen
 
     def current(self) -> int:
         """Bytes in use now."""
@@ -169,6 +163,7 @@ class MemorySampler:
         for pid in [os.getpid(), *_descendants(os.getpid())]:
             try:
                 total += _pss(pid)
+                self.cpu_ticks[pid] = _cpu_ticks(pid)
             except OSError:
                 pass  # exited between listing and reading
         return total
@@ -178,6 +173,7 @@ class MemorySampler:
         """Yields a reading whose `start` and `peak` (bytes) are final when the block exits."""
         reading = MemoryReading(start=self.current())
         reading.peak = reading.start
+        cpu_at_start = dict(self.cpu_ticks)
         stop = threading.Event()
 
         def sample() -> None:
@@ -192,12 +188,16 @@ class MemorySampler:
             stop.set()
             thread.join()
             reading.peak = max(reading.peak, self.current())
+            if self.tree:
+                ticks = sum(now - cpu_at_start.get(pid, 0) for pid, now in self.cpu_ticks.items())
+                reading.cpu_seconds = ticks / CLOCK_TICKS
 
 
 @dataclass
 class MemoryReading:
     start: int
     peak: int = 0
+    cpu_seconds: float | None = None  # with `tree`: CPU time of the process tree during the block
 
 
 class AnswerKey(NamedTuple):
