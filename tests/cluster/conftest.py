@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from cluster_testing import LocalRayHead, free_port
+
+from tests.cluster.cluster_testing import LocalRayHead, free_port
 
 
 @pytest.fixture(autouse=True)

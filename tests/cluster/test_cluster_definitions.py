@@ -10,12 +10,12 @@ import tomllib
 
 import pytest
 import yaml
-from cluster_testing import ROOT
 from ray.autoscaler._private.util import prepare_config, validate_config
 
 from jobs import submit
 from jobs.bulk_qa import build_parser
 from jobs.config import load_config
+from tests.cluster.cluster_testing import ROOT
 
 CLUSTER = ROOT / "cluster"
 ENTRYPOINT = ["python", "-m", "jobs.bulk_qa"]

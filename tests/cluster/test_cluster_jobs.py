@@ -4,14 +4,16 @@ The bulk job on a real Ray cluster: a head started with `ray start --head` on 12
 
 The head runs this virtual environment's Python, which has the project's dependencies: the jobs are submitted
 with `--no-install` (installing them would need the network). The project's code still travels as the job's
-uploaded working directory, and the sample job reads its configuration from that copy.
+uploaded working directory, and the sample job reads its configuration from that copy (a successful submitted
+job, reading that copy and object storage, is in `test_object_storage.py`).
 """
 
 import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from cluster_testing import (
+
+from tests.cluster.cluster_testing import (
     JOB_TIMEOUT_S,
     ROOT,
     SAMPLE,
@@ -22,26 +24,6 @@ from cluster_testing import (
     submission_id,
     submit,
 )
-
-
-def test_sample_job_succeeds_on_the_cluster(ray_head, tiny_bert_model, tmp_path):
-    output = tmp_path / "sample-out"
-    # data/sample/job.yaml and the inputs it names are read from the job's uploaded working directory.
-    result = submit(
-        ray_head,
-        ["--config", "data/sample/job.yaml", "--model", str(tiny_bert_model), "--output", str(output)],
-    )
-    assert result.returncode == 0, explain(result)
-    assert "bulk-qa: done" in result.stdout  # the job's own summary, streamed from the cluster
-    job = ray_head.get(f"/api/jobs/{submission_id(result)}")
-    assert job["status"] == "SUCCEEDED"
-    assert job["entrypoint"].startswith("python -m jobs.bulk_qa --config data/sample/job.yaml")
-    manifest = check_answer_tables(str(output), input_ids(SAMPLE / "questions.parquet"))
-    # The inputs were read from the job's own copy of the working directory, not from this checkout.
-    [[questions_read, *_]] = manifest["inputs"]["files"]["questions"]
-    assert questions_read.endswith("data/sample/questions.parquet")
-    assert not questions_read.startswith(str(ROOT))
-    assert pq.read_table(output / "generated_answers").num_rows > 0  # the sample has replies
 
 
 def test_bad_input_fails_with_the_message_in_the_logs(ray_head, tiny_bert_model, tmp_path):

@@ -5,9 +5,9 @@ cluster's environment (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...), as cloud n
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from cluster_testing import SAMPLE, check_answer_tables, explain, input_ids, submission_id, submit
 
 from jobs.inputs import resolve_path
+from tests.cluster.cluster_testing import ROOT, SAMPLE, check_answer_tables, explain, input_ids, submission_id, submit
 
 
 def s3_filesystem(s3_server) -> pafs.S3FileSystem:
@@ -45,23 +45,34 @@ def test_s3_uris_resolve_to_the_endpoint_and_credentials_of_the_environment(s3_s
     )
 
 
-def test_job_reads_and_writes_s3(ray_head, s3_server, tiny_bert_model):
+def test_submitted_job_reads_its_working_dir_and_s3_and_writes_s3(ray_head, s3_server, tiny_bert_model):
+    """
+    One submitted job (each costs a minute here) shows both halves: the sample's configuration, documents and
+    replies are read from the job's uploaded working directory; its questions come from, and its tables go to,
+    the bucket.
+    """
     uris = upload_sample(s3_server, "inputs")
     output = f"s3://{s3_server.bucket}/runs/run-1"
     result = submit(
         ray_head,
-        # The sample's settings, with its inputs and output in the bucket (the command line wins over the file).
+        # data/sample/job.yaml names the sample's tables; the command line wins over it for questions and output.
         ["--config", "data/sample/job.yaml", "--model", str(tiny_bert_model), "--questions", uris["questions"],
-         "--documents", uris["documents"], "--replies", uris["replies"], "--output", output],
+         "--output", output],
     )  # fmt: skip
     assert result.returncode == 0, explain(result)
+    assert "bulk-qa: done" in result.stdout  # the job's own summary, streamed from the cluster
+    job = ray_head.get(f"/api/jobs/{submission_id(result)}")
+    assert job["status"] == "SUCCEEDED"
+    assert job["entrypoint"].startswith("python -m jobs.bulk_qa --config data/sample/job.yaml")
     filesystem = s3_filesystem(s3_server)
     manifest = check_answer_tables(
         f"{s3_server.bucket}/runs/run-1", input_ids(SAMPLE / "questions.parquet"), filesystem
     )
-    [[questions_read, *_]] = manifest["inputs"]["files"]["questions"]
-    assert questions_read == f"{s3_server.bucket}/inputs/questions.parquet"
+    files = manifest["inputs"]["files"]
+    assert [path for path, *_ in files["questions"]] == [f"{s3_server.bucket}/inputs/questions.parquet"]
+    for table in ("documents", "replies"):  # read from the job's own copy of the working directory
+        [[path, *_]] = files[table]
+        assert path.endswith(f"data/sample/{table}.parquet") and not path.startswith(str(ROOT))
     assert pq.read_table(f"{s3_server.bucket}/runs/run-1/generated_answers", filesystem=filesystem).num_rows > 0
     # The credentials stayed in the cluster's environment: they did not travel with the job.
-    job = ray_head.get(f"/api/jobs/{submission_id(result)}")
     assert s3_server.env["AWS_SECRET_ACCESS_KEY"] not in str(job["runtime_env"])

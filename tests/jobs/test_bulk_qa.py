@@ -12,6 +12,13 @@ from tests.jobs.conftest import TEXTS, by_question, read_output, run_job, write_
 SETTINGS = {"top_k": 4, "max_seq_length": 64, "stride": 16, "context_window_size": 60}
 WITH_DOCUMENTS = ["q01", "q02", "q03", "q04", "q05", "q06", "q11", "q12"]
 SETTING_FLAGS = ["--top-k", "4", "--max-seq-length", "64", "--stride", "16", "--context-window-size", "60"]
+REPLIES = {
+    "q01": (["Answer: it returns a list [2]", "I am not sure [1-2]"], ['{"model": "m"}', "{}"]),
+    "q02": (["Answer: key and default [3] [9]"], None),
+    "q08": (["Nothing to cite [1]"], ["{}"]),
+}
+ANSWER_BUILDER = {"pattern": r"Answer: ([^\[]*)", "reference_pattern": r"\[(\d+(?:[,-]\d+)*)\]",
+                  "expand_reference_ranges": True}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +44,14 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "q12": ("When is the page number used?", ["paged", "d02"]),
     }
     paths = {
+        "replies": write_table(
+            root / "replies.parquet",
+            {
+                "question_id": list(REPLIES),
+                "replies": [reply for reply, _ in REPLIES.values()],
+                "meta": [meta for _, meta in REPLIES.values()],
+            },
+        ),
         "documents": write_table(
             root / "documents.parquet",
             {
@@ -71,11 +86,16 @@ def reader(tiny_bert_model: Path) -> ExtractiveReader:
 
 @pytest.fixture(scope="module")
 def job_output(local_ray, corpus: dict, tiny_bert_model: Path) -> Path:
-    """One run over the corpus with two reader actors and small actor batches, so that both actors get work."""
+    """
+    One run over the corpus, with generator replies, two reader actors and small actor batches, so that both
+    actors get work.
+    """
     output = corpus["root"] / "out"
     status = run_job(
         "--questions", corpus["paths"]["questions"], "--documents", corpus["paths"]["documents"],
-        "--output", output, "--model", tiny_bert_model, *SETTING_FLAGS,
+        "--replies", corpus["paths"]["replies"], "--output", output, "--model", tiny_bert_model, *SETTING_FLAGS,
+        "--answer-pattern", ANSWER_BUILDER["pattern"], "--reference-pattern", ANSWER_BUILDER["reference_pattern"],
+        "--expand-reference-ranges",
         "--num-actors", "2", "--cpus-per-actor", "0.25", "--sequences-per-actor-batch", "4", "--shard-size", "5",
     )  # fmt: skip
     assert status == 0
@@ -190,19 +210,6 @@ def test_refusal_threshold_refuses_and_keeps_every_answer(
     assert without_scores == [{**row, "score": round(row["score"], 5)} for row in read_output(job_output, "answers")]
 
 
-def test_score_threshold_above_every_answer_refuses(local_ray, corpus: dict, tiny_bert_model: Path) -> None:
-    output = corpus["root"] / "threshold"
-    status = run_job(
-        "--questions", corpus["paths"]["questions"], "--documents", corpus["paths"]["documents"],
-        "--output", output, "--model", tiny_bert_model, *SETTING_FLAGS, "--score-threshold", "0.999",
-        "--no-no-answer",
-    )  # fmt: skip
-    assert status == 0
-    questions = {row["question_id"]: row for row in read_output(output, "questions")}
-    assert read_output(output, "answers") == []
-    assert [questions[key]["status"] for key in WITH_DOCUMENTS] == ["refused"] * len(WITH_DOCUMENTS)
-
-
 def test_squad_style_context_input(local_ray, tmp_path: Path, tiny_bert_model: Path, reader: ExtractiveReader) -> None:
     contexts = [TEXTS[3][:400], TEXTS[40][:900], TEXTS[3][:400]]
     queries = ["What is it for?", "What does it return?", "Which class is it?"]
@@ -222,32 +229,11 @@ def test_squad_style_context_input(local_ray, tmp_path: Path, tiny_bert_model: P
         assert [row["score"] for row in rows] == pytest.approx([answer.score for answer in expected], abs=1e-5)
 
 
-def test_replies_parsed_with_answer_builder(local_ray, corpus: dict, tiny_bert_model: Path) -> None:
-    replies = {
-        "q01": (["Answer: it returns a list [2]", "I am not sure [1-2]"], ['{"model": "m"}', "{}"]),
-        "q02": (["Answer: key and default [3] [9]"], None),
-        "q08": (["Nothing to cite [1]"], ["{}"]),
-    }
-    path = write_table(
-        corpus["root"] / "replies.parquet",
-        {
-            "question_id": list(replies),
-            "replies": [reply for reply, _ in replies.values()],
-            "meta": [meta for _, meta in replies.values()],
-        },
-    )
-    output = corpus["root"] / "replies-out"
-    status = run_job(
-        "--questions", corpus["paths"]["questions"], "--documents", corpus["paths"]["documents"], "--replies", path,
-        "--output", output, "--model", tiny_bert_model, *SETTING_FLAGS, "--answer-pattern", r"Answer: ([^\[]*)",
-        "--reference-pattern", r"\[(\d+(?:[,-]\d+)*)\]", "--expand-reference-ranges",
-    )  # fmt: skip
-    assert status == 0
-    generated = read_output(output, "generated_answers")
-    builder = AnswerBuilder(pattern=r"Answer: ([^\[]*)", reference_pattern=r"\[(\d+(?:[,-]\d+)*)\]",
-                            expand_reference_ranges=True)  # fmt: skip
+def test_replies_parsed_with_answer_builder(job_output: Path, corpus: dict) -> None:
+    generated = read_output(job_output, "generated_answers")
+    builder = AnswerBuilder(**ANSWER_BUILDER)
     expected_rows = []
-    for question_id, (texts, metas) in replies.items():
+    for question_id, (texts, metas) in REPLIES.items():
         query, document_ids = corpus["questions"][question_id]
         documents = [Document(content=None, id=key) for key in document_ids]
         meta = [json.loads(m) for m in metas] if metas else None
@@ -264,21 +250,6 @@ def test_replies_parsed_with_answer_builder(local_ray, corpus: dict, tiny_bert_m
     assert actual_rows == expected_rows
     assert actual_rows[0] == ("q01", 0, "it returns a list ", ["d01"], [2])
     assert json.loads(generated[0]["meta"]) == {"model": "m"}
-
-
-def test_default_settings_complete_on_two_cpus(local_ray, tmp_path: Path, tiny_bert_model: Path) -> None:
-    """With default execution settings the actor pool leaves CPUs for read and write tasks: the job finishes."""
-    output = tmp_path / "sample"
-    status = run_job(
-        "--config", "data/sample/job.yaml", "--model", tiny_bert_model, "--output", output
-    )  # fmt: skip
-    assert status == 0
-    questions = read_output(output, "questions")
-    assert len(questions) == 12
-    statuses = {row["question_id"]: row["status"] for row in questions}
-    assert {statuses[f"q{i:02d}"] for i in range(1, 9)} <= {"answered", "refused"}
-    assert [statuses[key] for key in ("q09", "q10", "q11", "q12")] == ["error", "no_documents", "no_documents", "error"]
-    assert len(read_output(output, "generated_answers")) == 4
 
 
 def test_command_line_wins_over_yaml(tmp_path: Path) -> None:

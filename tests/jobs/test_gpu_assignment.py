@@ -1,4 +1,8 @@
-"""Reader actors on a cluster with GPUs: one actor per GPU, each with its own GPU id (logical GPUs on a CPU machine)."""
+"""
+Reader actors on a cluster with GPUs: one actor per GPU, each with its own GPU id (logical GPUs on a CPU machine).
+The run uses the sample job on 2 CPUs with default execution settings (but actor batches of 2, so that both
+actors get work): two GPU actors once starved the join there.
+"""
 
 import json
 from pathlib import Path
@@ -33,4 +37,9 @@ def test_each_actor_gets_a_distinct_gpu_and_the_job_completes_on_cpu(
     assert gpu_ids == ["0", "1"]
     assert all(worker.endswith(" cpu") for worker in workers)  # no CUDA here: the readers run on the CPU
     assert all(count > 0 for count in workers.values())
-    assert len(read_output(output, "questions")) == 12
+    questions = read_output(output, "questions")
+    assert len(questions) == 12
+    statuses = {row["question_id"]: row["status"] for row in questions}
+    assert {statuses[f"q{i:02d}"] for i in range(1, 9)} <= {"answered", "refused"}
+    assert [statuses[key] for key in ("q09", "q10", "q11", "q12")] == ["error", "no_documents", "no_documents", "error"]
+    assert len(read_output(output, "generated_answers")) == 4

@@ -16,40 +16,49 @@ from tests.jobs.conftest import TEXTS, by_question, read_output
 SETTINGS = {"top_k": 3, "max_seq_length": 48, "stride": 12, "context_window_size": 40, "overlap_threshold": 0.01}
 
 
-def test_stages_in_process_equal_reader_run(tiny_roberta_model: Path, tmp_path: Path) -> None:
-    contents = {"a": TEXTS[5][:700], "b": "Page one.\fPage two: " + TEXTS[9][:300], "c": None}
-    documents = pa.table({"id": list(contents), "content": list(contents.values()), "page_number": [None, 7, None]})
-    questions = pa.table(
-        {
-            "id": ["q1", "q2", "q3"],
-            "query": ["What is returned?", "Which page?", "Where?"],
-            "document_ids": [["a", "b"], ["b", "c", "zz"], ["c"]],
-        }
-    )
-    work = explode_questions(questions, num_shards=1, shards=frozenset({0}), squad=False)
+CONTENTS = {"a": TEXTS[5][:700], "b": "Page one.\fPage two: " + TEXTS[9][:300], "c": None}
+QUESTIONS = pa.table(
+    {
+        "id": ["q1", "q2", "q3"],
+        "query": ["What is returned?", "Which page?", "Where?"],
+        "document_ids": [["a", "b"], ["b", "c", "zz"], ["c"]],
+    }
+)
+
+
+def aggregation(**overrides) -> AggregationSettings:
+    settings = dict(top_k=3, overlap_threshold=0.01, no_answer=True, score_threshold=None, refusal_threshold=None,
+                    answer_builder={}, with_replies=False)  # fmt: skip
+    return AggregationSettings(**{**settings, **overrides})
+
+
+@pytest.fixture(scope="module")
+def candidates(tiny_roberta_model: Path) -> pa.Table:
+    """The work rows of the questions, through every stage up to the reader (in-process)."""
+    documents = pa.table({"id": list(CONTENTS), "content": list(CONTENTS.values()), "page_number": [None, 7, None]})
+    work = explode_questions(QUESTIONS, num_shards=1, shards=frozenset({0}), squad=False)
     # Ray Data's join runs on polars: join the same way here.
     joined = pl.from_arrow(work).join(pl.from_arrow(document_columns(documents)), left_on="document_id",
                                       right_on="id", how="left")  # fmt: skip
     work = joined.to_arrow().cast(pa.schema([(f.name, f.type) for f in work.schema] + DOCUMENT_COLUMNS))
     sequences = tokenize(work, str(tiny_roberta_model), SETTINGS["max_seq_length"], SETTINGS["stride"], 40)
     parameters = {"model": str(tiny_roberta_model), **SETTINGS}
-    candidates = ReadSequences(parameters, cpu_threads=1)(sequences)
-    settings = AggregationSettings(
-        top_k=3, overlap_threshold=0.01, no_answer=True, score_threshold=None, refusal_threshold=None,
-        answer_builder={}, with_replies=False,
-    )  # fmt: skip
-    summary = aggregate_shard(candidates, settings, str(tmp_path))
+    return ReadSequences(parameters, cpu_threads=1)(sequences)
+
+
+def test_stages_in_process_equal_reader_run(candidates: pa.Table, tiny_roberta_model: Path, tmp_path: Path) -> None:
+    summary = aggregate_shard(candidates, aggregation(), str(tmp_path))
     assert summary["shard"].to_pylist() == [0]
 
     reader = ExtractiveReader(model=str(tiny_roberta_model), **SETTINGS)
     reader.warm_up()
     pages = {"b": {"page_number": 7}}
     answers = by_question(read_output(tmp_path, "answers"))
-    for question in questions.to_pylist():
+    for question in QUESTIONS.to_pylist():
         docs = [
-            Document(content=contents[key], id=key, meta=pages.get(key, {}))
+            Document(content=CONTENTS[key], id=key, meta=pages.get(key, {}))
             for key in question["document_ids"]
-            if key in contents
+            if key in CONTENTS
         ]
         expected = reader.run(question["query"], docs)["answers"]
         rows = answers.get(question["id"], [])
@@ -62,6 +71,13 @@ def test_stages_in_process_equal_reader_run(tiny_roberta_model: Path, tmp_path: 
     statuses = {row["question_id"]: (row["status"], row["error"]) for row in read_output(tmp_path, "questions")}
     assert statuses["q2"] == ("error", "unknown document ids: 'zz' (the known documents were read)")
     assert statuses["q3"] == ("no_documents", None)
+
+
+def test_score_threshold_above_every_answer_refuses(candidates: pa.Table, tmp_path: Path) -> None:
+    aggregate_shard(candidates, aggregation(score_threshold=0.999, no_answer=False), str(tmp_path))
+    assert read_output(tmp_path, "answers") == []
+    statuses = {row["question_id"]: (row["status"], row["best_answer"]) for row in read_output(tmp_path, "questions")}
+    assert statuses["q1"] == ("refused", None)
 
 
 def test_shards_are_stable_across_processes() -> None:
