@@ -41,6 +41,17 @@ def fails_with_input_error(capsys: pytest.CaptureFixture, output: Path, *args: s
     return captured.err
 
 
+def fails_with_table(
+    capsys: pytest.CaptureFixture, tmp_path: Path, inputs: dict, model: Path, table: str, columns: dict
+) -> tuple[str, str]:
+    """Runs the job on the good inputs with `table` replaced by `columns`; returns that table's path and the error."""
+    paths = {**inputs, table: write_table(tmp_path / f"{table}.parquet", columns)}
+    args = ["--questions", paths["questions"], "--documents", paths["documents"], "--model", model]
+    if table == "replies":
+        args += ["--replies", paths["replies"]]
+    return paths[table], fails_with_input_error(capsys, tmp_path / "out", *args)
+
+
 # --- Configuration ----------------------------------------------------------------------------------------------
 
 
@@ -133,12 +144,8 @@ def test_empty_questions_table(capsys: pytest.CaptureFixture, tmp_path: Path, in
 def test_missing_required_column(
     capsys: pytest.CaptureFixture, tmp_path: Path, inputs: dict, tiny_bert_model, table: str, columns, message
 ) -> None:
-    paths = {**inputs, table: write_table(tmp_path / f"{table}.parquet", columns)}
-    args = ["--questions", paths["questions"], "--documents", paths["documents"], "--model", tiny_bert_model]
-    if table == "replies":
-        args += ["--replies", paths["replies"]]
-    error = fails_with_input_error(capsys, tmp_path / "out", *args)
-    assert f"{paths[table]}: {message}" in error
+    path, error = fails_with_table(capsys, tmp_path, inputs, tiny_bert_model, table, columns)
+    assert f"{path}: {message}" in error
 
 
 @pytest.mark.parametrize(
@@ -174,12 +181,8 @@ def test_missing_required_column(
 def test_wrong_column_type(
     capsys: pytest.CaptureFixture, tmp_path: Path, inputs: dict, tiny_bert_model, table: str, columns, message
 ) -> None:
-    paths = {**inputs, table: write_table(tmp_path / f"{table}.parquet", columns)}
-    error = fails_with_input_error(
-        capsys, tmp_path / "out", "--questions", paths["questions"], "--documents", paths["documents"],
-        "--model", tiny_bert_model,
-    )  # fmt: skip
-    assert f"{paths[table]}: {message}" in error
+    path, error = fails_with_table(capsys, tmp_path, inputs, tiny_bert_model, table, columns)
+    assert f"{path}: {message}" in error
 
 
 # --- Model (checked in the driver, before any worker starts) ---------------------------------------------------
@@ -274,12 +277,8 @@ def test_model_that_is_not_a_usable_question_answering_model(
 def test_duplicate_or_null_ids(
     local_ray, capsys: pytest.CaptureFixture, tmp_path: Path, inputs: dict, tiny_bert_model, table, columns, message
 ) -> None:
-    paths = {**inputs, table: write_table(tmp_path / f"{table}.parquet", columns)}
-    error = fails_with_input_error(
-        capsys, tmp_path / "out", "--questions", paths["questions"], "--documents", paths["documents"],
-        "--model", tiny_bert_model,
-    )  # fmt: skip
-    assert f"{paths[table]}: {message}" in error
+    path, error = fails_with_table(capsys, tmp_path, inputs, tiny_bert_model, table, columns)
+    assert f"{path}: {message}" in error
 
 
 # --- Rows: errors in the questions table, the job goes on -------------------------------------------------------
