@@ -170,7 +170,7 @@ class MemorySampler:
 
     @contextmanager
     def measure(self) -> Iterator["MemoryReading"]:
-        """Yields a reading whose `start` and `peak` (bytes) are final when the block exits."""
+        """Yields a reading whose `start`, `peak` (bytes) and `cpu_seconds` are final when the block exits."""
         reading = MemoryReading(start=self.current())
         reading.peak = reading.start
         cpu_at_start = dict(self.cpu_ticks)

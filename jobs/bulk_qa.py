@@ -65,9 +65,10 @@ def _read(path: str, columns: list[str] | None = None):
     return dataset.select_columns(columns) if columns else dataset
 
 
-# What the id check returns per batch of (table, id, count) groups: the questions per shard, and problem ids.
+# What the id check returns per batch of (table, id, count) groups: rows with a `shard` count that shard's
+# questions; rows without one are problem ids (and, without a `table`, how many problems were left out).
 _ID_SUMMARY_SCHEMA = pa.schema(
-    [("table", pa.string()), ("id", pa.string()), ("rows", pa.int64()), ("shard", pa.int32()), ("problem", pa.bool_())]
+    [("table", pa.string()), ("id", pa.string()), ("rows", pa.int64()), ("shard", pa.int32())]
 )
 _PROBLEMS_SHOWN = 20
 
@@ -75,19 +76,19 @@ _PROBLEMS_SHOWN = 20
 def _summarise_ids(counts: pa.Table, num_shards: int) -> pa.Table:
     """
     Of a batch of (table, id, rows) groups: one row per shard with how many questions hash to it, and the
-    first ids that are null or repeated (`problem`), with a total of the problems as one more row.
+    first ids that are null or repeated, with a count of the problems left out as one more row.
     """
     shards: Counter[int] = Counter()
     problems = []
     for table, id_, rows in zip(*(counts[name].to_pylist() for name in ("table", "id", "count()")), strict=True):
         if id_ is None or rows > 1:
-            problems.append({"table": table, "id": id_, "rows": rows, "problem": True})
+            problems.append({"table": table, "id": id_, "rows": rows})
         elif table == "questions":
             shards[shard_of(id_, num_shards)] += 1
-    summary = [{"shard": shard, "rows": rows, "problem": False} for shard, rows in shards.items()]
+    summary = [{"shard": shard, "rows": rows} for shard, rows in shards.items()]
     summary += problems[:_PROBLEMS_SHOWN]
     if len(problems) > _PROBLEMS_SHOWN:
-        summary.append({"rows": len(problems) - _PROBLEMS_SHOWN, "problem": True})
+        summary.append({"rows": len(problems) - _PROBLEMS_SHOWN})
     return pa.Table.from_pylist(summary, schema=_ID_SUMMARY_SCHEMA)
 
 
@@ -113,7 +114,7 @@ def _check_ids(datasets: list[tuple[str, str, str, Any]], num_shards: int, parti
     questions_per_shard: Counter[int] = Counter()
     problems, unshown = [], 0
     for row in summary.iter_rows():
-        if not row["problem"]:
+        if row["shard"] is not None:
             questions_per_shard[row["shard"]] += row["rows"]
         elif row["table"] is None or len(problems) == _PROBLEMS_SHOWN:
             unshown += row["rows"] if row["table"] is None else 1
