@@ -134,3 +134,23 @@ def test_gpu_check_runs_on_cpu(tiny_bert_model: Path, tmp_path: Path) -> None:
     found = gpu_check.main([str(arg) for arg in args])
     assert [row["row"] for row in found["rows"]] == ["run_batch", "run_batch:bfloat16", "limit", "limit:bfloat16"]
     assert found["rows"][1]["agreement"].startswith(("0.", "1.")) and (tmp_path / "g.json").exists()
+
+
+def test_scale_mode_compares_peak_memory_at_n_and_10n(tiny_bert_model: Path, tmp_path: Path, monkeypatch) -> None:
+    peaks = {3: 2000 * 2**20, 30: 2700 * 2**20}  # made up: 1.35x for 10x the questions
+
+    def fake_ray_by_size(model, workload, settings, folder, job_args):
+        measurement, keys = fake_ray(model, workload, settings, folder, job_args)
+        measurement.peak_bytes = peaks[len(workload)]
+        return measurement, keys
+
+    monkeypatch.setattr(bench, "measure_ray", fake_ray_by_size)
+    args = ["--scale", "--scale-questions", 3, "--model", tiny_bert_model, "--documents-per-question", 2]
+    args += ["--max-seq-length", 128, "--stride", 32, "--output", tmp_path / "scale.json"]
+    found = bench.main([str(arg) for arg in args])
+    assert [(row["row"], row["questions"]) for row in found["rows"]] == [
+        ("run_batch", 3), ("ray:3", 3), ("ray:30", 30)
+    ]  # fmt: skip
+    assert found["rows"][1]["agreement_share"] == 1.0  # the stand-in returns run_batch's own answers
+    [target] = found["targets"]
+    assert (target["value"], target["met"]) == (1.35, True)
