@@ -822,3 +822,43 @@ def test_warm_up_moves_the_model_to_the_chosen_device(tiny_bert_model, monkeypat
     assert moved_to == [torch.device(expected)]
     assert reader._device == torch.device(expected)
     assert reader.to_dict()["init_parameters"]["device"] == device
+
+
+def test_inputs_for_a_gpu_are_pinned_and_copied_without_blocking_under_inference_mode(readers, monkeypatch):
+    # No GPU here: a CUDA copy is recorded and the tensor stays on the CPU; the spans must equal a CPU run's.
+    reader = readers(max_seq_length=64, stride=16)
+    sequences = tokenize_pairs(reader._tokenizer, ["What is re?"], [LONG[:1500]], 64, 16)
+    settings = qa_core.inference.SpanSettings()
+    on_cpu = qa_core.inference.predict_spans(reader._model, sequences, reader._tokenizer.pad_token_id, settings)
+
+    pinned, copies, forward_modes = [], [], []
+    original_to = torch.Tensor.to
+
+    def pin_memory(tensor):
+        pinned.append(tensor.clone())
+        return pinned[-1]
+
+    def to(tensor, *args, **kwargs):
+        if args and isinstance(args[0], torch.device) and args[0].type == "cuda":
+            copies.append((args[0], any(tensor is p for p in pinned), kwargs.get("non_blocking")))
+            return tensor
+        return original_to(tensor, *args, **kwargs)
+
+    class ModeRecordingModel(CountingModel):
+        def __call__(self, **inputs):
+            forward_modes.append((torch.is_inference_mode_enabled(), torch.is_grad_enabled()))
+            return super().__call__(**inputs)
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    model = ModeRecordingModel(reader._model)
+    on_gpu = qa_core.inference.predict_spans(
+        model, sequences, reader._tokenizer.pad_token_id, settings, batch_size=4, device="cuda:0"
+    )
+    n_batches = math.ceil(len(sequences) / 4)
+    assert len(pinned) == 3 * n_batches  # input_ids, attention_mask, context_mask of each batch
+    assert copies == [(torch.device("cuda:0"), True, True)] * (3 * n_batches)
+    assert forward_modes == [(True, False)] * n_batches
+    for gpu, cpu in zip(on_gpu, on_cpu, strict=True):
+        assert gpu.starts.tolist() == cpu.starts.tolist() and gpu.ends.tolist() == cpu.ends.tolist()
+        np.testing.assert_allclose(gpu.scores, cpu.scores, atol=1e-6)
