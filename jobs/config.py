@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from qa_core.answer_builder import check_pattern
+
 
 class InputError(Exception):
     """Unusable input or configuration: the job stops before any worker starts and exits with status 2."""
@@ -26,7 +28,7 @@ class JobConfig:
 
     # Inputs and output (paths or URIs such as s3://bucket/prefix that pyarrow understands).
     questions: str | None = None  # questions Parquet: id, query, document_ids (or a SQuAD-style context)
-    documents: str | None = None  # documents Parquet: id, content, any other columns as meta
+    documents: str | None = None  # documents Parquet: id, content, optional page_number
     replies: str | None = None  # optional generator replies Parquet: question_id, replies, meta
     output: str | None = None  # folder that receives answers/, questions/, generated_answers/, manifest.json
     overwrite: bool = False  # replace the output of an earlier run made with other inputs or settings
@@ -69,6 +71,16 @@ class JobConfig:
     def reader_parameters(self) -> dict[str, Any]:
         """The `qa_core.ExtractiveReader` constructor arguments."""
         return {name: getattr(self, name) for name in READER_FIELDS}
+
+    def answer_builder_parameters(self) -> dict[str, Any]:
+        """The `qa_core.AnswerBuilder` constructor arguments, for replies."""
+        return {
+            "pattern": self.answer_pattern,
+            "reference_pattern": self.reference_pattern,
+            "last_message_only": self.last_message_only,
+            "return_only_referenced_documents": self.return_only_referenced_documents,
+            "expand_reference_ranges": self.expand_reference_ranges,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """
@@ -127,7 +139,14 @@ def _base_type(annotation: Any) -> type:
     return typing.get_origin(annotation) or annotation
 
 
+def _is_optional(annotation: Any) -> bool:
+    """`int | None` -> True."""
+    return type(None) in typing.get_args(annotation)
+
+
 def _none_or(kind: type):
+    """A command-line parser of `kind` that reads `none` as None, for the fields that may be None."""
+
     def parse(text: str) -> Any:
         return None if text.lower() == "none" else kind(text)
 
@@ -145,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line: `--config` plus one flag per `JobConfig` field (dashes for underscores)."""
     parser = argparse.ArgumentParser(
         prog="bulk-qa",
+        argument_default=argparse.SUPPRESS,  # only the flags given reach the configuration
         description="Bulk extractive question answering on Ray: answers every question of a Parquet table "
         "from its documents and writes answer tables.",
     )
@@ -156,11 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
         default = spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default
         help_text = f"{comments.get(spec.name, '')} (default: {default})"
         if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
         elif kind is dict:
-            parser.add_argument(flag, type=yaml.safe_load, default=None, metavar="YAML", help=help_text)
+            parser.add_argument(flag, type=yaml.safe_load, metavar="YAML", help=help_text)
         else:
-            parser.add_argument(flag, type=_none_or(kind), default=None, metavar=kind.__name__.upper(), help=help_text)
+            parse = _none_or(kind) if _is_optional(spec.type) else kind
+            parser.add_argument(flag, type=parse, metavar=kind.__name__.upper(), help=help_text)
     return parser
 
 
@@ -172,10 +193,10 @@ def load_config(argv: list[str] | None = None) -> JobConfig:
     """
     args = vars(build_parser().parse_args(argv))
     values: dict[str, Any] = {}
-    config_path = args.pop("config")
+    config_path = args.pop("config", None)
     if config_path:
         values.update(_read_yaml(config_path))
-    values.update({name: value for name, value in args.items() if value is not None})
+    values.update(args)
     config = JobConfig(**values)
     validate(config)
     return config
@@ -196,6 +217,8 @@ def _read_yaml(path: str) -> dict[str, Any]:
         raise InputError(f"{path}: unknown configuration keys {unknown}. Known keys: {sorted(known)}.")
     for name, value in data.items():
         kind = _base_type(known[name].type)
+        if value is None and not _is_optional(known[name].type):
+            raise InputError(f"{path}: {name} must be {kind.__name__}, not null.")
         if value is None or isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
             continue
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -271,15 +294,9 @@ def validate(config: JobConfig) -> None:
         if not isinstance(trust, bool):
             problems.append(f"model_kwargs.trust_remote_code must be true or false, not {trust!r}")
     for name in ("answer_pattern", "reference_pattern"):
-        pattern = getattr(config, name)
-        if pattern is None:
-            continue
         try:
-            groups = re.compile(pattern).groups
-        except re.error as error:
-            problems.append(f"{name} {pattern!r} is not a valid regular expression: {error}")
-            continue
-        if name == "answer_pattern" and groups > 1:
-            problems.append(f"answer_pattern {pattern!r} has {groups} capture groups; at most one is allowed")
+            check_pattern(getattr(config, name))
+        except ValueError as error:
+            problems.append(f"{name}: {error}")
     if problems:
         raise InputError("Invalid configuration:\n  - " + "\n  - ".join(problems))

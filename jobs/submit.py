@@ -29,6 +29,7 @@ sends none.
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import shlex
@@ -36,6 +37,10 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ray.job_submission import JobInfo
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -139,13 +144,27 @@ def _use_token_if_available() -> None:
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
-def _check_job_args(job_args: list[str]) -> None:
-    """Rejects arguments that jobs.bulk_qa would reject, before anything is sent (argparse exits with 2)."""
+def _check_job_args(job_args: list[str], working_dir: Path) -> str | None:
+    """
+    What jobs.bulk_qa would refuse in its command line, before anything is sent: unknown flags (argparse exits
+    with 2), then values, as the job checks them. A `--config` file is read from the working directory, where
+    the job runs; one that is not there (a path only the cluster has) leaves only the flags to check here.
+
+    :returns: The job's own error message, or None.
+    """
     try:
-        from jobs.bulk_qa import build_parser
+        from jobs.config import InputError, build_parser, load_config
     except ImportError:  # the job's dependencies are not installed here: the cluster will check
-        return
-    build_parser().parse_args(job_args)
+        return None
+    config_path = getattr(build_parser().parse_args(job_args), "config", None)
+    if config_path is not None and not (working_dir / config_path).is_file():
+        return None
+    try:
+        with contextlib.chdir(working_dir):
+            load_config(job_args)
+    except InputError as error:
+        return str(error)
+    return None
 
 
 def _output_warnings(job_args: list[str]) -> list[str]:
@@ -242,7 +261,7 @@ def _follow(client, submission_id: str, poll_s: float = 1.0):
     return info
 
 
-def exit_status(info) -> int:
+def exit_status(info: "JobInfo") -> int:
     """
     This command's exit status for a finished job.
 
@@ -278,7 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         env_vars = _env_vars(args.env)
     except ValueError as error:
         parser.error(str(error))
-    _check_job_args(job_args)
+    problem = _check_job_args(job_args, working_dir)
+    if problem:
+        print(f"jobs.submit: error: the job would refuse its arguments: {problem}", file=sys.stderr)
+        return 2
     for warning in _output_warnings(job_args):
         print(f"jobs.submit: warning: {warning}", file=sys.stderr)
 

@@ -72,8 +72,8 @@ class AnswerBuilder:
         return_only_referenced_documents: bool = True,
         expand_reference_ranges: bool = False,
     ) -> None:
-        _check_pattern(pattern)
-        _check_pattern(reference_pattern)
+        check_pattern(pattern)
+        check_pattern(reference_pattern)
         self.pattern = pattern
         self.reference_pattern = reference_pattern
         self.last_message_only = last_message_only
@@ -119,8 +119,8 @@ class AnswerBuilder:
         reference_pattern = self.reference_pattern if reference_pattern is None else reference_pattern
         if expand_reference_ranges is None:
             expand_reference_ranges = self.expand_reference_ranges
-        _check_pattern(pattern)
-        _check_pattern(reference_pattern)
+        check_pattern(pattern)
+        check_pattern(reference_pattern)
         if expand_reference_ranges and reference_pattern == DEFAULT_REFERENCE_PATTERN:
             reference_pattern = EXPANDED_REFERENCE_PATTERN
 
@@ -184,7 +184,7 @@ class AnswerBuilder:
         return cls(**data.get("init_parameters", {}))
 
 
-def _check_pattern(pattern: str | None) -> None:
+def check_pattern(pattern: str | None) -> None:
     """Raises `ValueError` if `pattern` is not a regular expression with at most one capture group."""
     if pattern is None:
         return

@@ -124,6 +124,29 @@ def test_unknown_job_flag_is_rejected_before_submitting(capsys):
     assert "--no-such-flag" in capsys.readouterr().err
 
 
+def test_job_argument_values_are_checked_before_submitting(capsys):
+    status = submit.main(["--address", "http://127.0.0.1:9", "--", "--questions", "q", "--top-k", "0"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "the job would refuse its arguments: Invalid configuration:" in err
+    assert "--output is required" in err and "top_k must be >= 1, not 0" in err
+
+
+def test_job_configuration_file_is_read_from_the_working_dir(capsys, tmp_path):
+    working_dir = tmp_path / "project"
+    (working_dir / "jobs").mkdir(parents=True)
+    (working_dir / "pyproject.toml").write_text("")
+    (working_dir / "job.yaml").write_text("output: /o\nreference_pattern: '(a)(b)'\n")
+    job = ["--", "--config", "job.yaml", "--questions", "q"]
+    status = submit.main(["--address", "http://127.0.0.1:9", "--working-dir", str(working_dir), *job])
+    assert status == 2
+    assert "reference_pattern: Pattern '(a)(b)' contains 2 capture groups" in capsys.readouterr().err
+    # A file only the cluster has: the flags are checked here, the file there (so this reaches the submission).
+    status = submit.main(["--address", "http://127.0.0.1:9", "--", "--config", "/cluster/job.yaml"])
+    assert status == 1
+    assert "could not submit the job to http://127.0.0.1:9" in capsys.readouterr().err
+
+
 def test_missing_env_var_exits_2(capsys, monkeypatch):
     monkeypatch.delenv("BULK_QA_UNSET_VAR", raising=False)
     with pytest.raises(SystemExit) as exit_info:

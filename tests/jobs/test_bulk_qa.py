@@ -260,6 +260,26 @@ def test_command_line_wins_over_yaml(tmp_path: Path) -> None:
     assert config.reader_parameters()["top_k"] == 2
 
 
+def test_none_on_the_command_line_switches_an_option_off(tmp_path: Path) -> None:
+    config_file = tmp_path / "job.yaml"
+    config_file.write_text("questions: q.parquet\noutput: out\nscore_threshold: 0.3\n")
+    flags = ["--context-window-size", "none", "--overlap-threshold", "None", "--score-threshold", "none"]
+    config = load_config(["--config", str(config_file), *flags])
+    assert (config.context_window_size, config.overlap_threshold, config.score_threshold) == (None, None, None)
+    assert load_config(["--config", str(config_file)]).context_window_size == 200  # a flag not given: the default
+
+
+def test_none_is_refused_where_an_option_needs_a_value(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        load_config(["--questions", "q.parquet", "--output", "out", "--top-k", "none"])
+    assert exit_info.value.code == 2
+    assert "argument --top-k: invalid int value: 'none'" in capsys.readouterr().err
+    config_file = tmp_path / "job.yaml"
+    config_file.write_text("questions: q.parquet\noutput: out\ntop_k: null\n")
+    with pytest.raises(InputError, match=r"job.yaml: top_k must be int, not null\.$"):
+        load_config(["--config", str(config_file)])
+
+
 def test_unknown_yaml_key_is_refused(tmp_path: Path) -> None:
     config_file = tmp_path / "job.yaml"
     config_file.write_text("questions: q.parquet\noutput: out\ntop_kk: 7\n")
