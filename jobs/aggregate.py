@@ -146,7 +146,8 @@ def aggregate_shard(group: pa.Table, settings: AggregationSettings, output: str)
             try:
                 generated += parse_replies(question, replies[question_id], builder)
             except ValueError as error:
-                row.update(status="error", best_answer=None, error=f"replies: {error}")
+                earlier = [row["error"]] if row["error"] else []
+                row.update(status="error", best_answer=None, error="; ".join([*earlier, f"replies: {error}"]))
         question_rows.append(row)
         answers += answer_rows(question_id, question_answers)
         workers.update(note["worker"] for note in notes[question_id] if note["kind"] == SEQUENCE)

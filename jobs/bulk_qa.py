@@ -18,7 +18,16 @@ import pyarrow.fs as pafs
 
 from jobs.aggregate import AggregationSettings, aggregate_shard
 from jobs.config import InputError, JobConfig, build_parser, load_config, redact
-from jobs.inputs import DOCUMENTS, REPLIES, check_model, check_questions_schema, resolve_path, table_schema
+from jobs.inputs import (
+    DOCUMENTS,
+    QUESTIONS,
+    REPLIES,
+    TableSpec,
+    check_model,
+    check_questions_schema,
+    resolve_path,
+    table_schema,
+)
 from jobs.output import OutputFolder
 from jobs.rows import shard_of
 from jobs.stages import ReadSequences, document_columns, explode_questions, replies_rows, tokenize
@@ -65,8 +74,8 @@ def _read(path: str, columns: list[str] | None = None):
     return dataset.select_columns(columns) if columns else dataset
 
 
-# What the id check returns per batch of (table, id, count) groups: rows with a `shard` count that shard's
-# questions; rows without one are problem ids (and, without a `table`, how many problems were left out).
+# What the id check returns per batch of (table, id, count) groups: rows with a `shard` count the rows of `table`
+# that hash to that shard; rows without one are problem ids (and, without a `table`, how many were left out).
 _ID_SUMMARY_SCHEMA = pa.schema(
     [("table", pa.string()), ("id", pa.string()), ("rows", pa.int64()), ("shard", pa.int32())]
 )
@@ -75,35 +84,40 @@ _PROBLEMS_SHOWN = 20
 
 def _summarise_ids(counts: pa.Table, num_shards: int) -> pa.Table:
     """
-    Of a batch of (table, id, rows) groups: one row per shard with how many questions hash to it, and the
-    first ids that are null or repeated, with a count of the problems left out as one more row.
+    Of a batch of (table, id, rows) groups: one row per table and shard with how many of the table's ids hash to
+    it (questions and replies), and the first ids that are null, empty or repeated, with a count of the problems
+    left out as one more row.
     """
-    shards: Counter[int] = Counter()
+    shards: Counter[tuple[str, int]] = Counter()
     problems = []
     for table, id_, rows in zip(*(counts[name].to_pylist() for name in ("table", "id", "count()")), strict=True):
-        if id_ is None or rows > 1:
+        if not id_ or rows > 1:  # null, empty (a Document would replace it with a hash) or repeated
             problems.append({"table": table, "id": id_, "rows": rows})
-        elif table == "questions":
-            shards[shard_of(id_, num_shards)] += 1
-    summary = [{"shard": shard, "rows": rows} for shard, rows in shards.items()]
+        elif table != "documents":
+            shards[table, shard_of(id_, num_shards)] += 1
+    summary = [{"table": table, "shard": shard, "rows": rows} for (table, shard), rows in shards.items()]
     summary += problems[:_PROBLEMS_SHOWN]
     if len(problems) > _PROBLEMS_SHOWN:
         summary.append({"rows": len(problems) - _PROBLEMS_SHOWN})
     return pa.Table.from_pylist(summary, schema=_ID_SUMMARY_SCHEMA)
 
 
-def _check_ids(datasets: list[tuple[str, str, str, Any]], num_shards: int, partitions: int) -> dict[int, int]:
+def _check_ids(datasets: list[tuple[TableSpec, str, Any]], num_shards: int, partitions: int) -> dict[int, int]:
     """
-    Fails when an id column holds nulls or duplicates, else returns how many questions each shard holds (shards
-    that no question hashes to are absent). One shuffle checks all the tables and counts the shards.
+    Fails when an id column holds nulls, empty strings or duplicates, else returns how many questions each shard
+    holds. A shard that only replies hash to holds 0 questions: it is answered like the others, so that its
+    replies are reported as replies without a question. Shards nothing hashes to are absent. One shuffle checks
+    all the tables and counts the shards.
 
-    :param datasets: (table name, path, id column, dataset) for each table.
+    :param datasets: (what the table holds, its path, its dataset) for each table.
     """
     from ray.data.expressions import lit
 
     tagged = [
-        dataset.select_columns([column]).rename_columns({column: "id"}).with_column("table", lit(table))
-        for table, _, column, dataset in datasets
+        dataset.select_columns([spec.id_column])
+        .rename_columns({spec.id_column: "id"})
+        .with_column("table", lit(spec.name))
+        for spec, _, dataset in datasets
     ]
     combined = tagged[0].union(*tagged[1:]) if len(tagged) > 1 else tagged[0]
     summary = (
@@ -115,22 +129,22 @@ def _check_ids(datasets: list[tuple[str, str, str, Any]], num_shards: int, parti
     problems, unshown = [], 0
     for row in summary.iter_rows():
         if row["shard"] is not None:
-            questions_per_shard[row["shard"]] += row["rows"]
+            questions_per_shard[row["shard"]] += row["rows"] if row["table"] == "questions" else 0
         elif row["table"] is None or len(problems) == _PROBLEMS_SHOWN:
             unshown += row["rows"] if row["table"] is None else 1
         else:
             problems.append(row)
     if not problems:
         return dict(questions_per_shard)
-    where = {table: (path, column) for table, path, column, _ in datasets}
+    where = {spec.name: (path, spec.id_column) for spec, path, _ in datasets}
     lines = []
     for row in problems:
         path, column = where[row["table"]]
-        what = "a null value" if row["id"] is None else f"duplicate value {row['id']!r}"
+        what = {None: "a null value", "": "an empty value"}.get(row["id"], f"duplicate value {row['id']!r}")
         lines.append(f"{redact(path)}: column '{column}' of the {row['table']} table has {what} ({row['rows']} rows)")
     if unshown:
-        lines.append(f"... and {unshown} more null or duplicate ids")
-    raise InputError("Input ids must be unique and not null:\n  - " + "\n  - ".join(lines))
+        lines.append(f"... and {unshown} more null, empty or duplicate ids")
+    raise InputError("Input ids must be unique, not null and not empty:\n  - " + "\n  - ".join(lines))
 
 
 def _start_ray(address: str | None) -> float:
@@ -227,13 +241,7 @@ def _answer_shards(
         no_answer=config.no_answer,
         score_threshold=config.score_threshold,
         refusal_threshold=config.refusal_threshold,
-        answer_builder={
-            "pattern": config.answer_pattern,
-            "reference_pattern": config.reference_pattern,
-            "last_message_only": config.last_message_only,
-            "return_only_referenced_documents": config.return_only_referenced_documents,
-            "expand_reference_ranges": config.expand_reference_ranges,
-        },
+        answer_builder=config.answer_builder_parameters(),
         with_replies=replies is not None,
     )
     summaries = work.groupby("shard", num_partitions=max(1, min(len(shards), 32))).map_groups(
@@ -276,18 +284,18 @@ def run(config: JobConfig) -> int:
 
     questions = _read(config.questions, ["id", "query", "context" if squad else "document_ids"])
     n_questions = questions.count()
-    checks = [("questions", config.questions, "id", questions)]
+    checks = [(QUESTIONS, config.questions, questions)]
     documents = None
     if not squad:
         columns = ["id", "content"] + (["page_number"] if "page_number" in documents_schema.names else [])
         documents = _read(config.documents, columns)
-        checks.append(("documents", config.documents, "id", documents))
+        checks.append((DOCUMENTS, config.documents, documents))
     replies = None
     if config.replies:
         replies = _read(
             config.replies, ["question_id", "replies"] + (["meta"] if "meta" in replies_schema.names else [])
         )
-        checks.append(("replies", config.replies, "question_id", replies))
+        checks.append((REPLIES, config.replies, replies))
     partitions = max(1, min(32, n_questions // 50_000))
     num_shards = max(1, math.ceil(n_questions / config.shard_size))
     expected = _check_ids(checks, num_shards, partitions)

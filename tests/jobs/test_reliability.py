@@ -175,20 +175,42 @@ def test_output_that_does_not_reconcile_exits_non_zero(
     assert not (output / "manifest.json").exists()
 
 
-def test_shards_without_questions_still_reconcile(local_ray, tmp_path: Path, tiny_bert_model: Path) -> None:
+def test_shards_without_questions_still_reconcile_and_report_their_replies(
+    local_ray, tmp_path: Path, tiny_bert_model: Path
+) -> None:
     documents = write_table(tmp_path / "documents.parquet", {"id": ["d1"], "content": [TEXTS[1][:400]]})
     ids = ["q01", "q02", "q03"]  # all three hash to shard 0 of 2
     assert {zlib.crc32(question_id.encode()) % 2 for question_id in ids} == {0}
+    document_ids = [["d1"], ["d1"], ["d1", "nope"]]
     questions = write_table(
-        tmp_path / "questions.parquet", {"id": ids, "query": ["What is it?"] * 3, "document_ids": [["d1"]] * 3}
+        tmp_path / "questions.parquet", {"id": ids, "query": ["What is it?"] * 3, "document_ids": document_ids}
     )
+    # Replies to two questions that do not exist: "d" hashes to shard 0, "a" to shard 1, which has no question.
+    # q03's reply meta is not a JSON object: its error joins the one it already has.
+    assert [zlib.crc32(question_id.encode()) % 2 for question_id in ("d", "a")] == [0, 1]
+    replies = {
+        "question_id": ["q01", "q03", "d", "a"],
+        "replies": [["It is [1]"]] * 4,
+        "meta": [["{}"], ["[1]"], None, None],
+    }
+    replies = write_table(tmp_path / "replies.parquet", replies)
     output = tmp_path / "out"
     status = run_job(
-        "--questions", questions, "--documents", documents, "--model", tiny_bert_model, "--output", output,
-        *SETTINGS, "--shard-size", "2",
+        "--questions", questions, "--documents", documents, "--replies", replies, "--model", tiny_bert_model,
+        "--output", output, *SETTINGS, "--shard-size", "2",
     )  # fmt: skip
-    assert len(read_output(output, "questions")) == 3
     assert status == 0
+    rows = read_output(output, "questions")
+    assert [(row["question_id"], row["status"] == "error") for row in rows] == [
+        ("q01", False), ("q02", False), ("q03", True)
+    ]  # fmt: skip
+    assert rows[2]["error"] == (
+        "unknown document ids: 'nope' (the known documents were read); replies: each reply meta must be a JSON object"
+    )
+    assert [row["question_id"] for row in read_output(output, "generated_answers")] == ["q01"]
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert manifest["replies_without_question"] == ["a", "d"]
+    assert manifest["shards"] == {"total": 2, "committed": 2, "resumed": 0}
 
 
 # --- 2. Worker faults -------------------------------------------------------------------------------------------
