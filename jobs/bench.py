@@ -106,6 +106,8 @@ class Measurement:
 
 @dataclass
 class Counts:
+    """What one row's forward passes saw: sequences, real and padded tokens, and each sequence's length."""
+
     sequences: int
     tokens: int
     padded_tokens: int
@@ -460,6 +462,7 @@ def machine(device: str) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's command line."""
     parser = argparse.ArgumentParser(prog="python -m jobs.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="QA model folder (default: MiniLM-L6 built locally; tiny-bert with --scale)")
     parser.add_argument("--questions", type=int, default=300, help="questions (default 300)")

@@ -195,6 +195,8 @@ class MemorySampler:
 
 @dataclass
 class MemoryReading:
+    """Memory in use when a measured block started and its peak during the block, in bytes."""
+
     start: int
     peak: int = 0
     cpu_seconds: float | None = None  # with `tree`: CPU time of the process tree during the block

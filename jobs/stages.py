@@ -213,6 +213,7 @@ class ReadSequences:
         self.worker = f"{socket.gethostname()}:{os.getpid()} gpus={','.join(map(str, gpu_ids)) or '-'} {device}"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        """Reads the batch's sequence rows in one `predict_spans` call; passes every other row on unchanged."""
         from qa_core.tokenization import Sequence
 
         rows = batch.to_pylist()

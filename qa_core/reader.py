@@ -50,6 +50,7 @@ class ReaderSettings:
 
     @property
     def spans(self) -> SpanSettings:
+        """The settings span decoding needs."""
         return SpanSettings(self.answers_per_seq, self.calibration_factor, self.max_answer_length)
 
 

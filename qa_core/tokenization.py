@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
+from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Sequence:
 
 
 def tokenize_pairs(
-    tokenizer, queries: list[str], contents: list[str], max_seq_length: int, stride: int
+    tokenizer: PreTrainedTokenizerBase, queries: list[str], contents: list[str], max_seq_length: int, stride: int
 ) -> list[Sequence]:
     """
     Tokenizes (query, document) pairs. A document longer than `max_seq_length` tokens (with its query) is split into
