@@ -45,6 +45,10 @@ EXECUTION_FIELDS = (
     "shards_per_wave",
 )
 
+# (question, document) pairs one tokenize call reads: a block holds a wave's pairs (the join's output), and whole
+# blocks at once held every sequence of the wave in one worker.
+PAIRS_PER_TOKENIZE_BATCH = 512
+
 __all__ = ["build_parser", "main", "run"]
 
 
@@ -211,6 +215,7 @@ def _answer_shards(
     work = work.map_batches(
         tokenize,
         batch_format="pyarrow",
+        batch_size=PAIRS_PER_TOKENIZE_BATCH,
         max_retries=-1,
         fn_kwargs={
             "model": config.model,

@@ -66,7 +66,7 @@ class JobConfig:
     cpus_per_actor: float = 0.5  # logical CPUs each reader actor reserves; the pool takes at most 1/4 of the cluster
     sequences_per_actor_batch: int = 1024  # sequences handed to an actor at once (sorted by length inside)
     shard_size: int = 1000  # questions per output shard (the unit of atomic commit and of resume)
-    shards_per_wave: int = 20  # shards answered by one pipeline run; bounds memory, as a wave is shuffled at once
+    shards_per_wave: int = 10  # shards answered by one pipeline run; bounds memory, as a wave is shuffled at once
 
     def reader_parameters(self) -> dict[str, Any]:
         """The `qa_core.ExtractiveReader` constructor arguments."""
