@@ -154,6 +154,21 @@ def _none_or(kind: type):
     return parse
 
 
+class _BooleanFlag(argparse.BooleanOptionalAction):
+    """`--x` sets True and `--no-x` False, also for an option named `no_...` (`--no-answer` / `--no-no-answer`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, option_string == self.option_strings[0])
+
+
+def _yaml_value(text: str) -> Any:
+    """A command-line value written in YAML (`--model-kwargs '{dtype: torch.bfloat16}'`)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise argparse.ArgumentTypeError(f"not valid YAML: {error}") from None
+
+
 def _field_comments() -> dict[str, str]:
     """`JobConfig`'s field comments, which are its documentation, by field name."""
     pattern = re.compile(r"^\s+(\w+): .*?  # (.+)$")
@@ -176,9 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
         default = spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default
         help_text = f"{comments.get(spec.name, '')} (default: {default})"
         if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
+            parser.add_argument(flag, action=_BooleanFlag, help=help_text)
         elif kind is dict:
-            parser.add_argument(flag, type=yaml.safe_load, metavar="YAML", help=help_text)
+            parser.add_argument(flag, type=_yaml_value, metavar="YAML", help=help_text)
         else:
             parse = _none_or(kind) if _is_optional(spec.type) else kind
             parser.add_argument(flag, type=parse, metavar=kind.__name__.upper(), help=help_text)

@@ -260,6 +260,21 @@ def test_command_line_wins_over_yaml(tmp_path: Path) -> None:
     assert config.reader_parameters()["top_k"] == 2
 
 
+def test_no_answer_flags_switch_the_no_answer_row_on_and_off(tmp_path: Path) -> None:
+    config_file = tmp_path / "job.yaml"
+    config_file.write_text("questions: q.parquet\noutput: out\nno_answer: false\n")
+    assert load_config(["--config", str(config_file), "--no-answer"]).no_answer is True
+    assert load_config(["--config", str(config_file), "--no-answer", "--no-no-answer"]).no_answer is False
+    assert load_config(["--config", str(config_file)]).no_answer is False
+
+
+def test_malformed_yaml_value_on_the_command_line_exits_2(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        load_config(["--questions", "q.parquet", "--output", "out", "--model-kwargs", "{dtype: [1"])
+    assert exit_info.value.code == 2
+    assert "argument --model-kwargs: not valid YAML: " in capsys.readouterr().err
+
+
 def test_none_on_the_command_line_switches_an_option_off(tmp_path: Path) -> None:
     config_file = tmp_path / "job.yaml"
     config_file.write_text("questions: q.parquet\noutput: out\nscore_threshold: 0.3\n")
