@@ -79,9 +79,11 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def job_args(corpus: dict, model: Path, output: Path, *extra: str) -> list[str]:
+    """The corpus run: its 12 shards in one wave (each wave costs a pipeline start) unless `extra` says otherwise."""
     return [
         "--questions", corpus["paths"]["questions"], "--documents", corpus["paths"]["documents"],
-        "--model", str(model), "--output", str(output), *SETTINGS, "--shard-size", str(SHARD_SIZE), *extra,
+        "--model", str(model), "--output", str(output), *SETTINGS, "--shard-size", str(SHARD_SIZE),
+        "--shards-per-wave", str(NUM_SHARDS), *extra,
     ]  # fmt: skip
 
 
