@@ -2,9 +2,12 @@
 
 from dataclasses import dataclass
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import numpy as np
-from transformers import PreTrainedTokenizerBase
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -32,7 +35,7 @@ class Sequence:
 
 
 def tokenize_pairs(
-    tokenizer: PreTrainedTokenizerBase, queries: list[str], contents: list[str], max_seq_length: int, stride: int
+    tokenizer: "PreTrainedTokenizerBase", queries: list[str], contents: list[str], max_seq_length: int, stride: int
 ) -> list[Sequence]:
     """
     Tokenizes (query, document) pairs. A document longer than `max_seq_length` tokens (with its query) is split into
