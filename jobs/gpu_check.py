@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from jobs import bench
+from jobs.bench import throughput as bench
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

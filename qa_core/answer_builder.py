@@ -3,11 +3,12 @@
 import inspect
 import logging
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from qa_core.answers import GeneratedAnswer
 from qa_core.document import Document
+from qa_core.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -20,6 +21,29 @@ class Reply(Protocol):
     """A chat reply such as Haystack's `ChatMessage`: its text, and optionally `meta`."""
 
     text: str | None
+
+
+@dataclass(frozen=True)
+class AnswerBuilderSettings(Settings):
+    """How generator replies are parsed (`AnswerBuilder`'s parameters; `answer_pattern` is its `pattern`)."""
+
+    answer_pattern: str | None = None  # regex extracting the answer from a reply (at most one group)
+    reference_pattern: str | None = None  # regex finding 1-based document references, e.g. \[(\d+)\]
+    last_message_only: bool = False  # parse only the last reply of each question
+    return_only_referenced_documents: bool = True  # referenced_document_ids lists only referenced documents
+    expand_reference_ranges: bool = False  # read [1-3,5] as documents 1, 2, 3 and 5
+
+    def problems(self) -> list[str]:
+        problems = []
+        for name in ("answer_pattern", "reference_pattern"):
+            try:
+                check_pattern(getattr(self, name))
+            except ValueError as error:
+                problems.append(f"{name}: {error}")
+        return problems
+
+
+_DEFAULTS = AnswerBuilderSettings()
 
 
 class AnswerBuilder:
@@ -65,12 +89,12 @@ class AnswerBuilder:
 
     def __init__(
         self,
-        pattern: str | None = None,
-        reference_pattern: str | None = None,
-        last_message_only: bool = False,
+        pattern: str | None = _DEFAULTS.answer_pattern,
+        reference_pattern: str | None = _DEFAULTS.reference_pattern,
+        last_message_only: bool = _DEFAULTS.last_message_only,
         *,
-        return_only_referenced_documents: bool = True,
-        expand_reference_ranges: bool = False,
+        return_only_referenced_documents: bool = _DEFAULTS.return_only_referenced_documents,
+        expand_reference_ranges: bool = _DEFAULTS.expand_reference_ranges,
     ) -> None:
         check_pattern(pattern)
         check_pattern(reference_pattern)
@@ -182,6 +206,12 @@ class AnswerBuilder:
         :returns: The builder.
         """
         return cls(**data.get("init_parameters", {}))
+
+    @classmethod
+    def from_settings(cls, settings: AnswerBuilderSettings) -> "AnswerBuilder":
+        """A builder with the given settings."""
+        values = settings.as_dict()
+        return cls(pattern=values.pop("answer_pattern"), **values)
 
 
 def check_pattern(pattern: str | None) -> None:

@@ -5,20 +5,39 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from qa_core.settings import Settings, at_least
 from qa_core.spans import SequenceSpans, spans_to_chars, top_spans
 from qa_core.tokenization import Sequence
 
-# Sequences per forward pass when the caller sets no `max_batch_size`.
 DEFAULT_BATCH_SIZE = 32
+DEFAULT_ANSWERS_PER_SEQ = 20
 
 
-@dataclass
-class SpanSettings:
-    """How spans are decoded from the model's logits."""
+@dataclass(frozen=True)
+class InferenceSettings(Settings):
+    """How sequences go through the model and how spans are decoded from its logits."""
 
-    answers_per_seq: int = 20  # spans kept per sequence
+    max_batch_size: int | None = None  # sequences per forward pass (None: 32)
+    answers_per_seq: int | None = None  # candidate spans per sequence (None: 20)
     calibration_factor: float = 0.1  # multiplies start + end logits before the sigmoid
-    max_answer_length: int | None = None  # longest span in tokens; None: no limit
+    max_answer_length: int | None = None  # longest answer in tokens; None: no limit
+
+    @property
+    def batch_size(self) -> int:
+        """`max_batch_size`, or `DEFAULT_BATCH_SIZE` when it is None."""
+        return DEFAULT_BATCH_SIZE if self.max_batch_size is None else self.max_batch_size
+
+    @property
+    def spans_per_sequence(self) -> int:
+        """`answers_per_seq`, or `DEFAULT_ANSWERS_PER_SEQ` when it is None."""
+        return DEFAULT_ANSWERS_PER_SEQ if self.answers_per_seq is None else self.answers_per_seq
+
+    def problems(self) -> list[str]:
+        problems = at_least("max_batch_size", self.max_batch_size, 1, optional=True)
+        problems += at_least("answers_per_seq", self.answers_per_seq, 1, optional=True)
+        if not self.calibration_factor > 0:
+            problems.append(f"calibration_factor must be > 0, not {self.calibration_factor}")
+        return problems + at_least("max_answer_length", self.max_answer_length, 1, optional=True)
 
 
 def pad_batch(sequences: list[Sequence], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -58,8 +77,7 @@ def predict_spans(
     model: torch.nn.Module,
     sequences: list[Sequence],
     pad_token_id: int,
-    settings: SpanSettings,
-    batch_size: int | None = None,
+    settings: InferenceSettings,
     device: torch.device | str = "cpu",
 ) -> list[SequenceSpans]:
     """
@@ -70,15 +88,14 @@ def predict_spans(
     :param model: A `*ForQuestionAnswering` model in eval mode.
     :param sequences: The sequences, unpadded.
     :param pad_token_id: The tokenizer's padding id.
-    :param settings: Span decoding settings.
-    :param batch_size: Most sequences in one forward pass (and one span-score tensor); `None` for the default.
+    :param settings: Batch size (most sequences in one forward pass, and one span-score tensor) and span decoding.
     :param device: Where the model lives.
     :returns: One `SequenceSpans` per input sequence, in input order.
     """
     device = torch.device(device)
     pin = device.type == "cuda"
     results: list[SequenceSpans | None] = [None] * len(sequences)
-    for indices in length_sorted_batches(sequences, batch_size or DEFAULT_BATCH_SIZE):
+    for indices in length_sorted_batches(sequences, settings.batch_size):
         batch = [sequences[index] for index in indices]
         tensors = pad_batch(batch, pad_token_id)
         if pin:
@@ -90,7 +107,7 @@ def predict_spans(
                 output.start_logits,
                 output.end_logits,
                 tensors["context_mask"] & (tensors["attention_mask"] == 1),
-                settings.answers_per_seq,
+                settings.spans_per_sequence,
                 settings.calibration_factor,
                 settings.max_answer_length,
             )

@@ -8,14 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+from transformers import AutoModelForQuestionAnswering
 
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
-from qa_core.inference import SpanSettings, predict_spans
+from qa_core.inference import InferenceSettings, predict_spans
+from qa_core.models import DEFAULT_TOKEN, ModelSettings, load_tokenizer, resolve_token
 from qa_core.secret import Secret
 from qa_core.selection import (
     DocumentText,
+    SelectionSettings,
     SpanCandidate,
     as_span_candidate,
     candidate_answers,
@@ -23,35 +25,28 @@ from qa_core.selection import (
     select_spans,
 )
 from qa_core.spans import SequenceSpans
-from qa_core.tokenization import Sequence, tokenize_pairs
+from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_pairs
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ANSWERS_PER_SEQ = 20
+# The reader's parameters, by phase: each phase's settings class defines their defaults, documentation and checks.
+PHASES = {"tokenization": TokenizationSettings, "inference": InferenceSettings, "selection": SelectionSettings}
+_MODEL, _TOKENIZATION, _INFERENCE, _SELECTION = (ModelSettings(), *(phase() for phase in PHASES.values()))
 _DTYPE_KEYS = ("torch_dtype", "dtype")
-QUANTIZATIONS = (None, "int8")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReaderSettings:
-    """The reader's parameters for one call, after run-time overrides."""
+    """The reader's parameters for one call, after run-time overrides, by phase."""
 
-    top_k: int
-    score_threshold: float | None
-    max_seq_length: int
-    stride: int
-    max_batch_size: int | None
-    answers_per_seq: int
-    no_answer: bool
-    overlap_threshold: float | None
-    calibration_factor: float
-    max_answer_length: int | None
-    context_window_size: int | None
+    tokenization: TokenizationSettings
+    inference: InferenceSettings
+    selection: SelectionSettings
 
-    @property
-    def spans(self) -> SpanSettings:
-        """The settings span decoding needs."""
-        return SpanSettings(self.answers_per_seq, self.calibration_factor, self.max_answer_length)
+    def problems(self) -> list[str]:
+        """Every phase's problems."""
+        phases = (self.tokenization, self.inference, self.selection)
+        return [problem for phase in phases for problem in phase.problems()]
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -104,22 +99,22 @@ class ExtractiveReader:
 
     def __init__(
         self,
-        model: Path | str = "deepset/roberta-base-squad2-distilled",
+        model: Path | str = _MODEL.model,
         device: str | torch.device | None = None,
-        token: Secret | None = Secret.from_env_var(["HF_API_TOKEN", "HF_TOKEN"], strict=False),  # noqa: B008
-        top_k: int = 20,
-        score_threshold: float | None = None,
-        max_seq_length: int = 384,
-        stride: int = 128,
-        max_batch_size: int | None = None,
-        answers_per_seq: int | None = None,
-        no_answer: bool = True,
-        calibration_factor: float = 0.1,
-        overlap_threshold: float | None = 0.01,
+        token: Secret | None = DEFAULT_TOKEN,
+        top_k: int = _SELECTION.top_k,
+        score_threshold: float | None = _SELECTION.score_threshold,
+        max_seq_length: int = _TOKENIZATION.max_seq_length,
+        stride: int = _TOKENIZATION.stride,
+        max_batch_size: int | None = _INFERENCE.max_batch_size,
+        answers_per_seq: int | None = _INFERENCE.answers_per_seq,
+        no_answer: bool = _SELECTION.no_answer,
+        calibration_factor: float = _INFERENCE.calibration_factor,
+        overlap_threshold: float | None = _SELECTION.overlap_threshold,
         model_kwargs: dict[str, Any] | None = None,
-        max_answer_length: int | None = None,
-        context_window_size: int | None = None,
-        quantization: str | None = None,
+        max_answer_length: int | None = _INFERENCE.max_answer_length,
+        context_window_size: int | None = _SELECTION.context_window_size,
+        quantization: str | None = _MODEL.quantization,
     ) -> None:
         """
         Creates the reader; `warm_up()` loads the model.
@@ -144,9 +139,9 @@ class ExtractiveReader:
             `context`, with `context_offset` locating the answer there.
         :param quantization: `"int8"` quantizes the model's Linear layers to int8 dynamically (CPU only, opt-in:
             faster, and answers may differ slightly from fp32); `None` keeps the model's weights as loaded.
+        :raises ValueError: Naming every parameter whose value is unusable (`top_k=0`, `stride >= max_seq_length`,
+            an unknown `quantization`, ...).
         """
-        if quantization not in QUANTIZATIONS:
-            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, not {quantization!r}.")
         self.model = str(model)
         self.device = device
         self.token = token
@@ -166,20 +161,28 @@ class ExtractiveReader:
         self._model: torch.nn.Module | None = None
         self._tokenizer: Any = None
         self._device: torch.device | None = None
+        problems = self.model_settings.problems() + self._settings().problems()
+        if problems:
+            raise ValueError("Invalid ExtractiveReader parameters: " + "; ".join(problems) + ".")
+
+    @property
+    def model_settings(self) -> ModelSettings:
+        """The model and how it is loaded."""
+        return ModelSettings(self.model, self.quantization, self.model_kwargs)
 
     def warm_up(self) -> None:
         """Loads the model and tokenizer onto the device. Calling it again does nothing."""
         if self._model is not None:
             return
-        token = self.token.resolve_value() if self.token else None
+        token = resolve_token(self.token)
         model_kwargs = deserialize_model_kwargs(self.model_kwargs)
-        trust_remote_code = bool(model_kwargs.get("trust_remote_code", False))
+        trust_remote_code = self.model_settings.trust_remote_code
         device = None if "device_map" in model_kwargs else resolve_device(self.device)
         if self.quantization is not None and device is not None and device.type != "cpu":
             raise ValueError(f"{self.quantization} quantization runs on the CPU only, not on {device}.")
         model_kwargs.setdefault("trust_remote_code", False)  # custom model code runs only when the user says so
         model = AutoModelForQuestionAnswering.from_pretrained(self.model, token=token, **model_kwargs)
-        self._tokenizer = AutoTokenizer.from_pretrained(self.model, token=token, trust_remote_code=trust_remote_code)
+        self._tokenizer = load_tokenizer(self.model, self.token, trust_remote_code)
         if "device_map" in model_kwargs:
             self._device = model.device
         else:
@@ -192,14 +195,23 @@ class ExtractiveReader:
         self._model = model.eval()
 
     def _settings(self, **overrides: Any) -> ReaderSettings:
-        """The constructor's parameters with run-time overrides applied; `None` keeps the constructor's value."""
-        values = {}
-        for spec in dataclasses.fields(ReaderSettings):
-            value = overrides.get(spec.name)
-            values[spec.name] = getattr(self, spec.name) if value is None else value
-        if values["answers_per_seq"] is None:
-            values["answers_per_seq"] = DEFAULT_ANSWERS_PER_SEQ
-        return ReaderSettings(**values)
+        """
+        The constructor's parameters with run-time overrides applied, by phase; `None` keeps the constructor's value.
+
+        :raises ValueError: When an override is unusable, naming it.
+        """
+        phases = {}
+        for name, phase in PHASES.items():
+            values = {}
+            for spec in dataclasses.fields(phase):
+                value = overrides.get(spec.name)
+                values[spec.name] = getattr(self, spec.name) if value is None else value
+            phases[name] = phase(**values)
+        settings = ReaderSettings(**phases)
+        problems = settings.problems()  # the constructor's values passed: these come from the overrides
+        if problems and overrides:
+            raise ValueError("Invalid run-time parameters: " + "; ".join(problems) + ".")
+        return settings
 
     def run(
         self,
@@ -277,37 +289,22 @@ class ExtractiveReader:
             overlap_threshold=overlap_threshold,
         )
         pairs = [(index, doc) for index, docs in enumerate(documents) for doc in _with_content(docs)]
-        sequences = tokenize_pairs(
-            self._tokenizer,
-            [queries[index] for index, _ in pairs],
-            [doc.content for _, doc in pairs],
-            settings.max_seq_length,
-            settings.stride,
-        )
-        spans = self.predict(
-            sequences, max_batch_size=settings.max_batch_size, answers_per_seq=settings.answers_per_seq
-        )
+        queries_of_pairs = [queries[index] for index, _ in pairs]
+        contents = [doc.content for _, doc in pairs]
+        sequences = tokenize_pairs(self._tokenizer, queries_of_pairs, contents, settings.tokenization)
+        spans = self._predict(sequences, settings.inference)
         sources = [DocumentText.of(doc) for _, doc in pairs]
         candidates: list[list[ExtractedAnswer] | None] = [None] * len(queries)  # None: no document with content
         for sequence, sequence_spans in zip(sequences, spans, strict=True):
             query_index = pairs[sequence.pair_index][0]
-            found = candidate_answers(
-                queries[query_index], sources[sequence.pair_index], sequence_spans, settings.context_window_size
-            )
+            source = sources[sequence.pair_index]
+            window_size = settings.selection.context_window_size
+            found = candidate_answers(queries[query_index], source, sequence_spans, window_size)
             if candidates[query_index] is None:
                 candidates[query_index] = []
             candidates[query_index].extend(found)
         answers = [
-            []
-            if query_candidates is None
-            else rank_answers(
-                query,
-                query_candidates,
-                settings.top_k,
-                settings.overlap_threshold,
-                settings.no_answer,
-                settings.score_threshold,
-            )
+            [] if query_candidates is None else rank_answers(query, query_candidates, settings.selection)
             for query, query_candidates in zip(queries, candidates, strict=True)
         ]
         return {"answers": answers}
@@ -328,9 +325,10 @@ class ExtractiveReader:
         if self._model is None:
             raise RuntimeError("The reader is not warmed up: call warm_up() before predict().")
         settings = self._settings(max_batch_size=max_batch_size, answers_per_seq=answers_per_seq)
-        return predict_spans(
-            self._model, sequences, self._tokenizer.pad_token_id, settings.spans, settings.max_batch_size, self._device
-        )
+        return self._predict(sequences, settings.inference)
+
+    def _predict(self, sequences: list[Sequence], settings: InferenceSettings) -> list[SequenceSpans]:
+        return predict_spans(self._model, sequences, self._tokenizer.pad_token_id, settings, self._device)
 
     def deduplicate_by_overlap(
         self, answers: list[ExtractedAnswer], overlap_threshold: float | None
@@ -358,6 +356,20 @@ class ExtractiveReader:
         parameters["token"] = self.token.to_dict() if self.token is not None else None
         parameters["model_kwargs"] = serialize_model_kwargs(self.model_kwargs)
         return {"type": f"{type(self).__module__}.{type(self).__qualname__}", "init_parameters": parameters}
+
+    @classmethod
+    def from_settings(
+        cls, model: ModelSettings, *phases: TokenizationSettings | InferenceSettings | SelectionSettings, **kwargs: Any
+    ) -> "ExtractiveReader":
+        """
+        A reader built from settings objects (the phases not given keep their defaults).
+
+        :param model: The model and how it is loaded.
+        :param phases: Any of the tokenization, inference and selection settings.
+        :param kwargs: `device` and `token`.
+        """
+        parameters = {name: value for phase in (model, *phases) for name, value in phase.as_dict().items()}
+        return cls(**parameters, **kwargs)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ExtractiveReader":

@@ -19,11 +19,31 @@ import numpy as np
 
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
+from qa_core.settings import Settings, at_least, within
 
 if TYPE_CHECKING:  # spans.py imports torch, which the Ray job's aggregation tasks do without
     from qa_core.spans import SequenceSpans
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SelectionSettings(Settings):
+    """How one query's candidate spans become its answers."""
+
+    top_k: int = 20  # answers per question, plus the no-answer row
+    score_threshold: float | None = None  # keep answers scoring at least this
+    overlap_threshold: float | None = 0.01  # de-duplicate answers overlapping more than this; None keeps all
+    no_answer: bool = True  # add the no-answer row
+    context_window_size: int | None = None  # characters of context around each answer; None: no context
+
+    def problems(self) -> list[str]:
+        return [
+            *at_least("top_k", self.top_k, 1),
+            *within("score_threshold", self.score_threshold, 0, 1),
+            *within("overlap_threshold", self.overlap_threshold, 0, 1),
+            *at_least("context_window_size", self.context_window_size, 0, optional=True),
+        ]
 
 
 @dataclass
@@ -188,25 +208,19 @@ def candidate_answers(
     return answers
 
 
-def rank_answers(
-    query: str,
-    candidates: list[ExtractedAnswer],
-    top_k: int | None,
-    overlap_threshold: float | None,
-    no_answer: bool,
-    score_threshold: float | None,
-) -> list[ExtractedAnswer]:
+def rank_answers(query: str, candidates: list[ExtractedAnswer], settings: SelectionSettings) -> list[ExtractedAnswer]:
     """
     One query's answers from all its candidates (in document, sequence, rank order): sorted by score,
     de-duplicated by overlap, cut to `top_k`, plus the no-answer entry in score order, then `score_threshold`.
     """
     spans = [as_span_candidate(answer) for answer in candidates]
-    answers = [candidates[i] for i in select_spans(spans, [a.score for a in candidates], top_k, overlap_threshold)]
-    if no_answer:
+    scores = [answer.score for answer in candidates]
+    answers = [candidates[i] for i in select_spans(spans, scores, settings.top_k, settings.overlap_threshold)]
+    if settings.no_answer:
         answers.append(ExtractedAnswer(query=query, score=no_answer_score([a.score for a in answers]), data=None))
         answers.sort(key=lambda answer: answer.score, reverse=True)
-    if score_threshold is not None:
-        answers = [answer for answer in answers if answer.score >= score_threshold]
+    if settings.score_threshold is not None:
+        answers = [answer for answer in answers if answer.score >= settings.score_threshold]
     return answers
 
 

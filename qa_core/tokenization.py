@@ -6,8 +6,24 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qa_core.settings import Settings, at_least
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class TokenizationSettings(Settings):
+    """How (query, document) pairs become model sequences."""
+
+    max_seq_length: int = 384  # tokens per sequence; longer documents are split
+    stride: int = 128  # tokens shared by consecutive windows of a document
+
+    def problems(self) -> list[str]:
+        problems = at_least("max_seq_length", self.max_seq_length, 8)
+        if not 0 <= self.stride < self.max_seq_length:
+            problems.append(f"stride ({self.stride}) must be >= 0 and < max_seq_length ({self.max_seq_length})")
+        return problems
 
 
 @dataclass
@@ -35,7 +51,7 @@ class Sequence:
 
 
 def tokenize_pairs(
-    tokenizer: "PreTrainedTokenizerBase", queries: list[str], contents: list[str], max_seq_length: int, stride: int
+    tokenizer: "PreTrainedTokenizerBase", queries: list[str], contents: list[str], settings: TokenizationSettings
 ) -> list[Sequence]:
     """
     Tokenizes (query, document) pairs. A document longer than `max_seq_length` tokens (with its query) is split into
@@ -44,26 +60,48 @@ def tokenize_pairs(
     :param tokenizer: A fast Hugging Face tokenizer.
     :param queries: One query per pair.
     :param contents: One document text per pair.
-    :param max_seq_length: Maximum tokens in one sequence.
-    :param stride: Tokens shared by consecutive windows of one document.
+    :param settings: `max_seq_length` and `stride`.
     :returns: The sequences, grouped by pair and in document order.
     :raises ValueError: If a query leaves no room for its document; the message names the query.
     """
+    sequences, failures = tokenize_each_pair(tokenizer, queries, contents, settings)
+    if failures:
+        raise ValueError(next(iter(failures.values())))
+    return sequences
+
+
+def tokenize_each_pair(
+    tokenizer: "PreTrainedTokenizerBase", queries: list[str], contents: list[str], settings: TokenizationSettings
+) -> tuple[list[Sequence], dict[int, str]]:
+    """
+    `tokenize_pairs` that goes on past pairs it cannot tokenize: all pairs at once, and only when that fails,
+    pair by pair.
+
+    :returns: The sequences of the pairs that could be tokenized, and for each other pair (by index) why not.
+    """
     if not queries:
-        return []
+        return [], {}
     try:
-        encodings = _encode_pairs(tokenizer, queries, contents, max_seq_length, stride)
-    except Exception as error:  # tokenizers raises a bare Exception when a query leaves no room for its document
-        if len(queries) == 1:
-            raise ValueError(
-                f"Cannot tokenize query {queries[0][:80]!r} with max_seq_length={max_seq_length} and stride={stride}: "
-                f"{error}. Shorten the query or raise max_seq_length."
-            ) from error
-        for query, content in zip(queries, contents, strict=True):
-            tokenize_pairs(tokenizer, [query], [content], max_seq_length, stride)
-        raise
+        return _sequences(_encode_pairs(tokenizer, queries, contents, settings), range(len(queries))), {}
+    except Exception:  # noqa: BLE001 - tokenizers raises a bare Exception when a query leaves no room
+        pass
+    sequences: list[Sequence] = []
+    failures: dict[int, str] = {}
+    for index, (query, content) in enumerate(zip(queries, contents, strict=True)):
+        try:
+            sequences += _sequences(_encode_pairs(tokenizer, [query], [content], settings), [index])
+        except Exception as error:  # noqa: BLE001 - see above
+            failures[index] = (
+                f"Cannot tokenize query {query[:80]!r} with max_seq_length={settings.max_seq_length} and "
+                f"stride={settings.stride}: {error}. Shorten the query or raise max_seq_length."
+            )
+    return sequences, failures
+
+
+def _sequences(encodings: list, pair_indices) -> list[Sequence]:
+    """The windows of each pair's encoding as sequences, in pair and document order."""
     sequences = []
-    for pair_index, encoding in enumerate(encodings):
+    for pair_index, encoding in zip(pair_indices, encodings, strict=True):
         for window in [encoding, *encoding.overflowing]:  # the pair's windows, in document order
             sequence_ids = window.sequence_ids
             try:  # the document side is one contiguous run of sequence id 1
@@ -86,7 +124,7 @@ def tokenize_pairs(
     return sequences
 
 
-def _encode_pairs(tokenizer, queries: list[str], contents: list[str], max_seq_length: int, stride: int) -> list:
+def _encode_pairs(tokenizer, queries: list[str], contents: list[str], settings: TokenizationSettings) -> list:
     """
     The Rust tokenizer's encodings of the pairs, truncated and split exactly as `tokenizer(queries, contents,
     truncation="only_second", max_length=max_seq_length, stride=stride, return_overflowing_tokens=True)` would
@@ -100,8 +138,8 @@ def _encode_pairs(tokenizer, queries: list[str], contents: list[str], max_seq_le
     tokenizer.set_truncation_and_padding(
         padding_strategy=PaddingStrategy.DO_NOT_PAD,
         truncation_strategy=TruncationStrategy.ONLY_SECOND,
-        max_length=max_seq_length,
-        stride=stride,
+        max_length=settings.max_seq_length,
+        stride=settings.stride,
         pad_to_multiple_of=None,
         padding_side=None,
     )

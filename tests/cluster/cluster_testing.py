@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 
-from qa_core.schemas import ANSWERS_SCHEMA, QUESTION_STATUSES, QUESTIONS_SCHEMA
+from jobs.bulk_qa.workers.tables import ANSWERS_SCHEMA, QUESTION_STATUSES, QUESTIONS_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "sample"

@@ -14,7 +14,7 @@ from ray.autoscaler._private.util import prepare_config, validate_config
 
 from jobs import submit
 from jobs.bulk_qa import build_parser
-from jobs.config import load_config
+from jobs.bulk_qa.config import load_config
 from tests.cluster.cluster_testing import ROOT
 
 CLUSTER = ROOT / "cluster"
@@ -46,9 +46,9 @@ def check_remote_job(job_args: list[str], gpus: int) -> None:
     """Arguments of a job for a cluster with `gpus` GPUs: storage URIs, and one reader actor per GPU."""
     config = job_config(job_args)
     for name in ("questions", "documents", "output"):
-        assert "://" in getattr(config, name), f"--{name} must be object storage on a cluster"
-    assert config.num_actors == gpus
-    assert config.gpus_per_actor == 1
+        assert "://" in config.to_dict()[name], f"--{name} must be object storage on a cluster"
+    assert config.run.num_actors == gpus
+    assert config.run.gpus_per_actor == 1
 
 
 def readme_block(marker: str) -> list[str]:

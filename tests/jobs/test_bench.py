@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs import bench, gpu_check
-from jobs.bench_data import AnswerKey, agreement, answer_keys, encoder_flops, make_workload
+from jobs import gpu_check
+from jobs.bench import throughput as bench
+from jobs.bench.data import AnswerKey, agreement, answer_keys, encoder_flops, make_workload
 from qa_core.reader import ExtractiveReader
 
 ROWS = ["haystack", "run_batch", "run_batch:bfloat16", "run_batch:int8", "ray", "limit", "limit:bfloat16"]

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.config import InputError
-from jobs.inputs import check_model
+from jobs.bulk_qa.inputs import check_model
+from jobs.bulk_qa.workers.storage import InputError
+from qa_core.models import DEFAULT_TOKEN, ModelSettings
 from tests.jobs.conftest import run_job
 
 
@@ -28,8 +29,8 @@ def test_unreachable_hub_model_fails_at_once_with_the_way_out(monkeypatch: pytes
 
 def test_missing_local_model_folder(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"--model .*/missing: the folder does not exist"):
-        check_model(str(tmp_path / "missing"))
+        check_model(ModelSettings(str(tmp_path / "missing")), DEFAULT_TOKEN)
 
 
 def test_local_model_folder_passes(tiny_bert_model: Path) -> None:
-    check_model(str(tiny_bert_model))
+    check_model(ModelSettings(str(tiny_bert_model)), DEFAULT_TOKEN)

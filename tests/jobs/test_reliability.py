@@ -21,8 +21,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs.config import JobConfig, redact
-from jobs.output import OutputFolder
+from jobs.bulk_qa.config import JobConfig
+from jobs.bulk_qa.output import OutputFolder
+from jobs.bulk_qa.workers.storage import redact
 from tests.jobs.conftest import TEXTS, read_output, run_job, write_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -407,7 +408,9 @@ def test_secrets_never_reach_the_manifest_logs_or_outputs(
     assert not (tmp_path / "out").exists()
 
     # Credentials written into a storage URI are masked wherever the configuration or the output path is shown.
-    config = JobConfig(questions="s3://AKIA123:wJalrSECRET@bucket/q", output="s3://bucket/out?secret_key=wJalrSECRET")
+    config = JobConfig.from_values(
+        {"questions": "s3://AKIA123:wJalrSECRET@bucket/q", "output": "s3://bucket/out?secret_key=wJalrSECRET"}
+    )
     assert "wJalrSECRET" not in json.dumps(config.to_dict())
     assert config.to_dict()["questions"] == "s3://***@bucket/q"
     assert redact("gs://bucket/out?region=eu&access_key=AK&secret_key=SK") == (

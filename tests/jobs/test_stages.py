@@ -1,5 +1,6 @@
 """The job's stages run in-process on Arrow tables, without Ray: each question's answers equal reader.run's."""
 
+import dataclasses
 import zlib
 from pathlib import Path
 
@@ -7,13 +8,20 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from jobs.aggregate import AggregationSettings, aggregate_shard
-from jobs.rows import DOCUMENT_COLUMNS, shard_of
-from jobs.stages import ReadSequences, document_columns, explode_questions, tokenize
+from jobs.bulk_qa.workers.aggregate import RefusalSettings, aggregate_shard
+from jobs.bulk_qa.workers.explode import document_columns, explode_pairs, question_rows
+from jobs.bulk_qa.workers.read import ReadSequences
+from jobs.bulk_qa.workers.rows import DOCUMENT_COLUMNS, shard_of
+from jobs.bulk_qa.workers.tokenize import tokenize
 from qa_core import Document, ExtractiveReader
+from qa_core.inference import InferenceSettings
+from qa_core.models import ModelSettings
+from qa_core.selection import SelectionSettings
+from qa_core.tokenization import TokenizationSettings
 from tests.jobs.conftest import TEXTS, by_question, read_output
 
-SETTINGS = {"top_k": 3, "max_seq_length": 48, "stride": 12, "context_window_size": 40, "overlap_threshold": 0.01}
+TOKENIZATION = TokenizationSettings(max_seq_length=48, stride=12)
+SELECTION = SelectionSettings(top_k=3, context_window_size=40, overlap_threshold=0.01)
 
 
 CONTENTS = {"a": TEXTS[5][:700], "b": "Page one.\fPage two: " + TEXTS[9][:300], "c": None}
@@ -26,31 +34,31 @@ QUESTIONS = pa.table(
 )
 
 
-def aggregation(**overrides) -> AggregationSettings:
-    settings = dict(top_k=3, overlap_threshold=0.01, no_answer=True, score_threshold=None, refusal_threshold=None,
-                    answer_builder={}, with_replies=False)  # fmt: skip
-    return AggregationSettings(**{**settings, **overrides})
+def aggregate(work: pa.Table, output: Path, selection: SelectionSettings = SELECTION) -> pa.Table:
+    """The aggregation of the questions' work rows (question rows joined in, as before aggregation in the job)."""
+    questions = question_rows(QUESTIONS, num_shards=1, shards=frozenset({0}), squad=False)
+    return aggregate_shard(pa.concat_tables([work, questions]), selection, RefusalSettings(), None, str(output))
 
 
 @pytest.fixture(scope="module")
 def candidates(tiny_roberta_model: Path) -> pa.Table:
     """The work rows of the questions, through every stage up to the reader (in-process)."""
     documents = pa.table({"id": list(CONTENTS), "content": list(CONTENTS.values()), "page_number": [None, 7, None]})
-    work = explode_questions(QUESTIONS, num_shards=1, shards=frozenset({0}), squad=False)
+    work = explode_pairs(QUESTIONS, num_shards=1, shards=frozenset({0}), squad=False)
     # Ray Data's join runs on polars: join the same way here.
     joined = pl.from_arrow(work).join(pl.from_arrow(document_columns(documents)), left_on="document_id",
                                       right_on="id", how="left")  # fmt: skip
     work = joined.to_arrow().cast(pa.schema([(f.name, f.type) for f in work.schema] + DOCUMENT_COLUMNS))
-    sequences = tokenize(work, str(tiny_roberta_model), SETTINGS["max_seq_length"], SETTINGS["stride"], 40)
-    parameters = {"model": str(tiny_roberta_model), **SETTINGS}
-    return ReadSequences(parameters, cpu_threads=1)(sequences)
+    model = ModelSettings(str(tiny_roberta_model))
+    sequences = tokenize(work, model, None, TOKENIZATION, SELECTION)
+    return ReadSequences(model, InferenceSettings(), SELECTION, None, cpu_threads=1)(sequences)
 
 
 def test_stages_in_process_equal_reader_run(candidates: pa.Table, tiny_roberta_model: Path, tmp_path: Path) -> None:
-    summary = aggregate_shard(candidates, aggregation(), str(tmp_path))
+    summary = aggregate(candidates, tmp_path)
     assert summary["shard"].to_pylist() == [0]
 
-    reader = ExtractiveReader(model=str(tiny_roberta_model), **SETTINGS)
+    reader = ExtractiveReader.from_settings(ModelSettings(str(tiny_roberta_model)), TOKENIZATION, SELECTION)
     reader.warm_up()
     pages = {"b": {"page_number": 7}}
     answers = by_question(read_output(tmp_path, "answers"))
@@ -74,7 +82,7 @@ def test_stages_in_process_equal_reader_run(candidates: pa.Table, tiny_roberta_m
 
 
 def test_score_threshold_above_every_answer_refuses(candidates: pa.Table, tmp_path: Path) -> None:
-    aggregate_shard(candidates, aggregation(score_threshold=0.999, no_answer=False), str(tmp_path))
+    aggregate(candidates, tmp_path, dataclasses.replace(SELECTION, score_threshold=0.999, no_answer=False))
     assert read_output(tmp_path, "answers") == []
     statuses = {row["question_id"]: (row["status"], row["best_answer"]) for row in read_output(tmp_path, "questions")}
     assert statuses["q1"] == ("refused", None)

@@ -17,7 +17,7 @@ from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
 from qa_core.reader import ExtractiveReader
 from qa_core.spans import top_spans
-from qa_core.tokenization import tokenize_pairs
+from qa_core.tokenization import TokenizationSettings, tokenize_pairs
 
 TEXT_FILE = Path(__file__).resolve().parents[2] / "data" / "text" / "python_stdlib_docs.jsonl"
 with TEXT_FILE.open(encoding="utf-8") as lines:
@@ -164,8 +164,8 @@ def test_documents_are_split_in_the_split_cases(request, reader_pairs, family):
     """The grid's split cases really split: the long document at 384 tokens, the three longest at 64."""
     ours, _ = reader_pairs(request.getfixturevalue(family))
     contents = [content for content, _ in CONTENTS]
-    at_384 = tokenize_pairs(ours._tokenizer, [QUERIES[1]] * len(contents), contents, 384, 128)
-    at_64 = tokenize_pairs(ours._tokenizer, [QUERIES[1]] * len(contents), contents, 64, 16)
+    at_384 = tokenize_pairs(ours._tokenizer, [QUERIES[1]] * len(contents), contents, TokenizationSettings(384, 128))
+    at_64 = tokenize_pairs(ours._tokenizer, [QUERIES[1]] * len(contents), contents, TokenizationSettings(64, 16))
     assert sum(s.pair_index == 0 for s in at_384) > 2
     assert all(sum(s.pair_index == i for s in at_64) > 1 for i in [0, 4, 5])
 
@@ -176,7 +176,12 @@ def test_page_numbers_and_unicode_offsets_match_haystack(request, reader_pairs, 
     contents = [CONTENTS[2], CONTENTS[3]]
     model = request.getfixturevalue(family)
     tokenizer = reader_pairs(model)[0]._tokenizer
-    longest = max(len(s) for s in tokenize_pairs(tokenizer, ["Which page?"] * 2, [c for c, _ in contents], 384, 128))
+    longest = max(
+        len(s)
+        for s in tokenize_pairs(
+            tokenizer, ["Which page?"] * 2, [c for c, _ in contents], TokenizationSettings(384, 128)
+        )
+    )
     # Haystack pads both sequences to `longest`: its top-k over (longest x longest) spans takes every valid one.
     ours, theirs = reader_pairs(model, answers_per_seq=longest**2, overlap_threshold=None)
     got = ours.run("Which page?", our_documents(contents), top_k=100_000)["answers"]

@@ -16,12 +16,12 @@ import qa_core.inference
 import qa_core.reader
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
-from qa_core.inference import pad_batch
+from qa_core.inference import InferenceSettings, pad_batch
 from qa_core.reader import ExtractiveReader, resolve_device
 from qa_core.secret import Secret
-from qa_core.selection import DocumentText, rank_answers
+from qa_core.selection import DocumentText, SelectionSettings, rank_answers
 from qa_core.spans import spans_to_chars, top_spans
-from qa_core.tokenization import Sequence, tokenize_pairs
+from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_pairs
 
 TEXT_FILE = Path(__file__).resolve().parents[2] / "data" / "text" / "python_stdlib_docs.jsonl"
 RIVER = "I swam in the river in Maine."
@@ -249,7 +249,7 @@ def test_reader_scores_match_a_direct_computation_from_logits(
 
 def test_each_sequence_yields_answers_per_seq_spans(readers):
     reader = readers(max_seq_length=64, stride=16, overlap_threshold=None, no_answer=False)
-    sequences = tokenize_pairs(reader._tokenizer, ["What is re?"], [LONG[:2000]], 64, 16)
+    sequences = tokenize_pairs(reader._tokenizer, ["What is re?"], [LONG[:2000]], TokenizationSettings(64, 16))
     assert len(sequences) > 3
     answers = reader.run("What is re?", [Document(content=LONG[:2000])], top_k=100_000)["answers"]
     assert len(answers) == 20 * len(sequences)
@@ -264,7 +264,9 @@ def test_each_sequence_yields_answers_per_seq_spans(readers):
 def test_long_document_is_split_into_overlapping_windows(request, model_fixture):
     tokenizer = AutoTokenizer.from_pretrained(request.getfixturevalue(model_fixture))
     query, content = "What is a deque?", TEXTS["collections"][:900]
-    sequences = tokenize_pairs(tokenizer, [query, "Why?"], [content, "short"], max_seq_length=48, stride=8)
+    sequences = tokenize_pairs(
+        tokenizer, [query, "Why?"], [content, "short"], TokenizationSettings(max_seq_length=48, stride=8)
+    )
     windows = [s for s in sequences if s.pair_index == 0]
     assert len(windows) >= 4 and [s.pair_index for s in sequences[len(windows) :]] == [1]
     query_ids = windows[0].input_ids[: windows[0].context_start]
@@ -324,10 +326,14 @@ def test_rank_answers_sorts_deduplicates_then_cuts_to_top_k():
         answer(0.7, 10, 19, OTHER_DOC),  # same span, other document: kept
         answer(0.6, 23, 28, RIVER_DOC),  # "Maine"
     ]
-    ranked = rank_answers("q", candidates, top_k=3, overlap_threshold=0.01, no_answer=False, score_threshold=None)
+    ranked = rank_answers(
+        "q", candidates, SelectionSettings(top_k=3, overlap_threshold=0.01, no_answer=False, score_threshold=None)
+    )
     assert [(a.score, a.data) for a in ranked] == [(0.9, "the river"), (0.7, "the river"), (0.6, "Maine")]
     assert ranked[1].document is OTHER_DOC
-    everything = rank_answers("q", candidates, None, None, False, None)
+    everything = rank_answers(
+        "q", candidates, SelectionSettings(top_k=len(candidates), overlap_threshold=None, no_answer=False)
+    )
     assert [a.score for a in everything] == [0.9, 0.8, 0.7, 0.6, 0.5]
 
 
@@ -342,7 +348,9 @@ def test_rank_answers_sorts_deduplicates_then_cuts_to_top_k():
 )
 def test_no_answer_scores_prod_one_minus_score_in_score_order(scores, expected):
     candidates = [answer(score, 0, 1 + i, RIVER_DOC) for i, score in enumerate(scores)]
-    ranked = rank_answers("q", candidates, top_k=5, overlap_threshold=None, no_answer=True, score_threshold=None)
+    ranked = rank_answers(
+        "q", candidates, SelectionSettings(top_k=5, overlap_threshold=None, no_answer=True, score_threshold=None)
+    )
     assert [a.score for a in ranked] == expected
     (no_answer,) = [a for a in ranked if a.data is None]
     assert no_answer.document is None and no_answer.document_offset is None and no_answer.query == "q"
@@ -350,16 +358,22 @@ def test_no_answer_scores_prod_one_minus_score_in_score_order(scores, expected):
 
 def test_no_answer_only_counts_answers_kept_after_top_k():
     candidates = [answer(0.6, 0, 1, RIVER_DOC), answer(0.5, 2, 3, RIVER_DOC), answer(0.4, 4, 5, RIVER_DOC)]
-    ranked = rank_answers("q", candidates, top_k=2, overlap_threshold=None, no_answer=True, score_threshold=None)
+    ranked = rank_answers(
+        "q", candidates, SelectionSettings(top_k=2, overlap_threshold=None, no_answer=True, score_threshold=None)
+    )
     assert [a.score for a in ranked] == [0.6, 0.5, pytest.approx(0.4 * 0.5)]
 
 
 def test_score_threshold_applies_last_and_to_the_no_answer():
     candidates = [answer(0.6, 0, 1, RIVER_DOC), answer(0.1, 2, 3, RIVER_DOC)]
     # No-answer: 0.4 * 0.9 = 0.36, computed over both answers before the threshold drops 0.1.
-    ranked = rank_answers("q", candidates, top_k=5, overlap_threshold=None, no_answer=True, score_threshold=0.36)
+    ranked = rank_answers(
+        "q", candidates, SelectionSettings(top_k=5, overlap_threshold=None, no_answer=True, score_threshold=0.36)
+    )
     assert [(a.score, a.data) for a in ranked] == [(0.6, "I"), (pytest.approx(0.36), None)]
-    ranked = rank_answers("q", candidates, top_k=5, overlap_threshold=None, no_answer=True, score_threshold=0.37)
+    ranked = rank_answers(
+        "q", candidates, SelectionSettings(top_k=5, overlap_threshold=None, no_answer=True, score_threshold=0.37)
+    )
     assert [a.score for a in ranked] == [0.6]
 
 
@@ -477,7 +491,9 @@ def test_run_batch_checks_lengths(readers):
 def test_max_batch_size_caps_sequences_per_forward_pass(readers, monkeypatch):
     reader = readers(max_seq_length=64, stride=16, max_batch_size=3)
     docs = [Document(content=LONG[:1200]), Document(content=SHORT)]
-    n_sequences = len(tokenize_pairs(reader._tokenizer, ["What is re?"] * 2, [d.content for d in docs], 64, 16))
+    n_sequences = len(
+        tokenize_pairs(reader._tokenizer, ["What is re?"] * 2, [d.content for d in docs], TokenizationSettings(64, 16))
+    )
     assert n_sequences > 7
     counting = CountingModel(reader._model)
     monkeypatch.setattr(reader, "_model", counting)
@@ -501,7 +517,7 @@ def test_span_scores_are_built_for_one_batch_at_a_time(readers, monkeypatch):
         return top_spans(start_logits, end_logits, context_mask, *args)
 
     monkeypatch.setattr(qa_core.inference, "top_spans", recording_top_spans)
-    n_sequences = len(tokenize_pairs(reader._tokenizer, ["What is re?"], [LONG[:1500]], 64, 16))
+    n_sequences = len(tokenize_pairs(reader._tokenizer, ["What is re?"], [LONG[:1500]], TokenizationSettings(64, 16)))
     reader.run("What is re?", [Document(content=LONG[:1500])])
     assert len(shapes) == math.ceil(n_sequences / 2) >= 4
     for start_shape, end_shape, mask_shape in shapes:
@@ -592,9 +608,9 @@ def test_run_time_overrides_honour_falsy_values(readers):
     built_with_zero = readers(overlap_threshold=0.0, stride=32, max_seq_length=64).run("What is a deque?", docs)
     assert zero_overlap == built_with_zero["answers"]
     assert len(zero_overlap) < 21 == len(reader.run("What is a deque?", docs, score_threshold=0.0)["answers"])
-    # top_k=0 keeps no span: only the no-answer, which then scores 1.
-    (only_no_answer,) = reader.run("What is a deque?", docs, score_threshold=0.0, top_k=0)["answers"]
-    assert only_no_answer.data is None and only_no_answer.score == 1.0
+    # top_k=0 is refused with the parameter's rule (a run would keep only a no-answer row, which scores 1).
+    with pytest.raises(ValueError, match=r"Invalid run-time parameters: top_k must be >= 1, not 0\."):
+        reader.run("What is a deque?", docs, score_threshold=0.0, top_k=0)
     # stride=0 is honoured: windows that share no token.
     no_stride = reader.run("What is re?", [Document(content=LONG[:1000])], score_threshold=0.0, stride=0)
     built_without_stride = readers(stride=0, overlap_threshold=None, max_seq_length=64)
@@ -632,7 +648,9 @@ def test_run_batch_equals_run_per_query_and_shares_batches(readers, monkeypatch)
     monkeypatch.setattr(reader, "_model", counting)
     batched = reader.run_batch(queries, documents)["answers"]
     pairs = [(q, d.content) for q, docs in zip(queries, documents, strict=True) for d in docs if d.content is not None]
-    n_sequences = len(tokenize_pairs(reader._tokenizer, [q for q, _ in pairs], [c for _, c in pairs], 96, 24))
+    n_sequences = len(
+        tokenize_pairs(reader._tokenizer, [q for q, _ in pairs], [c for _, c in pairs], TokenizationSettings(96, 24))
+    )
     assert max(counting.batch_sizes) == 4 and sum(counting.batch_sizes) == n_sequences
     assert len(counting.batch_sizes) == math.ceil(n_sequences / 4)  # sequences of different queries share batches
 
@@ -827,8 +845,8 @@ def test_warm_up_moves_the_model_to_the_chosen_device(tiny_bert_model, monkeypat
 def test_inputs_for_a_gpu_are_pinned_and_copied_without_blocking_under_inference_mode(readers, monkeypatch):
     # No GPU here: a CUDA copy is recorded and the tensor stays on the CPU; the spans must equal a CPU run's.
     reader = readers(max_seq_length=64, stride=16)
-    sequences = tokenize_pairs(reader._tokenizer, ["What is re?"], [LONG[:1500]], 64, 16)
-    settings = qa_core.inference.SpanSettings()
+    sequences = tokenize_pairs(reader._tokenizer, ["What is re?"], [LONG[:1500]], TokenizationSettings(64, 16))
+    settings = qa_core.inference.InferenceSettings()
     on_cpu = qa_core.inference.predict_spans(reader._model, sequences, reader._tokenizer.pad_token_id, settings)
 
     pinned, copies, forward_modes = [], [], []
@@ -853,7 +871,7 @@ def test_inputs_for_a_gpu_are_pinned_and_copied_without_blocking_under_inference
     monkeypatch.setattr(torch.Tensor, "to", to)
     model = ModeRecordingModel(reader._model)
     on_gpu = qa_core.inference.predict_spans(
-        model, sequences, reader._tokenizer.pad_token_id, settings, batch_size=4, device="cuda:0"
+        model, sequences, reader._tokenizer.pad_token_id, InferenceSettings(max_batch_size=4), device="cuda:0"
     )
     n_batches = math.ceil(len(sequences) / 4)
     assert len(pinned) == 3 * n_batches  # input_ids, attention_mask, context_mask of each batch

@@ -1,6 +1,6 @@
 """
 The aggregation stage: all work rows of one shard -> each question's answers, status and parsed replies,
-committed to the output folder as the shard's tables. Returns one summary row per shard.
+committed to the output folder as the shard's tables. Returns the shard's completion marker.
 """
 
 import json
@@ -10,12 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.output import OutputFolder
-from jobs.rows import CANDIDATE, PAIR, QUESTION, REPLIES, SEQUENCE
-from qa_core.answer_builder import AnswerBuilder
-from qa_core.answers import ExtractedAnswer
-from qa_core.document import Document
-from qa_core.schemas import (
+from jobs.bulk_qa.workers.rows import CANDIDATE, PAIR, QUESTION, REPLIES, SEQUENCE, candidate_answer
+from jobs.bulk_qa.workers.storage import ShardStore
+from jobs.bulk_qa.workers.tables import (
     ANSWERS_SCHEMA,
     GENERATED_ANSWERS_SCHEMA,
     QUESTION_STATUSES,
@@ -23,26 +20,33 @@ from qa_core.schemas import (
     answer_rows,
     generated_answer_rows,
 )
-from qa_core.selection import rank_answers
+from qa_core.answer_builder import AnswerBuilder, AnswerBuilderSettings
+from qa_core.answers import ExtractedAnswer
+from qa_core.document import Document
+from qa_core.selection import SelectionSettings, no_answer_score, rank_answers
+from qa_core.settings import Settings, within
 
-SUMMARY_SCHEMA = pa.schema([("shard", pa.int32()), ("marker", pa.string())])
+MARKER_SCHEMA = pa.schema([("shard", pa.int32()), ("marker", pa.string())])
 
 
-@dataclass
-class AggregationSettings:
-    """What the aggregation needs of the job's configuration."""
+@dataclass(frozen=True)
+class RefusalSettings(Settings):
+    """When a question counts as refused rather than answered (the answers table keeps every answer either way)."""
 
-    top_k: int
-    overlap_threshold: float | None
-    no_answer: bool
-    score_threshold: float | None
-    refusal_threshold: float | None
-    answer_builder: dict[str, Any]  # AnswerBuilder constructor arguments
-    with_replies: bool
+    refusal_threshold: float | None = None  # refuse when no-answer score >= this; None: when it beats the best answer
+
+    def problems(self) -> list[str]:
+        return within("refusal_threshold", self.refusal_threshold, 0, 1)
+
+    def refused(self, best_score: float, no_answer: float) -> bool:
+        """Default: refused when no answer is likelier than the best answer; with a threshold: when it reaches it."""
+        if self.refusal_threshold is None:
+            return no_answer > best_score
+        return no_answer >= self.refusal_threshold
 
 
 def question_result(
-    question: dict[str, Any], notes: list[dict[str, Any]], settings: AggregationSettings
+    question: dict[str, Any], notes: list[dict[str, Any]], selection: SelectionSettings, refusal: RefusalSettings
 ) -> tuple[dict[str, Any], list[ExtractedAnswer]]:
     """
     One question's row of the questions table and its answers, from its `question` row and the notes and
@@ -64,25 +68,16 @@ def question_result(
     )
     answers = []
     if sequences:
-        answers = rank_answers(
-            query,
-            [candidate_answer(query, note) for note in candidates],
-            settings.top_k,
-            settings.overlap_threshold,
-            settings.no_answer,
-            settings.score_threshold,
-        )
+        answers = rank_answers(query, [candidate_answer(query, note) for note in candidates], selection)
     best = next((answer for answer in answers if answer.data is not None), None)
     no_answer = next((answer.score for answer in answers if answer.data is None), None)
     if no_answer is None and sequences:
-        no_answer = 1.0
-        for answer in answers:
-            no_answer *= 1 - answer.score
+        no_answer = no_answer_score([answer.score for answer in answers])
     if errors:
         status = "error"
     elif not sequences:
         status = "no_documents"
-    elif best is None or _refused(best.score, no_answer, settings.refusal_threshold):
+    elif best is None or refusal.refused(best.score, no_answer):
         status = "refused"
     else:
         status = "answered"
@@ -100,13 +95,6 @@ def question_result(
     return row, answers
 
 
-def _refused(best_score: float, no_answer_score: float, refusal_threshold: float | None) -> bool:
-    """Default: refuse when no answer is likelier than the best answer; with a threshold: when it reaches it."""
-    if refusal_threshold is None:
-        return no_answer_score > best_score
-    return no_answer_score >= refusal_threshold
-
-
 def parse_replies(question: dict[str, Any], replies: dict[str, Any], builder: AnswerBuilder) -> list[dict[str, Any]]:
     """A question's generator replies parsed by AnswerBuilder, its documents (in document_ids order) as targets."""
     documents = [Document(content=None, id=document_id) for document_id in question["document_ids"] or []]
@@ -119,32 +107,38 @@ def parse_replies(question: dict[str, Any], replies: dict[str, Any], builder: An
     return generated_answer_rows(question["question_id"], answers)
 
 
-def aggregate_shard(group: pa.Table, settings: AggregationSettings, output: str) -> pa.Table:
+def aggregate_shard(
+    group: pa.Table,
+    selection: SelectionSettings,
+    refusal: RefusalSettings,
+    replies: AnswerBuilderSettings | None,
+    output: str,
+) -> pa.Table:
     """
-    All work rows of one shard -> the shard's answers, questions and generated_answers tables, committed to the
-    output folder. Returns the shard's summary (its completion marker).
+    All work rows of one shard -> the shard's answers, questions and (with `replies` settings) generated_answers
+    tables, committed to the output folder. Returns the shard's completion marker, as one row.
     """
     rows = group.to_pylist()
     shard = rows[0]["shard"]
     questions: dict[str, dict[str, Any]] = {}
-    replies: dict[str, dict[str, Any]] = {}
+    shard_replies: dict[str, dict[str, Any]] = {}
     notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         if row["kind"] == QUESTION:
             questions[row["question_id"]] = row
         elif row["kind"] == REPLIES:
-            replies[row["question_id"]] = row
+            shard_replies[row["question_id"]] = row
         else:
             notes[row["question_id"]].append(row)
-    builder = AnswerBuilder(**settings.answer_builder)
+    builder = AnswerBuilder.from_settings(replies) if replies is not None else None
     question_rows, answers, generated = [], [], []
     workers: Counter[str] = Counter()
     for question_id in sorted(questions):
         question = questions[question_id]
-        row, question_answers = question_result(question, notes[question_id], settings)
-        if question_id in replies:
+        row, question_answers = question_result(question, notes[question_id], selection, refusal)
+        if question_id in shard_replies:
             try:
-                generated += parse_replies(question, replies[question_id], builder)
+                generated += parse_replies(question, shard_replies[question_id], builder)
             except ValueError as error:
                 earlier = [row["error"]] if row["error"] else []
                 row.update(status="error", best_answer=None, error="; ".join([*earlier, f"replies: {error}"]))
@@ -155,38 +149,21 @@ def aggregate_shard(group: pa.Table, settings: AggregationSettings, output: str)
         "questions": pa.Table.from_pylist(question_rows, schema=QUESTIONS_SCHEMA),
         "answers": pa.Table.from_pylist(answers, schema=ANSWERS_SCHEMA),
     }
-    if settings.with_replies:
+    if replies is not None:
         tables["generated_answers"] = pa.Table.from_pylist(generated, schema=GENERATED_ANSWERS_SCHEMA)
     statuses = Counter(row["status"] for row in question_rows)
     marker = {
+        "shard": shard,
         "questions": len(question_rows),
         "statuses": {status: statuses.get(status, 0) for status in QUESTION_STATUSES},
         "answers": len(answers),
         "generated_answers": len(generated),
         "sequences": sum(workers.values()),
         "workers": dict(workers),
-        "replies_without_question": sorted(set(replies) - set(questions)),
+        "replies_without_question": sorted(set(shard_replies) - set(questions)),
     }
-    OutputFolder(output).commit_shard(shard, tables, marker)
-    return pa.table({"shard": [shard], "marker": [json.dumps(marker)]}, schema=SUMMARY_SCHEMA)
-
-
-def candidate_answer(query: str, row: dict[str, Any]) -> ExtractedAnswer:
-    """A candidate row back as the answer it was made from."""
-    context_offset = None
-    if row["context_start"] is not None:
-        context_offset = ExtractedAnswer.Span(row["start"] - row["context_start"], row["end"] - row["context_start"])
-    page = row["answer_page_number"]
-    return ExtractedAnswer(
-        query=query,
-        score=row["score"],
-        data=row["answer"],
-        document=Document(content=None, id=row["document_id"]),
-        context=row["context"],
-        document_offset=ExtractedAnswer.Span(row["start"], row["end"]),
-        context_offset=context_offset,
-        meta={} if page is None else {"answer_page_number": page},
-    )
+    ShardStore(output).commit_shard(shard, tables, marker)
+    return pa.table({"shard": [shard], "marker": [json.dumps(marker, sort_keys=True)]}, schema=MARKER_SCHEMA)
 
 
 def parse_reply_meta(values: list[str] | None) -> list[dict[str, Any]] | None:

@@ -8,28 +8,21 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from jobs.config import InputError, redact
+from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+from qa_core.models import ModelSettings, load_config, load_tokenizer
+from qa_core.secret import Secret
 
 LOCAL_MODEL_HINT = (
     "Point --model at a local folder holding a question-answering model (config.json, weights, tokenizer). "
     "For an offline smoke run, `python -m qa_core.local_models minilm models/minilm-qa` builds one "
     "(its QA head is random: its answers are meaningless)."
 )
-
-
-def resolve_path(path: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem and the path inside it for a local path or a URI (s3://, gs://, file://, ...)."""
-    if "://" not in path:
-        return pafs.LocalFileSystem(), os.path.abspath(path)
-    try:
-        return pafs.FileSystem.from_uri(path)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-        raise InputError(f"{redact(path)}: unsupported path or filesystem: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -138,25 +131,25 @@ WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "*.model")
 
 
-def check_model(model: str, trust_remote_code: bool = False) -> None:
+def check_model(settings: ModelSettings, token: Secret | None) -> None:
     """
-    Checks, before any worker starts, that `model` is a loadable question-answering model. Custom code shipped with
-    a model is never run unless `trust_remote_code` is set (the user's `model_kwargs.trust_remote_code`).
+    Checks, before any worker starts, that the model is a loadable question-answering model. Custom code shipped
+    with a model is never run unless the user's `model_kwargs.trust_remote_code` is set.
 
     :raises InputError: If a local path does not exist, the hub cannot be reached for a hub id, the model's type
         has no question-answering head (or needs custom code that is not trusted), or a local folder has no
         weights or no loadable tokenizer.
     """
-    from transformers import AutoConfig, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES
 
+    model, trust_remote_code = settings.model, settings.trust_remote_code
     local = Path(model).expanduser()
     if not local.exists():
         if model.startswith((".", "/", "~")) or model.count("/") > 1:
             raise InputError(f"--model {model}: the folder does not exist. {LOCAL_MODEL_HINT}")
         _check_hub_reachable(model)
     try:
-        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+        config = load_config(model, token, trust_remote_code)
     except (OSError, ValueError) as error:
         raise InputError(f"--model {model}: cannot load its configuration: {error}. {LOCAL_MODEL_HINT}") from None
     auto_map = getattr(config, "auto_map", None) or {}
@@ -175,7 +168,7 @@ def check_model(model: str, trust_remote_code: bool = False) -> None:
             "sentencepiece .model file)."
         )
     try:
-        AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+        load_tokenizer(model, token, trust_remote_code)
     except (OSError, ValueError, TypeError) as error:
         raise InputError(f"--model {model}: cannot load its tokenizer: {error}") from None
 
@@ -198,3 +191,19 @@ def _check_hub_reachable(model: str) -> None:
             f"--model {model}: not a local folder, and the model hub ({endpoint}) cannot be reached to download "
             f"it. {LOCAL_MODEL_HINT}"
         )
+
+
+def input_fingerprint(path: str) -> list[list[Any]]:
+    """Name, size and modification time of every file of an input, to recognise a changed input on resume."""
+    filesystem, inner = resolve_path(path)
+    info = filesystem.get_file_info(inner)
+    infos = [info] if info.type == pafs.FileType.File else filesystem.get_file_info(pafs.FileSelector(inner, True))
+    return sorted([i.path, i.size, i.mtime_ns] for i in infos if i.type == pafs.FileType.File)
+
+
+def read_table(path: str, columns: list[str]) -> Any:
+    """A Parquet input as a Ray Data dataset of `columns` (read lazily, by the cluster's tasks)."""
+    import ray.data
+
+    filesystem, inner = resolve_path(path)
+    return ray.data.read_parquet(inner, filesystem=filesystem).select_columns(columns)

@@ -28,13 +28,13 @@ import platform
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from jobs.bench_data import (
+from jobs.bench.data import (
     Agreement,
     MemorySampler,
     Workload,
@@ -47,9 +47,12 @@ from jobs.bench_data import (
     peak_flops,
     write_parquet,
 )
-from qa_core.inference import DEFAULT_BATCH_SIZE, length_sorted_batches, pad_batch
+from jobs.bulk_qa.config import add_options, with_values
+from qa_core.inference import InferenceSettings, length_sorted_batches, pad_batch
+from qa_core.models import ModelSettings
 from qa_core.reader import ExtractiveReader, deserialize_model_kwargs
-from qa_core.tokenization import Sequence, tokenize_pairs
+from qa_core.selection import SelectionSettings
+from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_pairs
 
 MIB = 2**20
 TOLERANCE = 1e-4  # largest score difference for answers to count as the same as Haystack's
@@ -74,15 +77,40 @@ COLUMNS = (  # (key, header, format) of the printed table
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
-    """The reader settings every row uses."""
+    """The reader settings every row uses (the reader's own phases; `--top-k`, `--stride`, ... set them)."""
 
-    top_k: int = 20
-    max_seq_length: int = 384
-    stride: int = 128
-    max_batch_size: int | None = None  # None: each reader's default (Haystack: a query's sequences at once; ours: 32)
+    tokenization: TokenizationSettings = TokenizationSettings()
+    inference: InferenceSettings = InferenceSettings()
+    selection: SelectionSettings = SelectionSettings()
     device: str = "cpu"
+
+    def phases(self) -> dict[str, Any]:
+        """The reader's settings by phase."""
+        return {"tokenization": self.tokenization, "inference": self.inference, "selection": self.selection}
+
+    def reader(self, model: Path, **model_settings: Any) -> ExtractiveReader:
+        """Our reader with these settings."""
+        settings = ModelSettings(model=str(model), **model_settings)
+        return ExtractiveReader.from_settings(settings, *self.phases().values(), device=self.device)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every option of the reader's phases, and the device."""
+        options = {key: value for phase in self.phases().values() for key, value in phase.as_dict().items()}
+        return {**options, "device": self.device}
+
+    def job_args(self) -> list[str]:
+        """The job's command-line flags for these settings (every option of the reader's phases)."""
+        options = {key: value for key, value in self.as_dict().items() if key != "device"}
+        return [arg for key, value in options.items() for arg in _flag(key, value)]
+
+
+def _flag(name: str, value: Any) -> list[str]:
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return [flag if value else "--no-" + name.replace("_", "-")]
+    return [flag, "none" if value is None else str(value)]
 
 
 @dataclass
@@ -114,10 +142,10 @@ class Counts:
     lengths: list[int]
 
 
-def sorted_batch_counts(sequences: list[Sequence], batch_size: int | None) -> Counts:
+def sorted_batch_counts(sequences: list[Sequence], batch_size: int) -> Counts:
     """Counts of the sequences in the length-sorted batches `qa_core.inference.predict_spans` makes of them."""
     lengths = [len(sequence) for sequence in sequences]
-    batches = length_sorted_batches(sequences, batch_size or DEFAULT_BATCH_SIZE)
+    batches = length_sorted_batches(sequences, batch_size)
     padded = sum(len(batch) * max(lengths[index] for index in batch) for batch in batches)
     return Counts(len(sequences), sum(lengths), padded, lengths)
 
@@ -126,7 +154,7 @@ def tokenize_workload(tokenizer: Any, work: Workload, settings: Settings) -> lis
     """The sequences `run_batch` makes of the workload's (question, document) pairs."""
     pairs = [(query, doc.content) for query, docs in zip(work.queries, work.documents, strict=True) for doc in docs]
     queries, contents = [query for query, _ in pairs], [content for _, content in pairs]
-    return tokenize_pairs(tokenizer, queries, contents, settings.max_seq_length, settings.stride)
+    return tokenize_pairs(tokenizer, queries, contents, settings.tokenization)
 
 
 class HaystackRow:
@@ -142,10 +170,10 @@ class HaystackRow:
         self.reader = TransformersExtractiveReader(
             model=str(model),
             device=ComponentDevice.from_str(settings.device),
-            top_k=settings.top_k,
-            max_seq_length=settings.max_seq_length,
-            stride=settings.stride,
-            max_batch_size=settings.max_batch_size,
+            top_k=settings.selection.top_k,
+            max_seq_length=settings.tokenization.max_seq_length,
+            stride=settings.tokenization.stride,
+            max_batch_size=settings.inference.max_batch_size,
         )
         self.reader.warm_up()
 
@@ -161,8 +189,8 @@ class HaystackRow:
                 [doc.content for doc in docs],
                 padding=True,
                 truncation=True,
-                max_length=self.settings.max_seq_length,
-                stride=self.settings.stride,
+                max_length=self.settings.tokenization.max_seq_length,
+                stride=self.settings.tokenization.stride,
                 return_overflowing_tokens=True,
                 return_tensors="pt",
             )
@@ -185,21 +213,14 @@ class RunBatchRow:
     def __init__(self, model: Path, settings: Settings, quantization: str | None = None, half: str | None = None):
         self.name = "run_batch" + (f":{quantization}" if quantization else "") + (f":{half}" if half else "")
         self.settings = settings
-        self.reader = ExtractiveReader(
-            model=str(model),
-            device=settings.device,
-            top_k=settings.top_k,
-            max_seq_length=settings.max_seq_length,
-            stride=settings.stride,
-            max_batch_size=settings.max_batch_size,
-            quantization=quantization,
-            model_kwargs={"dtype": f"torch.{half}"} if half else None,
+        self.reader = settings.reader(
+            model, quantization=quantization, model_kwargs={"dtype": f"torch.{half}"} if half else {}
         )
         self.reader.warm_up()
 
     def prepare(self, work: Workload) -> tuple[Any, Counts]:
         sequences = tokenize_workload(self.reader._tokenizer, work, self.settings)
-        return (work.queries, work.documents), sorted_batch_counts(sequences, self.settings.max_batch_size)
+        return (work.queries, work.documents), sorted_batch_counts(sequences, self.settings.inference.batch_size)
 
     def run(self, prepared: Any) -> list[list[Any]]:
         queries, documents = prepared
@@ -221,12 +242,12 @@ class LimitRow:
 
     def prepare(self, work: Workload) -> tuple[Any, Counts]:
         sequences = tokenize_workload(self.tokenizer, work, self.settings)
-        batches = length_sorted_batches(sequences, self.settings.max_batch_size or DEFAULT_BATCH_SIZE)
+        batches = length_sorted_batches(sequences, self.settings.inference.batch_size)
         tensors = []
         for indices in batches:
             padded = pad_batch([sequences[index] for index in indices], self.tokenizer.pad_token_id)
             tensors.append((padded["input_ids"].to(self.device), padded["attention_mask"].to(self.device)))
-        return tensors, sorted_batch_counts(sequences, self.settings.max_batch_size)
+        return tensors, sorted_batch_counts(sequences, self.settings.inference.batch_size)
 
     def run(self, prepared: Any) -> None:
         with torch.inference_mode():
@@ -287,10 +308,7 @@ def measure_ray(
 
     questions, documents = write_parquet(workload, folder / "inputs")
     warm_questions, warm_documents = write_parquet(workload.chunk(0, 4), folder / "warm-up")
-    common = ["--model", str(model), "--overwrite", "--context-window-size", "none", "--top-k", str(settings.top_k)]
-    common += ["--max-seq-length", str(settings.max_seq_length), "--stride", str(settings.stride)]
-    if settings.max_batch_size is not None:
-        common += ["--max-batch-size", str(settings.max_batch_size)]
+    common = ["--model", str(model), "--overwrite", *settings.job_args()]
     sampler = MemorySampler(tree=True)
     started = time.perf_counter()
     ray.init(include_dashboard=False, log_to_driver=False)
@@ -464,6 +482,7 @@ def machine(device: str) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark's command line."""
     parser = argparse.ArgumentParser(prog="python -m jobs.bench", description=__doc__.split("\n\n")[0])
+    add_options(parser, Settings().phases())
     parser.add_argument("--model", help="QA model folder (default: MiniLM-L6 built locally; tiny-bert with --scale)")
     parser.add_argument("--questions", type=int, default=300, help="questions (default 300)")
     parser.add_argument("--documents-per-question", type=int, default=5)
@@ -473,10 +492,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--half", choices=["bfloat16", "float16"], help="add run_batch and limit rows in this dtype")
     parser.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads in this process")
-    parser.add_argument("--top-k", type=int, default=20)
-    parser.add_argument("--max-seq-length", type=int, default=384)
-    parser.add_argument("--stride", type=int, default=128)
-    parser.add_argument("--max-batch-size", type=int, help="sequences per forward pass (default: each reader's)")
     parser.add_argument("--peak-tflops", type=float, help="the device's peak, for the MFU (GPUs: looked up)")
     parser.add_argument("--ray-args", default="", help="extra flags for the Ray job, e.g. '--num-actors 2'")
     parser.add_argument("--scale", action="store_true", help="measure the Ray job's peak memory at N and 10 N")
@@ -490,7 +505,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Runs the benchmark, prints its table and writes it as JSON; returns what it wrote."""
     args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
-    settings = Settings(args.top_k, args.max_seq_length, args.stride, args.max_batch_size, args.device)
+    settings = Settings(**with_values(Settings().phases(), vars(args)), device=args.device)
     skip = {name.strip() for name in args.skip.split(",") if name.strip()}
     with tempfile.TemporaryDirectory(prefix="bench-") as temporary:
         folder = Path(args.work_dir or temporary)
@@ -550,7 +565,7 @@ def compare(args: argparse.Namespace, settings: Settings, skip: set[str], folder
     return {
         "mode": "compare",
         "model": str(model),
-        "settings": asdict(settings),
+        "settings": settings.as_dict(),
         "rows": rows_out,
         "targets": targets(rows_out),
     }
@@ -589,7 +604,7 @@ def scale(args: argparse.Namespace, settings: Settings, skip: set[str], folder: 
             "met": growth < 1.5,
         }
     ]
-    return {"mode": "scale", "model": str(model), "settings": asdict(settings), "rows": rows_out, "targets": found}
+    return {"mode": "scale", "model": str(model), "settings": settings.as_dict(), "rows": rows_out, "targets": found}
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The answer tables' Arrow schemas, and answers turned into their rows."""
+"""The job's output tables: their names, Arrow schemas and statuses, and answers turned into their rows."""
 
 import json
 from typing import Any
@@ -6,6 +6,8 @@ from typing import Any
 import pyarrow as pa
 
 from qa_core.answers import ExtractedAnswer, GeneratedAnswer
+
+TABLES = ("answers", "questions", "generated_answers")
 
 ANSWERS_SCHEMA = pa.schema(
     [

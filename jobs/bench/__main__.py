@@ -1,0 +1,5 @@
+"""`python -m jobs.bench`: the throughput benchmark."""
+
+from jobs.bench.throughput import main
+
+main()

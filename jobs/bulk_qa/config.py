@@ -1,0 +1,255 @@
+"""
+The bulk job's configuration, by phase: each phase's settings class (defined next to the code that uses it)
+gives its fields, defaults, documentation and checks; the YAML keys are the fields' names and the command-line
+flags the same names with dashes. The command line wins over the YAML file, which wins over the defaults.
+
+A new reader option reaches the job by being a field of its phase's settings class: nothing here lists fields.
+"""
+
+import argparse
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobs.bulk_qa.workers.aggregate import RefusalSettings
+from jobs.bulk_qa.workers.storage import InputError, redact
+from qa_core.answer_builder import AnswerBuilderSettings
+from qa_core.inference import InferenceSettings
+from qa_core.models import ModelSettings
+from qa_core.selection import SelectionSettings
+from qa_core.settings import Settings, at_least
+from qa_core.tokenization import TokenizationSettings
+
+
+@dataclass(frozen=True)
+class WorkSettings(Settings):
+    """What the run answers, and how its output is sharded."""
+
+    questions: str | None = None  # questions Parquet: id, query, document_ids (or a SQuAD-style context)
+    documents: str | None = None  # documents Parquet: id, content, optional page_number
+    replies: str | None = None  # optional generator replies Parquet: question_id, replies, meta
+    shard_size: int = 1000  # questions per output shard (the unit of atomic commit and of resume)
+
+    def problems(self) -> list[str]:
+        required = [] if self.questions else ["--questions is required"]
+        return required + at_least("shard_size", self.shard_size, 1)
+
+
+@dataclass(frozen=True)
+class RunSettings(Settings):
+    """Where the run writes and how it executes: a resumed run may change any of these."""
+
+    output: str | None = None  # folder that receives answers/, questions/, generated_answers/, manifest.json
+    overwrite: bool = False  # replace the output of an earlier run made with other inputs or settings
+    address: str | None = None  # Ray cluster to join (e.g. ray://head:10001 or auto); None: start a local Ray
+    num_actors: int | None = None  # reader actors; None: one per GPU, or one on a CPU-only cluster
+    gpus_per_actor: float = 1.0  # GPUs each reader actor holds when the cluster has GPUs
+    cpus_per_actor: float = 0.5  # logical CPUs each reader actor reserves; the pool takes at most 1/4 of the cluster
+    sequences_per_actor_batch: int = 1024  # sequences handed to an actor at once (sorted by length inside)
+    shards_per_wave: int = 10  # shards answered by one pipeline run; bounds memory, as a wave is shuffled at once
+
+    def problems(self) -> list[str]:
+        problems = [] if self.output else ["--output is required"]
+        problems += at_least("num_actors", self.num_actors, 1, optional=True)
+        if not self.gpus_per_actor > 0:
+            problems.append(f"gpus_per_actor must be > 0, not {self.gpus_per_actor}")
+        problems += at_least("cpus_per_actor", self.cpus_per_actor, 0)
+        problems += at_least("sequences_per_actor_batch", self.sequences_per_actor_batch, 1)
+        return problems + at_least("shards_per_wave", self.shards_per_wave, 1)
+
+
+# model_kwargs keys that carry credentials: they belong in the environment (HF_TOKEN), never in the configuration,
+# which is written to the manifest and passed to every worker.
+SECRET_MODEL_KWARGS = ("token", "use_auth_token")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything the bulk QA job can be told, by phase. Every field of every phase is a YAML key and a flag."""
+
+    work: WorkSettings = field(default_factory=WorkSettings)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    tokenization: TokenizationSettings = field(default_factory=TokenizationSettings)
+    inference: InferenceSettings = field(default_factory=InferenceSettings)
+    # The job's answers come with 200 characters of context by default (the reader's default is none).
+    selection: SelectionSettings = field(default_factory=lambda: SelectionSettings(context_window_size=200))
+    replies: AnswerBuilderSettings = field(default_factory=AnswerBuilderSettings)
+    refusal: RefusalSettings = field(default_factory=RefusalSettings)
+    run: RunSettings = field(default_factory=RunSettings)
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> "JobConfig":
+        """A configuration from option values by name (any subset; the others keep their defaults)."""
+        return cls(**with_values(cls().phases(), values))
+
+    def phases(self) -> dict[str, Settings]:
+        """The settings of each phase, by phase name."""
+        return {name: getattr(self, name) for name in PHASES}
+
+    def problems(self) -> list[str]:
+        """Every phase's problems, then the job's own rules."""
+        problems = [problem for phase in self.phases().values() for problem in phase.problems()]
+        if isinstance(self.model.model_kwargs, dict):
+            secrets = sorted(key for key in self.model.model_kwargs if key in SECRET_MODEL_KWARGS)
+            if secrets:
+                # The value is never echoed: it is a credential.
+                problems.append(
+                    f"model_kwargs must not hold credentials ({', '.join(secrets)}): they would be written to the "
+                    "manifest and sent to every worker. Set the HF_TOKEN environment variable instead."
+                )
+        return problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """
+        The resolved configuration by option name, for the manifest and the output's identity. It holds no
+        secrets: tokens come from the environment (`problems` refuses them in `model_kwargs`), and credentials
+        written into a path or address (`s3://key:secret@bucket/...`, `?secret_key=...`) are masked.
+        """
+        values = {key: value for phase in self.phases().values() for key, value in phase.as_dict().items()}
+        for name in URI_FIELDS:
+            if values[name] is not None:
+                values[name] = redact(values[name])
+        return values
+
+    def identity(self) -> dict[str, Any]:
+        """The options that make the output what it is: all but the run's (which a resumed run may change)."""
+        run = set(RunSettings.types())
+        return {key: value for key, value in self.to_dict().items() if key not in run}
+
+
+PHASES: dict[str, type[Settings]] = {spec.name: spec.default_factory().__class__ for spec in fields(JobConfig)}
+OPTIONS: dict[str, tuple[str, Any]] = {
+    key: (phase_name, annotation) for phase_name, phase in PHASES.items() for key, annotation in phase.types().items()
+}
+URI_FIELDS = ("questions", "documents", "replies", "output", "address", "model")
+
+
+def _base_type(annotation: Any) -> type:
+    """`int | None` -> int."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return next(arg for arg in typing.get_args(annotation) if arg is not type(None))
+    return typing.get_origin(annotation) or annotation
+
+
+def _is_optional(annotation: Any) -> bool:
+    """`int | None` -> True."""
+    return type(None) in typing.get_args(annotation)
+
+
+def _none_or(kind: type):
+    """A command-line parser of `kind` that reads `none` as None, for the fields that may be None."""
+
+    def parse(text: str) -> Any:
+        return None if text.lower() == "none" else kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+class _BooleanFlag(argparse.BooleanOptionalAction):
+    """`--x` sets True and `--no-x` False, also for an option named `no_...` (`--no-answer` / `--no-no-answer`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, option_string == self.option_strings[0])
+
+
+def _yaml_value(text: str) -> Any:
+    """A command-line value written in YAML (`--model-kwargs '{dtype: torch.bfloat16}'`)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise argparse.ArgumentTypeError(f"not valid YAML: {error}") from None
+
+
+def add_options(parser: argparse.ArgumentParser, phases: dict[str, Settings]) -> None:
+    """
+    One flag per field of each phase's settings (dashes for underscores), in a group per phase, documented by the
+    field's comment and showing the given settings' value as the default. Flags not given are absent from the
+    parsed namespace, so that they keep their default.
+    """
+    for phase in phases.values():
+        group = parser.add_argument_group(type(phase).__doc__.splitlines()[0].rstrip("."))
+        docs, values = phase.docs(), phase.as_dict()
+        for name, annotation in phase.types().items():
+            flag = "--" + name.replace("_", "-")
+            kind = _base_type(annotation)
+            help_text = f"{docs.get(name, '')} (default: {values[name]})"
+            options: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS}
+            if kind is bool:
+                group.add_argument(flag, action=_BooleanFlag, **options)
+            elif kind is dict:
+                group.add_argument(flag, type=_yaml_value, metavar="YAML", **options)
+            else:
+                parse = _none_or(kind) if _is_optional(annotation) else kind
+                group.add_argument(flag, type=parse, metavar=kind.__name__.upper(), **options)
+
+
+def with_values(phases: dict[str, Settings], values: dict[str, Any]) -> dict[str, Settings]:
+    """Each phase's settings with the options of `values` that are its fields replaced."""
+    return {
+        name: dataclasses.replace(phase, **{key: values[key] for key in phase.types() if key in values})
+        for name, phase in phases.items()
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: `--config` plus one flag per option of every phase."""
+    parser = argparse.ArgumentParser(
+        prog="bulk-qa",
+        argument_default=argparse.SUPPRESS,  # only the flags given reach the configuration
+        description="Bulk extractive question answering on Ray: answers every question of a Parquet table "
+        "from its documents and writes answer tables.",
+    )
+    parser.add_argument("--config", help="YAML file with any of the options below (by their underscore names)")
+    add_options(parser, JobConfig().phases())
+    return parser
+
+
+def load_config(argv: list[str] | None = None) -> JobConfig:
+    """
+    Builds the configuration from the YAML file named by `--config` and the command line (which wins).
+
+    :raises InputError: On unknown YAML keys, wrong value types or invalid values, all problems at once.
+    """
+    args = vars(build_parser().parse_args(argv))
+    values: dict[str, Any] = {}
+    config_path = args.pop("config", None)
+    if config_path:
+        values.update(_read_yaml(config_path))
+    values.update(args)
+    config = JobConfig.from_values(values)
+    problems = config.problems()
+    if problems:
+        raise InputError("Invalid configuration:\n  - " + "\n  - ".join(problems))
+    return config
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise InputError(f"{path}: the configuration file does not exist.") from None
+    except yaml.YAMLError as error:
+        raise InputError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: the configuration must be a mapping of option names to values.")
+    unknown = sorted(set(data) - set(OPTIONS))
+    if unknown:
+        raise InputError(f"{path}: unknown configuration keys {unknown}. Known keys: {sorted(OPTIONS)}.")
+    for name, value in data.items():
+        annotation = OPTIONS[name][1]
+        kind = _base_type(annotation)
+        if value is None and not _is_optional(annotation):
+            raise InputError(f"{path}: {name} must be {kind.__name__}, not null.")
+        if value is None or isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+            continue
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            data[name] = float(value)
+            continue
+        raise InputError(f"{path}: {name} must be {kind.__name__}, not {type(value).__name__} ({value!r}).")
+    return data

@@ -1,0 +1,166 @@
+"""
+The bulk QA job's driver: `python -m jobs.bulk_qa --questions Q --documents D --output OUT [options]` (or `bulk-qa`).
+
+Checks the inputs and the model, reads the tables with Ray Data, checks the ids, answers the pending shards in
+waves (see `jobs.bulk_qa.waves`), then writes the manifest and prints the summary. Exit status: 0 when every
+question is accounted for, 2 for unusable input or configuration, 1 for any other failure.
+"""
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from jobs.bulk_qa import report
+from jobs.bulk_qa.config import JobConfig, load_config
+from jobs.bulk_qa.ids import check_ids
+from jobs.bulk_qa.inputs import (
+    DOCUMENTS,
+    QUESTIONS,
+    REPLIES,
+    check_model,
+    check_questions_schema,
+    input_fingerprint,
+    read_table,
+    table_schema,
+)
+from jobs.bulk_qa.output import OutputFolder
+from jobs.bulk_qa.waves import Inputs, actor_resources, answer_wave
+from jobs.bulk_qa.workers.storage import InputError
+from qa_core.models import DEFAULT_TOKEN
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    try:
+        return run(load_config(argv))
+    except InputError as error:
+        print(f"bulk-qa: error: {error}", file=sys.stderr)
+        return 2
+
+
+def run(config: JobConfig) -> int:
+    """
+    Runs the job for a validated configuration.
+
+    :returns: 0 when every input question is accounted for in the questions table, else 1.
+    :raises InputError: For unusable input, before any worker starts.
+    """
+    started = time.time()
+    schemas = check_inputs(config)
+    identity = run_identity(config, schemas)
+    output = OutputFolder(config.run.output)
+    output.check(identity, config.run.overwrite)  # a run that would be refused is refused before reading any input
+    ray_start_s = start_ray(config.run.address)
+    inputs, n_questions, expected = read_inputs(config, schemas)
+    output.claim(identity, config.run.overwrite)
+    resumed = output.committed_shards()
+    pipeline_started = time.time()
+    markers = {**resumed, **answer_pending_shards(config, inputs, expected, resumed)}
+    pipeline_s = time.time() - pipeline_started
+    manifest = report.manifest(
+        config, identity, markers, n_questions, expected, resumed, started, ray_start_s, pipeline_s
+    )
+    if manifest["reconciled"]:
+        output.write_manifest(manifest)
+    report.print_summary(manifest, output)
+    return 0 if manifest["reconciled"] else 1
+
+
+@dataclass(frozen=True)
+class Schemas:
+    """The input tables' schemas, checked (None for a table the run does not read)."""
+
+    questions: pa.Schema
+    documents: pa.Schema | None
+    replies: pa.Schema | None
+
+    @property
+    def squad(self) -> bool:
+        """SQuAD-style questions carry their document in `context` instead of naming `document_ids`."""
+        return "document_ids" not in self.questions.names
+
+
+def check_inputs(config: JobConfig) -> Schemas:
+    """Checks every input table's schema and the model, before Ray starts."""
+    work = config.work
+    questions = check_questions_schema(work.questions, bool(work.documents))
+    squad = "document_ids" not in questions.names
+    documents = table_schema(work.documents, DOCUMENTS) if not squad else None
+    replies = table_schema(work.replies, REPLIES) if work.replies else None
+    check_model(config.model, DEFAULT_TOKEN)
+    return Schemas(questions, documents, replies)
+
+
+def run_identity(config: JobConfig, schemas: Schemas) -> dict[str, Any]:
+    """What the output folder records to recognise a resumable run: the settings and the input files."""
+    inputs = {
+        "questions": config.work.questions,
+        "replies": config.work.replies,
+        "documents": None if schemas.squad else config.work.documents,
+    }
+    return {
+        "config": config.identity(),
+        "inputs": {name: input_fingerprint(path) for name, path in inputs.items() if path},
+    }
+
+
+def start_ray(address: str | None) -> float:
+    """Starts or joins Ray; returns the seconds it took."""
+    import ray
+
+    started = time.time()
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=True) if address else ray.init()
+    import ray.data
+
+    # Sort-based shuffles run as tasks: no shuffle actors to start, which dominates on small inputs.
+    ray.data.DataContext.get_current().shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+    return time.time() - started
+
+
+def read_inputs(config: JobConfig, schemas: Schemas) -> tuple[Inputs, int, dict[int, int]]:
+    """
+    The input datasets, the number of questions and how many each shard holds (after the id check).
+
+    :raises InputError: When an id column holds nulls, empty strings or duplicates.
+    """
+    work = config.work
+    questions = read_table(work.questions, ["id", "query", "context" if schemas.squad else "document_ids"])
+    n_questions = questions.count()
+    checks = [(QUESTIONS, work.questions, questions)]
+    documents = replies = None
+    if schemas.documents is not None:
+        page = ["page_number"] if "page_number" in schemas.documents.names else []
+        documents = read_table(work.documents, ["id", "content", *page])
+        checks.append((DOCUMENTS, work.documents, documents))
+    if schemas.replies is not None:
+        meta = ["meta"] if "meta" in schemas.replies.names else []
+        replies = read_table(work.replies, ["question_id", "replies", *meta])
+        checks.append((REPLIES, work.replies, replies))
+    partitions = max(1, min(32, n_questions // 50_000))
+    num_shards = max(1, math.ceil(n_questions / work.shard_size))
+    expected = check_ids(checks, num_shards, partitions)
+    return Inputs(questions, documents, replies, schemas.squad, num_shards, partitions), n_questions, expected
+
+
+def answer_pending_shards(
+    config: JobConfig, inputs: Inputs, expected: dict[int, int], resumed: dict[int, Any]
+) -> dict[int, dict[str, Any]]:
+    """Answers the shards not committed yet, `shards_per_wave` at a time; returns their markers by shard."""
+    import ray
+
+    pool = actor_resources(config.run, ray.cluster_resources())
+    pending = [shard for shard in sorted(expected) if shard not in resumed]
+    markers = {}
+    for first in range(0, len(pending), config.run.shards_per_wave):
+        wave = frozenset(pending[first : first + config.run.shards_per_wave])
+        markers.update({marker["shard"]: marker for marker in answer_wave(config, inputs, wave, pool)})
+    return markers
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""
+The output folder as the driver sees it: whether this run may use it (new, resumed, or `--overwrite`), the run's
+identity (`_job.json`) and its manifest. The shard files themselves are written by `jobs.bulk_qa.workers.storage`.
+"""
+
+import json
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from jobs.bulk_qa.workers.storage import InputError, ShardStore
+from jobs.bulk_qa.workers.tables import TABLES
+
+# What the job writes, in the order `clear` deletes it: the manifest first (the run is no longer complete) and the
+# identity last (a folder holding any of the others without `_job.json` is not the job's, and is never cleared).
+_OWN_NAMES = ("manifest.json", *TABLES, "_shards", "_tmp", "_job.json")
+
+
+class OutputFolder(ShardStore):
+    """The job's output folder: the shard store plus the run's identity, its manifest and the right to use it."""
+
+    def check(self, identity: dict[str, Any], overwrite: bool) -> dict[str, Any] | None:
+        """
+        Checks, changing nothing, that this run may use the folder: new, holding a run with the same identity
+        (then the run resumes), or `overwrite`. Cheap, so the job checks it before reading any input.
+
+        :returns: The identity of the run the folder holds, if any.
+        :raises InputError: When the folder holds a run with another configuration or other inputs (unless
+            `overwrite`), or holds files with the job's names that no run of the job wrote (never deleted).
+        """
+        try:
+            existing = self._read_json("_job.json")
+        except ValueError:
+            existing = {}  # unreadable: refused below unless --overwrite
+        if existing is not None and not isinstance(existing, dict):
+            existing = {}
+        if existing is None:
+            foreign = [name for name in _OWN_NAMES if name != "_tmp" and self._exists(name)]
+            if foreign:
+                raise InputError(
+                    f"{self.shown}: holds {', '.join(foreign)} but no _job.json, so it is not the output of a "
+                    "bulk-qa run; the job would replace them. Choose a new or empty --output folder."
+                )
+        elif existing != identity and not overwrite:
+            old_config = existing.get("config", {})
+            changed = sorted(
+                key for key in {*old_config, *identity["config"]} if old_config.get(key) != identity["config"].get(key)
+            )
+            inputs_changed = existing.get("inputs") != identity["inputs"]
+            raise InputError(
+                f"{self.shown}: holds the output of a run with "
+                + (f"other settings ({', '.join(changed)})" if changed else "")
+                + (" and " if changed and inputs_changed else "")
+                + ("other input files" if inputs_changed else "")
+                + ". Pass --overwrite to replace it, or choose another --output."
+            )
+        return existing
+
+    def claim(self, identity: dict[str, Any], overwrite: bool) -> None:
+        """
+        Makes the folder this run's (see `check`, which it runs first). With `overwrite`, an earlier run's
+        tables are deleted first.
+        """
+        existing = self.check(identity, overwrite)
+        if existing is not None and (overwrite or existing != identity):
+            self.clear()
+        self._write_bytes(json.dumps(identity, sort_keys=True, indent=2).encode("utf-8"), "_job.json")
+
+    def _exists(self, name: str) -> bool:
+        return self.filesystem.get_file_info(self._path(name)).type != pafs.FileType.NotFound
+
+    def clear(self) -> None:
+        """Deletes this job's own files and folders in the output folder (nothing else)."""
+        for name in _OWN_NAMES:
+            info = self.filesystem.get_file_info(self._path(name))
+            if info.type == pafs.FileType.Directory:
+                self.filesystem.delete_dir(self._path(name))
+            elif info.type == pafs.FileType.File:
+                self.filesystem.delete_file(self._path(name))
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """Writes manifest.json, the sign that the run is complete."""
+        self._write_bytes(json.dumps(manifest, indent=2, sort_keys=True, default=str).encode("utf-8"), "manifest.json")

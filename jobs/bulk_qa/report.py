@@ -1,0 +1,78 @@
+"""The run's manifest (configuration, counts in and out, reconciliation, timings, throughput) and its summary."""
+
+import time
+from typing import Any
+
+from jobs.bulk_qa.config import JobConfig
+from jobs.bulk_qa.output import OutputFolder
+from jobs.bulk_qa.workers.tables import QUESTION_STATUSES
+
+
+def manifest(
+    config: JobConfig,
+    identity: dict[str, Any],
+    markers: dict[int, dict[str, Any]],
+    n_questions: int,
+    expected: dict[int, int],
+    resumed: dict[int, dict[str, Any]],
+    started: float,
+    ray_start_s: float,
+    pipeline_s: float,
+) -> dict[str, Any]:
+    """The run's manifest: configuration, counts in and out, reconciliation, timings and throughput."""
+    statuses = {status: sum(m["statuses"][status] for m in markers.values()) for status in QUESTION_STATUSES}
+    written = sum(m["questions"] for m in markers.values())
+    workers: dict[str, int] = {}
+    for marker in markers.values():
+        for worker, count in marker["workers"].items():
+            workers[worker] = workers.get(worker, 0) + count
+    sequences = sum(m["sequences"] for m in markers.values())
+    computed = sum(m["questions"] for shard, m in markers.items() if shard not in resumed)
+    return {
+        "config": config.to_dict(),
+        "inputs": {"questions": n_questions, "files": identity["inputs"]},
+        "outputs": {
+            "questions": written,
+            "statuses": statuses,
+            "answers": sum(m["answers"] for m in markers.values()),
+            "generated_answers": sum(m["generated_answers"] for m in markers.values()),
+            "sequences": sequences,
+        },
+        "reconciled": written == n_questions and {shard: m["questions"] for shard, m in markers.items()} == expected,
+        "shards": {"total": len(expected), "committed": len(markers), "resumed": len(resumed)},
+        "replies_without_question": sorted(q for m in markers.values() for q in m["replies_without_question"]),
+        "workers": workers,
+        "timings": {
+            "total_s": round(time.time() - started, 3),
+            "ray_start_s": round(ray_start_s, 3),
+            "pipeline_s": round(pipeline_s, 3),
+        },
+        "throughput": {
+            "questions_per_s": round(computed / pipeline_s, 3) if pipeline_s else None,
+            "sequences_per_s": round(sequences / pipeline_s, 3) if pipeline_s else None,
+        },
+    }
+
+
+def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
+    outputs, statuses = manifest["outputs"], manifest["outputs"]["statuses"]
+    lines = [
+        "",
+        "bulk-qa: " + ("done" if manifest["reconciled"] else "INCOMPLETE: questions in and out differ"),
+        f"  questions   {manifest['inputs']['questions']} in, {outputs['questions']} out: "
+        + ", ".join(f"{count} {status}" for status, count in statuses.items()),
+        f"  answers     {outputs['answers']} rows"
+        + (f", {outputs['generated_answers']} generated answers" if outputs["generated_answers"] else ""),
+        f"  throughput  {manifest['throughput']['questions_per_s']} questions/s, "
+        f"{manifest['throughput']['sequences_per_s']} sequences/s "
+        f"(pipeline {manifest['timings']['pipeline_s']} s, Ray start {manifest['timings']['ray_start_s']} s)",
+        f"  shards      {manifest['shards']['committed']}/{manifest['shards']['total']} committed"
+        f" ({manifest['shards']['resumed']} from an earlier run)",
+        f"  tables      {output.table_path('answers')}, {output.table_path('questions')}"
+        + (f", {output.table_path('generated_answers')}" if outputs["generated_answers"] else ""),
+        f"  manifest    {output.table_path('manifest.json')}" if manifest["reconciled"] else "",
+        f"  warning     replies for unknown question ids: {manifest['replies_without_question']}"
+        if manifest["replies_without_question"]
+        else "",
+    ]
+    print("\n".join(line for line in lines if line), flush=True)

@@ -1,0 +1,134 @@
+"""
+One wave of the bulk job: the questions of some shards answered by one Ray Data pipeline (explode, join, tokenize,
+read, aggregate), each shard committed by its aggregation task. Waves bound memory: a wave's candidates are
+shuffled together, the next wave's later.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.bulk_qa.config import JobConfig, RunSettings
+from jobs.bulk_qa.workers.aggregate import aggregate_shard
+from jobs.bulk_qa.workers.explode import document_columns, explode_pairs, question_rows, replies_rows
+from jobs.bulk_qa.workers.read import ReadSequences
+from jobs.bulk_qa.workers.tokenize import tokenize
+from qa_core.models import DEFAULT_TOKEN
+
+# (question, document) pairs one tokenize call reads: a block holds a wave's pairs (the join's output), and whole
+# blocks at once held every sequence of the wave in one worker.
+PAIRS_PER_TOKENIZE_BATCH = 512
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The run's input datasets (Ray Data, read lazily), and what the questions table holds."""
+
+    questions: Any
+    documents: Any | None  # None for SQuAD-style questions, which carry their document
+    replies: Any | None
+    squad: bool  # questions carry a `context` instead of `document_ids`
+    num_shards: int
+    partitions: int  # hash partitions of each shuffle
+
+
+@dataclass(frozen=True)
+class ActorResources:
+    """How many reader actors run, and what each reserves."""
+
+    num_actors: int
+    gpus_per_actor: float
+    cpus_per_actor: float
+    cpu_threads: int  # torch threads of a CPU actor
+
+
+def actor_resources(run: RunSettings, cluster: dict[str, float]) -> ActorResources:
+    """
+    The reader pool for a cluster's resources. It never reserves more than a quarter of the cluster's CPUs, so
+    that the read, join, tokenize and write tasks always find CPUs: a pool that claims them starves those tasks
+    and the job hangs.
+    """
+    gpus = cluster.get("GPU", 0)
+    cpus = cluster.get("CPU", 1)
+    if gpus:
+        num_actors = run.num_actors or max(1, int(gpus // run.gpus_per_actor))
+        gpus_per_actor, threads = run.gpus_per_actor, 1
+    else:
+        num_actors = run.num_actors or 1
+        gpus_per_actor, threads = 0.0, max(1, int(cpus // num_actors))
+    cpus_per_actor = min(run.cpus_per_actor, cpus / (4 * num_actors))
+    return ActorResources(num_actors, gpus_per_actor, cpus_per_actor, threads)
+
+
+def answer_wave(config: JobConfig, inputs: Inputs, shards: frozenset[int], pool: ActorResources) -> list[dict]:
+    """
+    Answers the questions of `shards` and commits each shard.
+
+    :returns: The committed shards' markers.
+    """
+    import json
+
+    import ray.data
+
+    wave = {"num_shards": inputs.num_shards, "shards": shards}
+    pairs = inputs.questions.map_batches(
+        explode_pairs, batch_format="pyarrow", max_retries=-1, fn_kwargs={**wave, "squad": inputs.squad}
+    )
+    if inputs.documents is not None:
+        pairs = pairs.join(
+            inputs.documents.map_batches(document_columns, batch_format="pyarrow"),
+            "left_outer",
+            num_partitions=inputs.partitions,
+            on=("document_id",),
+            right_on=("id",),
+        )
+    sequences = pairs.map_batches(
+        tokenize,
+        batch_format="pyarrow",
+        batch_size=PAIRS_PER_TOKENIZE_BATCH,
+        max_retries=-1,
+        fn_kwargs={
+            "model": config.model,
+            "token": DEFAULT_TOKEN,
+            "tokenization": config.tokenization,
+            "selection": config.selection,
+        },
+    )
+    candidates = sequences.repartition(target_num_rows_per_block=config.run.sequences_per_actor_batch).map_batches(
+        ReadSequences,
+        batch_format="pyarrow",
+        batch_size=config.run.sequences_per_actor_batch,
+        compute=ray.data.ActorPoolStrategy(size=pool.num_actors),
+        fn_constructor_kwargs={
+            "model": config.model,
+            "inference": config.inference,
+            "selection": config.selection,
+            "token": DEFAULT_TOKEN,
+            "cpu_threads": pool.cpu_threads,
+        },
+        num_gpus=pool.gpus_per_actor,
+        num_cpus=pool.cpus_per_actor,
+        max_restarts=-1,
+        max_task_retries=-1,
+    )
+    questions = inputs.questions.map_batches(
+        question_rows, batch_format="pyarrow", max_retries=-1, fn_kwargs={**wave, "squad": inputs.squad}
+    )
+    work = [candidates, questions]
+    if inputs.replies is not None:
+        work.append(inputs.replies.map_batches(replies_rows, batch_format="pyarrow", fn_kwargs=wave))
+    markers = (
+        work[0]
+        .union(*work[1:])
+        .groupby("shard", num_partitions=max(1, min(len(shards), 32)))
+        .map_groups(
+            aggregate_shard,
+            batch_format="pyarrow",
+            fn_kwargs={
+                "selection": config.selection,
+                "refusal": config.refusal,
+                "replies": config.replies if inputs.replies is not None else None,
+                "output": config.run.output,
+            },
+        )
+    )
+    return [json.loads(row["marker"]) for row in markers.iter_rows()]

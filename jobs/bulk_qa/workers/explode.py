@@ -1,0 +1,114 @@
+"""
+The stages that turn input tables into work rows: a wave's questions into `question` rows and into one `pair` row
+per document to read, replies into `replies` rows, documents into the columns the pairs join.
+Questions and replies of other shards are dropped: another wave, or a resumed run's committed shards, answer them.
+"""
+
+from typing import Any
+
+import pyarrow as pa
+
+from jobs.bulk_qa.workers.rows import (
+    AGGREGATION_SCHEMA,
+    DOCUMENT_COLUMNS,
+    PAIR,
+    PAIRS_SCHEMA,
+    QUESTION,
+    REPLIES,
+    shard_of,
+    table,
+)
+from qa_core.document import Document
+
+
+def _query_error(query: str | None) -> str | None:
+    """Why a query cannot be asked, or None."""
+    if query is None:
+        return "the query is null"
+    if not query.strip():
+        return "the query is empty"
+    return None
+
+
+def _wave_questions(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> list[tuple[int, dict[str, Any]]]:
+    """The batch's questions that belong to the wave's shards, with their shard."""
+    found = []
+    for question in batch.to_pylist():
+        shard = shard_of(question["id"], num_shards)
+        if shard in shards:
+            found.append((shard, question))
+    return found
+
+
+def _document_ids(question: dict[str, Any], squad: bool) -> list[str]:
+    """The ids of a question's documents, in order; a SQuAD-style context's id is derived from its text."""
+    if squad:
+        context = question.get("context")
+        return [] if context is None else [Document(content=context).id]
+    return question.get("document_ids") or []
+
+
+def question_rows(batch: pa.Table, num_shards: int, shards: frozenset[int], squad: bool) -> pa.Table:
+    """The wave's questions -> one `question` row each (query, document ids, a question-level error)."""
+    rows = [
+        {
+            "shard": shard,
+            "question_id": question["id"],
+            "kind": QUESTION,
+            "query": question["query"],
+            "error": _query_error(question["query"]),
+            "document_ids": _document_ids(question, squad),
+        }
+        for shard, question in _wave_questions(batch, num_shards, shards)
+    ]
+    return table(rows, AGGREGATION_SCHEMA)
+
+
+def explode_pairs(batch: pa.Table, num_shards: int, shards: frozenset[int], squad: bool) -> pa.Table:
+    """
+    The wave's questions that can be asked -> one `pair` row per document to read. SQuAD-style questions carry
+    their document in `context`: their pairs carry its content directly, as a known document.
+    """
+    rows: list[dict[str, Any]] = []
+    for shard, question in _wave_questions(batch, num_shards, shards):
+        if _query_error(question["query"]) is not None:
+            continue
+        common = {"shard": shard, "question_id": question["id"], "kind": PAIR, "query": question["query"]}
+        for position, document_id in enumerate(_document_ids(question, squad)):
+            pair = {**common, "position": position, "document_id": document_id}
+            if squad:
+                pair.update(content=question["context"], known=True)
+            rows.append(pair)
+    schema = pa.schema(list(PAIRS_SCHEMA) + DOCUMENT_COLUMNS) if squad else PAIRS_SCHEMA
+    return table(rows, schema)
+
+
+def replies_rows(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> pa.Table:
+    """The replies of questions of `shards` -> `replies` work rows."""
+    rows = []
+    for reply in batch.to_pylist():
+        shard = shard_of(reply["question_id"], num_shards)
+        if shard in shards:
+            rows.append(
+                {
+                    "shard": shard,
+                    "question_id": reply["question_id"],
+                    "kind": REPLIES,
+                    "replies": reply["replies"],
+                    "reply_meta": reply.get("meta"),
+                }
+            )
+    return table(rows, AGGREGATION_SCHEMA)
+
+
+def document_columns(batch: pa.Table) -> pa.Table:
+    """Documents as the pairs join them: content, page_number (int64 or null) and a marker that the id is known."""
+    page_number = batch["page_number"] if "page_number" in batch.column_names else pa.nulls(len(batch), pa.int64())
+    return pa.table(
+        {
+            "id": batch["id"],
+            "content": batch["content"],
+            "page_number": page_number.cast(pa.int64()),
+            "known": pa.array([True] * len(batch)),
+        }
+    )

@@ -1,0 +1,63 @@
+"""The reader stage, one instance per Ray actor: `sequence` rows -> `candidate` rows and a read note each."""
+
+import os
+import socket
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs.bulk_qa.workers.rows import (
+    AGGREGATION_SCHEMA,
+    PAIRS_SCHEMA,
+    SEQUENCE,
+    candidate_row,
+    read_note,
+    sequence_from_row,
+    table,
+)
+from qa_core.inference import InferenceSettings
+from qa_core.models import ModelSettings
+from qa_core.secret import Secret
+from qa_core.selection import SelectionSettings, candidate_answers
+
+
+class ReadSequences:
+    """
+    Holds one warmed `ExtractiveReader` on the actor's GPU (or on the CPU) and reads the sequences of each batch
+    in one forward-batched `predict` call. Pair notes (pairs that could not be read) pass through unread.
+    """
+
+    def __init__(
+        self,
+        model: ModelSettings,
+        inference: InferenceSettings,
+        selection: SelectionSettings,
+        token: Secret | None,
+        cpu_threads: int | None = None,
+    ) -> None:
+        import ray
+        import torch
+
+        from qa_core.reader import ExtractiveReader
+
+        gpu_ids = ray.get_gpu_ids() if ray.is_initialized() else []
+        device = "cuda:0" if gpu_ids and torch.cuda.is_available() else "cpu"
+        if device == "cpu" and cpu_threads:
+            torch.set_num_threads(cpu_threads)
+        self.reader = ExtractiveReader.from_settings(model, inference, device=device, token=token)
+        self.reader.warm_up()
+        self.context_window_size = selection.context_window_size
+        self.worker = f"{socket.gethostname()}:{os.getpid()} gpus={','.join(map(str, gpu_ids)) or '-'} {device}"
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        """The batch's sequences -> their candidates and read notes, plus the batch's pair notes unchanged."""
+        is_sequence = pc.equal(batch["kind"], SEQUENCE)
+        sequence_rows = batch.filter(is_sequence).to_pylist()
+        out = batch.filter(pc.invert(is_sequence)).select(PAIRS_SCHEMA.names).to_pylist()
+        decoded = [sequence_from_row(row, index) for index, row in enumerate(sequence_rows)]
+        spans = self.reader.predict([sequence for sequence, _ in decoded])
+        for row, (_, window), sequence_spans in zip(sequence_rows, decoded, spans, strict=True):
+            out.append(read_note(row, self.worker))
+            found = candidate_answers(row["query"], window, sequence_spans, self.context_window_size)
+            out += [candidate_row(row, rank, answer) for rank, answer in enumerate(found)]
+        return table(out, AGGREGATION_SCHEMA)

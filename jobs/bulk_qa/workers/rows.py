@@ -1,0 +1,159 @@
+"""
+The work rows that flow through the bulk job's Ray Data stages, as Arrow tables, and the one place each kind is
+encoded and decoded. A row's `kind` says what it carries:
+
+- `question`: one per question (query, document ids, question-level errors), joining the others just before
+  aggregation;
+- `pair`: one per (question, document) to read, joined with its document; after tokenization only the pairs
+  that could not be read remain, as notes carrying the reason in `error`;
+- `sequence`: a tokenized window of a document with the text its answers are cut from (before the reader
+  stage), then a note that it was read and by which actor;
+- `candidate`: a span found by the reader, with its text, page and context;
+- `replies`: a question's generator replies, joining the others just before aggregation.
+
+Every row has the question's `shard` (a stable hash of its id), the unit that the aggregation stage commits.
+This module imports only pyarrow and numpy, so that stages which need no model stay light.
+"""
+
+import zlib
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from qa_core.answers import ExtractedAnswer
+from qa_core.document import Document
+from qa_core.selection import DocumentText
+from qa_core.tokenization import Sequence
+
+QUESTION, PAIR, SEQUENCE, CANDIDATE, REPLIES = "question", "pair", "sequence", "candidate", "replies"
+
+_COMMON = [
+    ("shard", pa.int32()),
+    ("question_id", pa.string()),
+    ("kind", pa.string()),
+    ("query", pa.string()),
+    ("position", pa.int32()),  # the document's 0-based position in the question's document_ids
+    ("document_id", pa.string()),
+    ("error", pa.string()),
+]
+PAIRS_SCHEMA = pa.schema(_COMMON)
+DOCUMENT_COLUMNS = [("content", pa.string()), ("page_number", pa.int64()), ("known", pa.bool_())]
+SEQUENCES_SCHEMA = pa.schema(
+    _COMMON
+    + [
+        ("sequence_index", pa.int32()),
+        ("input_ids", pa.list_(pa.int32())),
+        ("context_start", pa.int32()),
+        ("context_end", pa.int32()),
+        ("char_starts", pa.list_(pa.int64())),
+        ("char_ends", pa.list_(pa.int64())),
+        ("window_text", pa.string()),  # the document text the sequence's answers and contexts are cut from
+        ("window_offset", pa.int64()),
+        ("first_page", pa.int64()),  # page at window_offset, when the document is paged
+    ]
+)
+# What reaches the aggregation: question, replies, pair-note, read-note and candidate rows.
+AGGREGATION_SCHEMA = pa.schema(
+    _COMMON
+    + [
+        ("document_ids", pa.list_(pa.string())),  # question rows
+        ("replies", pa.list_(pa.string())),  # replies rows
+        ("reply_meta", pa.list_(pa.string())),
+        ("sequence_index", pa.int32()),
+        ("rank", pa.int32()),  # the span's rank within its sequence
+        ("score", pa.float64()),
+        ("start", pa.int64()),
+        ("end", pa.int64()),
+        ("answer", pa.string()),
+        ("answer_page_number", pa.int64()),
+        ("context", pa.string()),
+        ("context_offset", pa.int64()),  # where the context starts in the document
+        ("worker", pa.string()),  # which reader actor read the sequence
+    ]
+)
+_SEQUENCE_KEYS = ("shard", "question_id", "position", "document_id", "sequence_index")
+
+
+def shard_of(question_id: str, num_shards: int) -> int:
+    """A stable shard number for a question id (the same in every process and every run)."""
+    return zlib.crc32(question_id.encode("utf-8")) % num_shards
+
+
+def table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Rows (dicts with any subset of the schema's columns) as a table of exactly that schema."""
+    return pa.Table.from_pylist([{name: row.get(name) for name in schema.names} for row in rows], schema=schema)
+
+
+def sequence_row(pair: dict[str, Any], sequence_index: int, sequence: Sequence, window: DocumentText) -> dict:
+    """A `sequence` row: the pair's keys, the tokenized window, and the document text its answers are cut from."""
+    return {
+        **{name: pair[name] for name in ("shard", "question_id", "query", "position", "document_id")},
+        "kind": SEQUENCE,
+        "sequence_index": sequence_index,
+        "input_ids": sequence.input_ids.astype(np.int32),
+        "context_start": sequence.context_start,
+        "context_end": sequence.context_end,
+        "char_starts": sequence.char_starts,
+        "char_ends": sequence.char_ends,
+        "window_text": window.text,
+        "window_offset": window.offset,
+        "first_page": window.first_page,
+    }
+
+
+def sequence_from_row(row: dict[str, Any], pair_index: int) -> tuple[Sequence, DocumentText]:
+    """A `sequence` row back as the sequence to read and the text its answers are cut from."""
+    sequence = Sequence(
+        pair_index=pair_index,
+        input_ids=np.asarray(row["input_ids"], dtype=np.int64),
+        context_start=row["context_start"],
+        context_end=row["context_end"],
+        char_starts=np.asarray(row["char_starts"], dtype=np.int64),
+        char_ends=np.asarray(row["char_ends"], dtype=np.int64),
+    )
+    document = Document(content=None, id=row["document_id"])
+    return sequence, DocumentText(document, row["window_text"], row["window_offset"], row["first_page"])
+
+
+def read_note(row: dict[str, Any], worker: str) -> dict[str, Any]:
+    """The note that a `sequence` row was read, and by which reader actor."""
+    return {**{name: row[name] for name in _SEQUENCE_KEYS}, "kind": SEQUENCE, "worker": worker}
+
+
+def candidate_row(sequence: dict[str, Any], rank: int, answer: ExtractedAnswer) -> dict[str, Any]:
+    """A `candidate` row: a span answer of the sequence row it was read from, at its rank there."""
+    context_offset = None
+    if answer.context_offset is not None:
+        context_offset = answer.document_offset.start - answer.context_offset.start
+    return {
+        **{name: sequence[name] for name in _SEQUENCE_KEYS},
+        "kind": CANDIDATE,
+        "rank": rank,
+        "score": answer.score,
+        "start": answer.document_offset.start,
+        "end": answer.document_offset.end,
+        "answer": answer.data,
+        "answer_page_number": answer.meta.get("answer_page_number"),
+        "context": answer.context,
+        "context_offset": context_offset,
+    }
+
+
+def candidate_answer(query: str, row: dict[str, Any]) -> ExtractedAnswer:
+    """A `candidate` row back as the answer it was made from."""
+    context_offset = None
+    if row["context_offset"] is not None:
+        start = row["context_offset"]
+        context_offset = ExtractedAnswer.Span(row["start"] - start, row["end"] - start)
+    page = row["answer_page_number"]
+    return ExtractedAnswer(
+        query=query,
+        score=row["score"],
+        data=row["answer"],
+        document=Document(content=None, id=row["document_id"]),
+        context=row["context"],
+        document_offset=ExtractedAnswer.Span(row["start"], row["end"]),
+        context_offset=context_offset,
+        meta={} if page is None else {"answer_page_number": page},
+    )

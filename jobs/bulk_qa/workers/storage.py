@@ -1,0 +1,109 @@
+"""
+Where the job reads and writes: filesystems for local paths and URIs, credentials masked in messages, and the
+shard store that commits each shard's tables atomically (used by the aggregation tasks and by the driver).
+
+Layout under `--output`:
+- `answers/`, `questions/`, `generated_answers/`: one Parquet file per shard, `shard-00042.parquet`;
+- `_shards/shard-00042.json`: the shard's completion marker and counts, written after its tables;
+- `_tmp/`: files being written (a file is renamed into place only when complete);
+- `_job.json` and `manifest.json`: the run's identity and its manifest (see `jobs.bulk_qa.output`).
+
+A shard counts as done only when its marker exists: a rerun recomputes shards without one and overwrites
+whatever half-written tables they left (same names, same content).
+"""
+
+import json
+import os
+import re
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+
+class InputError(Exception):
+    """Unusable input or configuration: the job stops before any worker starts and exits with status 2."""
+
+
+_URI_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@]*)@")
+_SECRET_QUERY = re.compile(r"(?P<key>[^?&=]*(?:key|secret|token|password|credential|signature)[^?&=]*)=[^&]*", re.I)
+
+
+def redact(uri: str) -> str:
+    """
+    `uri` with the credentials it may carry masked: the user-info part (`s3://KEY:SECRET@bucket/...`) and query
+    values whose name speaks of keys, secrets, tokens or passwords (`?secret_key=...`). Plain paths are unchanged.
+    """
+    uri = _URI_USERINFO.sub(r"\g<scheme>***@", uri)
+    if "?" in uri:
+        path, query = uri.split("?", 1)
+        uri = path + "?" + _SECRET_QUERY.sub(r"\g<key>=***", query)
+    return uri
+
+
+def resolve_path(path: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and the path inside it for a local path or a URI (s3://, gs://, file://, ...)."""
+    if "://" not in path:
+        return pafs.LocalFileSystem(), os.path.abspath(path)
+    try:
+        return pafs.FileSystem.from_uri(path)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise InputError(f"{redact(path)}: unsupported path or filesystem: {error}") from None
+
+
+class ShardStore:
+    """The job's output folder on any pyarrow filesystem, shard by shard; never writes outside it."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.shown = redact(uri)  # for messages: credentials in the URI never reach logs or the manifest
+        self.filesystem, self.root = resolve_path(uri)
+
+    def _path(self, *parts: str) -> str:
+        """A path under the root; each part is a plain name, so nothing can point outside the folder."""
+        if any(part in ("", ".", "..") or "/" in part or "\\" in part for part in parts):
+            raise ValueError(f"refusing a path outside the output folder: {parts!r}")
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    def _write_bytes(self, data: bytes, *parts: str) -> None:
+        """Writes a file under a temporary name, then renames it into place."""
+        temporary = self._path("_tmp", f"{uuid.uuid4().hex}-{parts[-1]}")
+        self.filesystem.create_dir(self._path("_tmp"), recursive=True)
+        self.filesystem.create_dir(self._path(*parts[:-1]), recursive=True)
+        with self.filesystem.open_output_stream(temporary) as stream:
+            stream.write(data)
+        self.filesystem.move(temporary, self._path(*parts))
+
+    def _read_json(self, *parts: str) -> Any | None:
+        try:
+            with self.filesystem.open_input_stream(self._path(*parts)) as stream:
+                return json.loads(stream.read().decode("utf-8"))
+        except FileNotFoundError:
+            return None
+
+    def committed_shards(self) -> dict[int, dict[str, Any]]:
+        """The completion markers of committed shards, by shard number."""
+        selector = pafs.FileSelector(self._path("_shards"), allow_not_found=True)
+        markers = {}
+        for info in self.filesystem.get_file_info(selector):
+            if info.base_name.startswith("shard-") and info.base_name.endswith(".json"):
+                marker = self._read_json("_shards", info.base_name)
+                markers[marker["shard"]] = marker
+        return markers
+
+    def commit_shard(self, shard: int, tables: dict[str, pa.Table], marker: dict[str, Any]) -> None:
+        """Writes a shard's tables, each atomically, then its completion marker."""
+        name = f"shard-{shard:05d}"
+        for table_name, table in tables.items():
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink)
+            self._write_bytes(sink.getvalue().to_pybytes(), table_name, f"{name}.parquet")
+        self._write_bytes(
+            json.dumps({**marker, "shard": shard}, sort_keys=True).encode("utf-8"), "_shards", f"{name}.json"
+        )
+
+    def table_path(self, table_name: str) -> str:
+        """Where a table's files are (a URI for remote filesystems, credentials masked)."""
+        return self.shown.rstrip("/") + "/" + table_name

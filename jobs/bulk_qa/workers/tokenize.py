@@ -1,0 +1,70 @@
+"""
+The tokenize stage (CPU tasks): pairs joined with their documents -> `sequence` rows, each carrying the window of
+document text its answers and contexts are cut from, or a `pair` note with the reason a pair cannot be read.
+Only this stage and the reader stage load a tokenizer, and only when they run.
+"""
+
+from typing import Any
+
+import pyarrow as pa
+
+from jobs.bulk_qa.workers.rows import PAIR, SEQUENCES_SCHEMA, sequence_row, table
+from qa_core.document import Document
+from qa_core.models import ModelSettings, load_tokenizer
+from qa_core.secret import Secret
+from qa_core.selection import DocumentText, SelectionSettings
+from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_each_pair
+
+
+def tokenize(
+    batch: pa.Table,
+    model: ModelSettings,
+    token: Secret | None,
+    tokenization: TokenizationSettings,
+    selection: SelectionSettings,
+) -> pa.Table:
+    """
+    Pairs joined with their documents -> `sequence` rows, or a `pair` note when the document is unknown or the
+    pair cannot be tokenized. Documents with null content are skipped, as the reader skips them.
+
+    :param model: Whose tokenizer to use.
+    :param token: The hub token, resolved here from the worker's environment.
+    :param tokenization: `max_seq_length` and `stride`, as the reader uses them.
+    :param selection: Its `context_window_size` says how much text around each sequence the answers' contexts need.
+    """
+    tokenizer = load_tokenizer(model.model, token, model.trust_remote_code)
+    rows: list[dict[str, Any]] = []
+    to_read: list[dict[str, Any]] = []
+    for row in batch.to_pylist():
+        if not row.get("known"):
+            rows.append({**row, "error": f"unknown document id {row['document_id']!r}"})
+        elif row.get("content") is not None:
+            to_read.append(row)
+    sequences, failures = tokenize_each_pair(
+        tokenizer, [pair["query"] for pair in to_read], [pair["content"] for pair in to_read], tokenization
+    )
+    rows += [{**to_read[index], "kind": PAIR, "error": error} for index, error in failures.items()]
+    sequence_index = 0
+    for position, sequence in enumerate(sequences):
+        previous = sequences[position - 1].pair_index if position else None
+        sequence_index = sequence_index + 1 if previous == sequence.pair_index else 0
+        pair = to_read[sequence.pair_index]
+        rows.append(sequence_row(pair, sequence_index, sequence, _window(pair, sequence, selection)))
+    return table(rows, SEQUENCES_SCHEMA)
+
+
+def _window(pair: dict[str, Any], sequence: Sequence, selection: SelectionSettings) -> DocumentText:
+    """The document text a sequence's answers and their contexts are cut from (the context's word-boundary search
+    looks one character beyond the context window)."""
+    content = pair["content"]
+    if sequence.context_end > sequence.context_start:
+        first_char = int(sequence.char_starts[sequence.context_start])
+        last_char = int(sequence.char_ends[sequence.context_end - 1])
+    else:
+        first_char = last_char = 0
+    margin = (selection.context_window_size or 0) + 1
+    offset = max(0, first_char - margin)
+    page_number = pair.get("page_number")
+    first_page = None if page_number is None else page_number + content.count("\f", 0, offset)
+    document = Document(content=None, id=pair["document_id"])
+    return DocumentText(document, content[offset : last_char + margin], offset, first_page)

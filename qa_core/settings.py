@@ -1,0 +1,82 @@
+"""
+The base of every component's settings: a dataclass whose field comments are its documentation and whose
+`problems()` are its validation. Each phase defines its settings next to the code that uses them
+(`TokenizationSettings` in `tokenization.py`, `InferenceSettings` in `inference.py`, `SelectionSettings` in
+`selection.py`, `ModelSettings` in `models.py`); the components, the Ray job's configuration and command line,
+and the benchmark all derive from those definitions.
+"""
+
+import dataclasses
+import inspect
+import re
+import typing
+from functools import cache
+from typing import Any
+
+_FIELD_COMMENT = re.compile(r"^\s+(\w+): .*?  # (.+)$")
+
+
+class Settings:
+    """
+    Mixin for settings dataclasses: `problems()` lists what is wrong with the values (empty when they are usable),
+    `check()` raises them all at once, `docs()` gives each field's comment.
+    """
+
+    def problems(self) -> list[str]:
+        """What is wrong with the values, one message per problem naming the parameter; empty when usable."""
+        return []
+
+    def check(self) -> None:
+        """
+        :raises ValueError: Listing every problem of `problems()`.
+        """
+        problems = self.problems()
+        if problems:
+            raise ValueError(f"Invalid {type(self).__name__}: " + "; ".join(problems) + ".")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields and their values (containers copied)."""
+        return {spec.name: _copy(getattr(self, spec.name)) for spec in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def docs(cls) -> dict[str, str]:
+        """Each field's comment (its documentation), by field name."""
+        return _field_comments(cls)
+
+    @classmethod
+    def types(cls) -> dict[str, Any]:
+        """Each field's annotation, resolved (also in modules with postponed annotations)."""
+        return _field_types(cls)
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Each field's default value."""
+        return cls().as_dict()  # type: ignore[call-arg]
+
+
+def _copy(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else list(value) if isinstance(value, list) else value
+
+
+@cache
+def _field_comments(cls: type) -> dict[str, str]:
+    source = inspect.getsource(cls).splitlines()
+    return {match[1]: match[2] for match in map(_FIELD_COMMENT.match, source) if match}
+
+
+@cache
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {spec.name: hints[spec.name] for spec in dataclasses.fields(cls)}
+
+
+def at_least(name: str, value: Any, minimum: float, optional: bool = False) -> list[str]:
+    """`[f"{name} must be >= {minimum}, not {value}"]` when `value` is below `minimum` (None passes if optional)."""
+    if value is None and optional:
+        return []
+    return [] if value is not None and value >= minimum else [f"{name} must be >= {minimum}, not {value}"]
+
+
+def within(name: str, value: float | None, low: float, high: float) -> list[str]:
+    """A problem when a set `value` lies outside `[low, high]`; `None` passes."""
+    return [] if value is None or low <= value <= high else [f"{name} must be within [{low}, {high}], not {value}"]
