@@ -92,7 +92,7 @@ class ExtractiveReader:
     answers = reader.run(query="What is a popular programming language?", documents=docs)["answers"]
     ```
 
-    Differences from Haystack: run-time overrides test `is None`, so `top_k=0`-style falsy values and
+    Differences from Haystack: run-time overrides test `is None`, so falsy values such as `stride=0` and
     `score_threshold=0.0` are honoured (Haystack's `x or default` swallows them); `max_batch_size=None` runs
     batches of 32 sequences instead of all sequences at once (same answers, bounded memory).
     """

@@ -4,6 +4,7 @@ import inspect
 import json
 import logging
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -880,3 +881,43 @@ def test_inputs_for_a_gpu_are_pinned_and_copied_without_blocking_under_inference
     for gpu, cpu in zip(on_gpu, on_cpu, strict=True):
         assert gpu.starts.tolist() == cpu.starts.tolist() and gpu.ends.tolist() == cpu.ends.tolist()
         np.testing.assert_allclose(gpu.scores, cpu.scores, atol=1e-6)
+
+
+# --- Settings: defined once, validated by the component ----------------------------------------------------------
+
+
+def test_reader_parameters_are_the_settings_fields_with_their_defaults():
+    from qa_core.models import ModelSettings
+    from qa_core.reader import PHASES
+
+    signature = inspect.signature(ExtractiveReader).parameters
+    phases = [ModelSettings, *PHASES.values()]
+    fields = {name: default for phase in phases for name, default in phase.defaults().items()}
+    assert set(signature) - {"device", "token"} == set(fields)
+    defaults = {name: signature[name].default for name in fields}
+    assert defaults == {**fields, "model_kwargs": None}  # None: no keyword arguments, as Haystack's reader
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"top_k": -1}, "top_k must be >= 1, not -1"),
+        ({"max_seq_length": 64, "stride": 64}, "stride (64) must be >= 0 and < max_seq_length (64)"),
+        ({"calibration_factor": 0}, "calibration_factor must be > 0, not 0"),
+        ({"overlap_threshold": 1.5}, "overlap_threshold must be within [0, 1], not 1.5"),
+        ({"max_batch_size": 0}, "max_batch_size must be >= 1, not 0"),
+        ({"quantization": "int4"}, "quantization must be one of (None, 'int8'), not 'int4'"),
+    ],
+)
+def test_reader_refuses_unusable_parameters_naming_them(parameters, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ExtractiveReader(model="unused", **parameters)
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ValueError) as error:
+        ExtractiveReader(model="unused", top_k=0, score_threshold=2.0, answers_per_seq=0)
+    assert str(error.value) == (
+        "Invalid ExtractiveReader parameters: answers_per_seq must be >= 1, not 0; top_k must be >= 1, not 0; "
+        "score_threshold must be within [0, 1], not 2.0."
+    )

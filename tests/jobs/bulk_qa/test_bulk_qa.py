@@ -286,7 +286,9 @@ def test_none_on_the_command_line_switches_an_option_off(tmp_path: Path) -> None
     config = load_config(["--config", str(config_file), *flags])
     selection = config.selection
     assert (selection.context_window_size, selection.overlap_threshold, selection.score_threshold) == (None, None, None)
-    assert load_config(["--config", str(config_file)]).selection.context_window_size == 200  # a flag not given: the default
+    assert (
+        load_config(["--config", str(config_file)]).selection.context_window_size == 200
+    )  # a flag not given: the default
 
 
 def test_none_is_refused_where_an_option_needs_a_value(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -310,7 +312,7 @@ def test_unknown_yaml_key_is_refused(tmp_path: Path) -> None:
 def test_sample_job_writes_the_recorded_tables(local_ray, tmp_path: Path, minilm_model: Path) -> None:
     """
     The quick start's job (data/sample/job.yaml, MiniLM with its seeded head) writes the rows recorded in
-    tests/jobs/data/sample_tables.json: every value equal, scores within 1e-6 (they were equal to the bit where
+    tests/jobs/bulk_qa/data/sample_tables.json: every value equal, scores within 1e-6 (they were equal to the bit where
     the record was made; other CPUs' kernels may differ in the last bits).
     """
     output = tmp_path / "out"
