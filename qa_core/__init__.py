@@ -1,5 +1,6 @@
 """
-Engine-free extractive question answering with Haystack's semantics: reader, answers, AnswerBuilder.
+Engine-free extractive question answering with Haystack's semantics: reader, answers, AnswerBuilder, BM25
+retriever; SQuAD data and its official evaluation (`qa_core.squad`, `qa_core.evaluation`).
 
 The public names load on first use, so that code needing only the dataclasses or the answer selection
 (for instance the Ray job's aggregation tasks) does not import torch and transformers.
@@ -10,19 +11,29 @@ from typing import TYPE_CHECKING, Any
 
 _MODULES = {
     "AnswerBuilder": "qa_core.answer_builder",
+    "BM25Retriever": "qa_core.retrieval",
     "Document": "qa_core.document",
     "ExtractedAnswer": "qa_core.answers",
     "ExtractiveReader": "qa_core.reader",
     "GeneratedAnswer": "qa_core.answers",
     "Secret": "qa_core.secret",
 }
-__all__ = ["AnswerBuilder", "Document", "ExtractedAnswer", "ExtractiveReader", "GeneratedAnswer", "Secret"]
+__all__ = [
+    "AnswerBuilder",
+    "BM25Retriever",
+    "Document",
+    "ExtractedAnswer",
+    "ExtractiveReader",
+    "GeneratedAnswer",
+    "Secret",
+]
 
 if TYPE_CHECKING:
     from qa_core.answer_builder import AnswerBuilder
     from qa_core.answers import ExtractedAnswer, GeneratedAnswer
     from qa_core.document import Document
     from qa_core.reader import ExtractiveReader
+    from qa_core.retrieval import BM25Retriever
     from qa_core.secret import Secret
 
 

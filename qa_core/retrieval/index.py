@@ -1,0 +1,289 @@
+"""BM25Index: a term-major sparse matrix of BM25 weights, searched for many queries at once."""
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from qa_core.retrieval.corpus import WeightedCorpus, fingerprint, weigh_corpus
+from qa_core.retrieval.index_io import IndexFiles, read_index_files, write_index_files
+from qa_core.retrieval.scoring import resolve_parameters
+from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
+from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, check_k, top_k
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    """
+    The statistics of the corpus an index (or each of its shards) was weighed with.
+
+    :param n_docs: Documents in the corpus.
+    :param avg_doc_len: Their mean length in terms.
+    :param fingerprint: `corpus.fingerprint` of the whole corpus.
+    """
+
+    n_docs: int
+    avg_doc_len: float
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class PostingLists:
+    """
+    The weights, term-major: term `t`'s documents are `doc_indices[starts[t]:starts[t + 1]]`.
+
+    :param starts: `(terms + 1,)` int64 offsets (a CSC matrix's `indptr`).
+    :param doc_indices: `(pairs,)` int64 document index within the index, ascending within a term (int64, not
+        int32: `np.bincount` takes only that, and converting on every query costs a fifth of the scoring time).
+    :param weights: `(pairs,)` float64 `idf * tfc` of the pair.
+    """
+
+    starts: np.ndarray
+    doc_indices: np.ndarray
+    weights: np.ndarray
+
+
+class BM25Index:
+    """
+    A BM25 index over a corpus, or over a contiguous shard of one, with Haystack's `bm25_retrieval` ranking.
+
+    Usage example:
+    ```python
+    index = BM25Index.build(ids=["a", "b"], texts=["Python is a language", "Snakes are reptiles"])
+    positions, scores = index.search(["what is python?"], k=5)  # (1, 5) each, padded with -1 and -inf
+    assert index.doc_ids[positions[0, 0] - index.doc_offset] == "a"
+    ```
+
+    Positions are corpus positions: `doc_offset` plus the document's place in `doc_ids`.
+    Build with `build` or `sharding.build_sharded`; `save` / `load` keep it as plain `.npy` arrays and JSON.
+    """
+
+    def __init__(
+        self,
+        *,
+        algorithm: str,
+        parameters: dict[str, float],
+        tokenization_regex: str,
+        vocabulary: list[str],
+        doc_ids: list[str],
+        doc_offset: int,
+        fingerprint: str,
+        corpus: CorpusStats,
+        postings: PostingLists,
+    ) -> None:
+        """
+        Wraps built (or loaded) parts; use `build`, `sharding.build_sharded` or `load` rather than this.
+
+        :param algorithm: One of `scoring.ALGORITHMS`.
+        :param parameters: All of the algorithm's parameters (`scoring.resolve_parameters`).
+        :param tokenization_regex: The `Tokenizer` regex that made the terms.
+        :param vocabulary: The terms, by term id.
+        :param doc_ids: The documents' ids, by index within this index.
+        :param doc_offset: Corpus position of `doc_ids[0]`.
+        :param fingerprint: `corpus.fingerprint` of this index's documents.
+        :param corpus: Statistics of the corpus the weights were computed with.
+        :param postings: The weights, term-major.
+        """
+        self.algorithm = algorithm
+        self.parameters = parameters
+        self.tokenizer = Tokenizer(tokenization_regex)
+        self.vocabulary = vocabulary
+        self.doc_ids = doc_ids
+        self.doc_offset = doc_offset
+        self.fingerprint = fingerprint
+        self.corpus = corpus
+        self.postings = postings
+        self._term_ids = {term: term_id for term_id, term in enumerate(vocabulary)}
+
+    @classmethod
+    def build(
+        cls,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        algorithm: str = "BM25L",
+        parameters: dict[str, float] | None = None,
+        tokenization_regex: str = DEFAULT_TOKENIZATION_REGEX,
+    ) -> "BM25Index":
+        """
+        Indexes a corpus.
+
+        :param ids: Document ids, unique and non-empty.
+        :param texts: Document texts, in the same order; `""` is a document of length 0 (it counts in N and avgdl).
+        :param algorithm: `"BM25L"` (Haystack's default), `"BM25Okapi"`, `"BM25Plus"` or `"Lucene"`.
+        :param parameters: Some of `k1`, `b`, and `delta` (BM25L, BM25Plus) or `epsilon` (BM25Okapi);
+            the others take Haystack's defaults.
+        :param tokenization_regex: Haystack's `bm25_tokenization_regex`.
+        :returns: The index.
+        :raises ValueError: If the corpus is empty or has no terms, the ids are invalid, or an option is invalid.
+        """
+        resolved = resolve_parameters(algorithm, parameters)
+        tokenizer = Tokenizer(tokenization_regex)
+        weighted = weigh_corpus(ids, texts, algorithm, resolved, tokenizer)
+        return cls.from_rows(weighted, ids, texts, 0, len(ids), algorithm, resolved, tokenization_regex)
+
+    @classmethod
+    def from_rows(
+        cls,
+        weighted: WeightedCorpus,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        start: int,
+        stop: int,
+        algorithm: str,
+        parameters: dict[str, float],
+        tokenization_regex: str,
+    ) -> "BM25Index":
+        """
+        The index of corpus positions `start:stop` of a weighed corpus, keeping the corpus's statistics.
+
+        :param weighted: The whole corpus, weighed.
+        :param ids: The whole corpus's document ids.
+        :param texts: The whole corpus's texts (for the shard's fingerprint).
+        :param start: First corpus position of the shard.
+        :param stop: One past its last.
+        :param algorithm: The algorithm `weighted` was weighed with.
+        :param parameters: Its parameters.
+        :param tokenization_regex: The tokenizer's regex.
+        :returns: The shard's index; its vocabulary holds only the terms its documents contain.
+        """
+        whole = (start, stop) == (0, weighted.n_docs)
+        rows = weighted.weights if whole else weighted.weights[start:stop]  # (shard docs, corpus terms)
+        present = np.bincount(rows.indices, minlength=rows.shape[1]) > 0
+        used_terms = np.flatnonzero(present)
+        if used_terms.size < rows.shape[1]:  # renumber the shard's terms 0, 1, ...
+            local_term = (np.cumsum(present) - 1).astype(rows.indices.dtype)
+            shape = (stop - start, used_terms.size)
+            rows = sp.csr_matrix((rows.data, local_term[rows.indices], rows.indptr), shape=shape)
+        by_term = rows.tocsc()  # (shard docs, shard terms), documents ascending within a term
+        postings = PostingLists(
+            starts=by_term.indptr.astype(np.int64, copy=False),
+            doc_indices=by_term.indices.astype(np.int64),
+            weights=by_term.data.astype(np.float64, copy=False),
+        )
+        return cls(
+            algorithm=algorithm,
+            parameters=parameters,
+            tokenization_regex=tokenization_regex,
+            vocabulary=[weighted.vocabulary[term_id] for term_id in used_terms],
+            doc_ids=list(ids[start:stop]),
+            doc_offset=start,
+            fingerprint=weighted.fingerprint if whole else fingerprint(ids[start:stop], texts[start:stop]),
+            corpus=CorpusStats(weighted.n_docs, weighted.avg_doc_len, weighted.fingerprint),
+            postings=postings,
+        )
+
+    @property
+    def n_docs(self) -> int:
+        """Documents in this index (a shard's own, not the corpus's)."""
+        return len(self.doc_ids)
+
+    def search(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """
+        The k best documents of each query, as `InMemoryDocumentStore.bm25_retrieval` ranks them.
+
+        A query's distinct terms count once each (repeats add nothing); scores of 0 or less are left out except
+        with BM25Okapi, whose zero and negative scores Haystack keeps; ties go to the earlier corpus position.
+
+        :param queries: Non-empty query strings.
+        :param k: Most hits per query (at least 1).
+        :returns: `(queries, k)` int64 corpus positions and `(queries, k)` float64 raw scores, best first;
+            rows with fewer hits are padded with -1 and -inf.
+        :raises ValueError: If `k < 1`, `queries` is a string, or a query is not a non-empty string.
+        """
+        check_k(k)
+        if isinstance(queries, str):
+            raise ValueError("queries must be a list of strings, not one string.")
+        for query in queries:
+            if not isinstance(query, str) or not query:
+                raise ValueError(f"A query must be a non-empty string, not {query!r}.")
+        positions = np.full((len(queries), k), NO_POSITION, dtype=np.int64)
+        scores = np.full((len(queries), k), NO_SCORE, dtype=np.float64)
+        drop_non_positive = self.algorithm != "BM25Okapi"
+        for row, query in enumerate(queries):
+            hits, hit_scores = top_k(self.score(query), k, drop_non_positive)
+            positions[row, : hits.size] = hits + self.doc_offset
+            scores[row, : hits.size] = hit_scores
+        return positions, scores
+
+    def score(self, query: str) -> np.ndarray:
+        """
+        Every document's raw score for a query (0 for documents without any of its terms).
+
+        :param query: The query.
+        :returns: `(n_docs,)` float64 scores, by index within this index.
+        """
+        terms = dict.fromkeys(self.tokenizer.tokenize(query))  # distinct, in order of first occurrence
+        spans = [self._span(self._term_ids[term]) for term in terms if term in self._term_ids]
+        # Concatenated in query order, so each document sums its terms in Haystack's order.
+        doc_indices = np.concatenate([self.postings.doc_indices[span] for span in spans] or [np.zeros(0, np.int64)])
+        weights = np.concatenate([self.postings.weights[span] for span in spans] or [np.zeros(0)])
+        scores = np.bincount(doc_indices, weights=weights, minlength=self.n_docs)
+        if scores.size != self.n_docs:
+            raise ValueError(f"The index's posting lists name documents beyond its {self.n_docs}: it is corrupt.")
+        return scores
+
+    def _span(self, term_id: int) -> slice:
+        """Where a term's documents and weights lie in the posting arrays."""
+        return slice(int(self.postings.starts[term_id]), int(self.postings.starts[term_id + 1]))
+
+    def save(self, directory: str | Path) -> None:
+        """
+        Writes the index as `.npy` arrays and JSON (no pickles) into a directory, created if needed.
+
+        :param directory: The directory; the files of an index already there are replaced.
+        """
+        header = {
+            "algorithm": self.algorithm,
+            "parameters": self.parameters,
+            "tokenization_regex": self.tokenizer.regex,
+            "doc_offset": self.doc_offset,
+            "fingerprint": self.fingerprint,
+            "corpus": asdict(self.corpus),
+        }
+        write_index_files(Path(directory), IndexFiles(header, self.vocabulary, self.doc_ids, asdict(self.postings)))
+
+    @classmethod
+    def load(cls, directory: str | Path, mmap: bool = True) -> "BM25Index":
+        """
+        Reads an index written by `save`, never unpickling anything, so a folder from elsewhere cannot run code.
+
+        :param directory: The directory.
+        :param mmap: Memory-map the arrays read-only (`np.load(mmap_mode="r")`) instead of reading them.
+        :returns: The index.
+        :raises ValueError: If a file is missing or malformed, an array needs pickle, or the parts disagree.
+        """
+        directory = Path(directory)
+        files = read_index_files(directory, mmap=mmap)
+        header, arrays = files.header, files.arrays
+        try:
+            algorithm, corpus = header["algorithm"], CorpusStats(**header["corpus"])
+            parameters = resolve_parameters(algorithm, header["parameters"])
+            tokenization_regex, doc_offset, doc_fingerprint = (
+                header["tokenization_regex"],
+                header["doc_offset"],
+                header["fingerprint"],
+            )
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"{directory} has an incomplete or malformed index header: {error!r}.") from error
+        starts = arrays["starts"]
+        n_pairs = arrays["doc_indices"].size
+        if (
+            starts.size != len(files.vocabulary) + 1
+            or starts[0] != 0
+            or starts[-1] != n_pairs
+            or arrays["weights"].size != n_pairs
+        ):
+            raise ValueError(f"{directory}: the posting arrays do not match each other or the vocabulary.")
+        return cls(
+            algorithm=algorithm,
+            parameters=parameters,
+            tokenization_regex=tokenization_regex,
+            vocabulary=files.vocabulary,
+            doc_ids=files.doc_ids,
+            doc_offset=doc_offset,
+            fingerprint=doc_fingerprint,
+            corpus=corpus,
+            postings=PostingLists(**arrays),
+        )

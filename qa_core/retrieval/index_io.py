@@ -1,0 +1,95 @@
+"""An index folder: JSON for the header, vocabulary and ids, `.npy` for the arrays; nothing is ever unpickled."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FORMAT = "qa_core.retrieval.bm25/1"
+HEADER_FILE = "index.json"
+VOCABULARY_FILE = "vocabulary.json"
+DOC_IDS_FILE = "doc_ids.json"
+# The arrays and the dtype each must have.
+ARRAY_DTYPES = {"starts": np.dtype(np.int64), "doc_indices": np.dtype(np.int64), "weights": np.dtype(np.float64)}
+
+
+@dataclass
+class IndexFiles:
+    """
+    The contents of an index folder.
+
+    :param header: Parameters and statistics (`index.json`), without its `format` entry.
+    :param vocabulary: The terms, by term id.
+    :param doc_ids: The document ids, by document index.
+    :param arrays: `ARRAY_DTYPES`' arrays, one-dimensional, memory-mapped or in memory.
+    """
+
+    header: dict[str, Any]
+    vocabulary: list[str]
+    doc_ids: list[str]
+    arrays: dict[str, np.ndarray]
+
+
+def write_index_files(directory: Path, files: IndexFiles) -> None:
+    """
+    Writes an index folder, creating the directory if needed.
+
+    :param directory: The folder.
+    :param files: What to write; each array is converted to its `ARRAY_DTYPES` dtype.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, dtype in ARRAY_DTYPES.items():
+        np.save(directory / f"{name}.npy", np.ascontiguousarray(files.arrays[name], dtype=dtype), allow_pickle=False)
+    _write_json(directory / VOCABULARY_FILE, files.vocabulary)
+    _write_json(directory / DOC_IDS_FILE, files.doc_ids)
+    _write_json(directory / HEADER_FILE, {"format": FORMAT, **files.header})  # last: a complete folder has it
+
+
+def read_index_files(directory: Path, mmap: bool) -> IndexFiles:
+    """
+    Reads an index folder written by `write_index_files`.
+
+    :param directory: The folder.
+    :param mmap: Memory-map the arrays read-only instead of reading them.
+    :returns: Its contents.
+    :raises ValueError: If a file is missing or malformed, the format is another, or an array is not a
+        one-dimensional array of its dtype (object arrays, which need pickle, included).
+    """
+    header = _read_json(directory / HEADER_FILE, dict)
+    if header.pop("format", None) != FORMAT:
+        raise ValueError(f"{directory / HEADER_FILE} is not a {FORMAT} index header.")
+    vocabulary = _read_json(directory / VOCABULARY_FILE, list)
+    doc_ids = _read_json(directory / DOC_IDS_FILE, list)
+    for name, values in ((VOCABULARY_FILE, vocabulary), (DOC_IDS_FILE, doc_ids)):
+        if not all(isinstance(value, str) for value in values):
+            raise ValueError(f"{directory / name} must hold a list of strings.")
+    arrays = {name: _read_array(directory / f"{name}.npy", dtype, mmap) for name, dtype in ARRAY_DTYPES.items()}
+    return IndexFiles(header=header, vocabulary=vocabulary, doc_ids=doc_ids, arrays=arrays)
+
+
+def _read_array(path: Path, dtype: np.dtype, mmap: bool) -> np.ndarray:
+    try:
+        array = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
+    except (OSError, ValueError) as error:  # ValueError: an object array, which only pickle could load
+        raise ValueError(f"Cannot load {path} as a plain array: {error}") from error
+    if not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != 1:
+        raise ValueError(f"{path} must be a one-dimensional {dtype} array.")
+    return array
+
+
+def _write_json(path: Path, value: Any) -> None:
+    with path.open("w", encoding="utf-8") as file:
+        json.dump(value, file, ensure_ascii=False)
+
+
+def _read_json(path: Path, kind: type) -> Any:
+    try:
+        with path.open(encoding="utf-8") as file:
+            value = json.load(file)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"Cannot read {path}: {error}") from error
+    if not isinstance(value, kind):
+        raise ValueError(f"{path} must hold a JSON {kind.__name__}.")
+    return value

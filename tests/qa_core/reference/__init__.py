@@ -1,0 +1,1 @@
+"""Independent reference implementations, vendored for parity tests."""
