@@ -311,7 +311,7 @@ def measure_ray(
     common = ["--model", str(model), "--overwrite", *settings.job_args()]
     sampler = MemorySampler(tree=True)
     started = time.perf_counter()
-    ray.init(include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
     try:
         ray.data.DataContext.get_current().enable_progress_bars = False
         if (

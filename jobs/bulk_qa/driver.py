@@ -6,7 +6,9 @@ waves (see `jobs.bulk_qa.waves`), then writes the manifest and prints the summar
 question is accounted for, 2 for unusable input or configuration, 1 for any other failure.
 """
 
+import dataclasses
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from jobs.bulk_qa.inputs import (
     table_schema,
 )
 from jobs.bulk_qa.output import OutputFolder
-from jobs.bulk_qa.waves import Inputs, actor_resources, answer_wave
+from jobs.bulk_qa.waves import ActorResources, Inputs, actor_resources, answer_wave
 from jobs.bulk_qa.workers.storage import InputError
 from qa_core.models import DEFAULT_TOKEN
 
@@ -54,16 +56,16 @@ def run(config: JobConfig) -> int:
     identity = run_identity(config, schemas)
     output = OutputFolder(config.run.output)
     output.check(identity, config.run.overwrite)  # a run that would be refused is refused before reading any input
-    ray_start_s = start_ray(config.run.address)
+    cluster = start_ray(config.run.address)
     inputs, n_questions, expected = read_inputs(config, schemas)
     output.claim(identity, config.run.overwrite)
     resumed = output.committed_shards()
     pipeline_started = time.time()
-    markers = {**resumed, **answer_pending_shards(config, inputs, expected, resumed)}
+    pool = actor_resources(config.run, cluster)
+    markers = {**resumed, **answer_pending_shards(config, inputs, expected, resumed, pool)}
     pipeline_s = time.time() - pipeline_started
-    manifest = report.manifest(
-        config, identity, markers, n_questions, expected, resumed, started, ray_start_s, pipeline_s
-    )
+    cluster = {**cluster, "reader_actors": dataclasses.asdict(pool)}
+    manifest = report.manifest(config, identity, markers, n_questions, expected, resumed, started, pipeline_s, cluster)
     if manifest["reconciled"]:
         output.write_manifest(manifest)
     report.print_summary(manifest, output)
@@ -108,18 +110,38 @@ def run_identity(config: JobConfig, schemas: Schemas) -> dict[str, Any]:
     }
 
 
-def start_ray(address: str | None) -> float:
-    """Starts or joins Ray; returns the seconds it took."""
+def start_ray(address: str | None) -> dict[str, Any]:
+    """
+    Joins the cluster at `address`, or at `RAY_ADDRESS` (as `ray job submit` sets it), or else starts a Ray of its
+    own on this machine, even when another one runs here (`address="local"`: a cluster someone started with
+    `ray start`, alive or dead, is never joined by accident). A Ray already initialised in this process is used.
+
+    :returns: The cluster the job runs on: its address, whether the job started it, nodes, CPUs, GPUs, and the
+        seconds it took.
+    """
     import ray
 
     started = time.time()
+    target = address or os.environ.get("RAY_ADDRESS") or "local"
+    started_here = not ray.is_initialized() and target == "local"
     if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=True) if address else ray.init()
+        ray.init(address=target, log_to_driver=target != "local")
     import ray.data
 
     # Sort-based shuffles run as tasks: no shuffle actors to start, which dominates on small inputs.
     ray.data.DataContext.get_current().shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
-    return time.time() - started
+    resources = ray.cluster_resources()
+    cluster = {
+        "address": ray.get_runtime_context().gcs_address,
+        "started_by_job": started_here,
+        "nodes": sum(1 for node in ray.nodes() if node["Alive"]),
+        "cpus": resources.get("CPU", 0),
+        "gpus": resources.get("GPU", 0),
+        "start_s": round(time.time() - started, 3),
+    }
+    if not started_here:
+        print(f"bulk-qa: running on the Ray cluster at {cluster['address']}", file=sys.stderr, flush=True)
+    return cluster
 
 
 def read_inputs(config: JobConfig, schemas: Schemas) -> tuple[Inputs, int, dict[int, int]]:
@@ -148,12 +170,9 @@ def read_inputs(config: JobConfig, schemas: Schemas) -> tuple[Inputs, int, dict[
 
 
 def answer_pending_shards(
-    config: JobConfig, inputs: Inputs, expected: dict[int, int], resumed: dict[int, Any]
+    config: JobConfig, inputs: Inputs, expected: dict[int, int], resumed: dict[int, Any], pool: ActorResources
 ) -> dict[int, dict[str, Any]]:
     """Answers the shards not committed yet, `shards_per_wave` at a time; returns their markers by shard."""
-    import ray
-
-    pool = actor_resources(config.run, ray.cluster_resources())
     pending = [shard for shard in sorted(expected) if shard not in resumed]
     markers = {}
     for first in range(0, len(pending), config.run.shards_per_wave):

@@ -16,10 +16,13 @@ def manifest(
     expected: dict[int, int],
     resumed: dict[int, dict[str, Any]],
     started: float,
-    ray_start_s: float,
     pipeline_s: float,
+    cluster: dict[str, Any],
 ) -> dict[str, Any]:
-    """The run's manifest: configuration, counts in and out, reconciliation, timings and throughput."""
+    """
+    The run's manifest: configuration, counts in and out, reconciliation, the cluster and reader actors used,
+    timings, and the throughput of the work this run did (a resumed run's kept shards are not counted in it).
+    """
     statuses = {status: sum(m["statuses"][status] for m in markers.values()) for status in QUESTION_STATUSES}
     written = sum(m["questions"] for m in markers.values())
     workers: dict[str, int] = {}
@@ -27,7 +30,9 @@ def manifest(
         for worker, count in marker["workers"].items():
             workers[worker] = workers.get(worker, 0) + count
     sequences = sum(m["sequences"] for m in markers.values())
-    computed = sum(m["questions"] for shard, m in markers.items() if shard not in resumed)
+    computed = [marker for shard, marker in markers.items() if shard not in resumed]
+    computed_questions = sum(marker["questions"] for marker in computed)
+    computed_sequences = sum(marker["sequences"] for marker in computed)
     return {
         "config": config.to_dict(),
         "inputs": {"questions": n_questions, "files": identity["inputs"]},
@@ -42,14 +47,17 @@ def manifest(
         "shards": {"total": len(expected), "committed": len(markers), "resumed": len(resumed)},
         "replies_without_question": sorted(q for m in markers.values() for q in m["replies_without_question"]),
         "workers": workers,
+        "cluster": cluster,
         "timings": {
             "total_s": round(time.time() - started, 3),
-            "ray_start_s": round(ray_start_s, 3),
+            "ray_start_s": cluster["start_s"],
             "pipeline_s": round(pipeline_s, 3),
         },
         "throughput": {
-            "questions_per_s": round(computed / pipeline_s, 3) if pipeline_s else None,
-            "sequences_per_s": round(sequences / pipeline_s, 3) if pipeline_s else None,
+            "questions": computed_questions,
+            "sequences": computed_sequences,
+            "questions_per_s": round(computed_questions / pipeline_s, 3) if pipeline_s else None,
+            "sequences_per_s": round(computed_sequences / pipeline_s, 3) if pipeline_s else None,
         },
     }
 

@@ -1,7 +1,8 @@
 """
 One wave of the bulk job: the questions of some shards answered by one Ray Data pipeline (explode, join, tokenize,
 read, aggregate), each shard committed by its aggregation task. Waves bound memory: a wave's candidates are
-shuffled together, the next wave's later.
+shuffled together, the next wave's later. Ray Data's defaults retry what fails: a map task whose worker dies
+(`max_retries=-1`), a dead reader actor (restarted, its batch read again: `max_restarts=-1, max_task_retries=-1`).
 """
 
 from dataclasses import dataclass
@@ -41,14 +42,14 @@ class ActorResources:
     cpu_threads: int  # torch threads of a CPU actor
 
 
-def actor_resources(run: RunSettings, cluster: dict[str, float]) -> ActorResources:
+def actor_resources(run: RunSettings, cluster: dict[str, Any]) -> ActorResources:
     """
     The reader pool for a cluster's resources. It never reserves more than a quarter of the cluster's CPUs, so
     that the read, join, tokenize and write tasks always find CPUs: a pool that claims them starves those tasks
     and the job hangs.
     """
-    gpus = cluster.get("GPU", 0)
-    cpus = cluster.get("CPU", 1)
+    gpus = cluster["gpus"]
+    cpus = cluster["cpus"] or 1
     if gpus:
         num_actors = run.num_actors or max(1, int(gpus // run.gpus_per_actor))
         gpus_per_actor, threads = run.gpus_per_actor, 1
@@ -71,7 +72,7 @@ def answer_wave(config: JobConfig, inputs: Inputs, shards: frozenset[int], pool:
 
     wave = {"num_shards": inputs.num_shards, "shards": shards}
     pairs = inputs.questions.map_batches(
-        explode_pairs, batch_format="pyarrow", max_retries=-1, fn_kwargs={**wave, "squad": inputs.squad}
+        explode_pairs, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad}
     )
     if inputs.documents is not None:
         pairs = pairs.join(
@@ -85,7 +86,6 @@ def answer_wave(config: JobConfig, inputs: Inputs, shards: frozenset[int], pool:
         tokenize,
         batch_format="pyarrow",
         batch_size=PAIRS_PER_TOKENIZE_BATCH,
-        max_retries=-1,
         fn_kwargs={
             "model": config.model,
             "token": DEFAULT_TOKEN,
@@ -107,11 +107,9 @@ def answer_wave(config: JobConfig, inputs: Inputs, shards: frozenset[int], pool:
         },
         num_gpus=pool.gpus_per_actor,
         num_cpus=pool.cpus_per_actor,
-        max_restarts=-1,
-        max_task_retries=-1,
     )
     questions = inputs.questions.map_batches(
-        question_rows, batch_format="pyarrow", max_retries=-1, fn_kwargs={**wave, "squad": inputs.squad}
+        question_rows, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad}
     )
     work = [candidates, questions]
     if inputs.replies is not None:

@@ -1,6 +1,8 @@
 """Fixtures for the job tests: one local Ray per test module, small real-text inputs, and a job runner."""
 
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,15 +14,30 @@ from jobs.bulk_qa import main
 TEXTS = [json.loads(line)["text"] for line in Path("data/text/python_stdlib_docs.jsonl").read_text().splitlines()]
 
 
+@contextmanager
+def own_local_ray(**resources):
+    """
+    A Ray instance of this process's own (`address="local"`, `RAY_ADDRESS` cleared meanwhile): never a cluster
+    someone else started on the machine, alive or dead.
+    """
+    import ray
+
+    address = os.environ.pop("RAY_ADDRESS", None)
+    try:
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, **resources)
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        yield ray
+    finally:
+        ray.shutdown()
+        if address is not None:
+            os.environ["RAY_ADDRESS"] = address
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """A local Ray instance shared by the tests of one module (2 CPUs, as on the project's machines)."""
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    yield ray
-    ray.shutdown()
+    with own_local_ray(num_cpus=2) as ray:
+        yield ray
 
 
 def write_table(path: Path, columns: dict, schema: pa.Schema | None = None) -> str:

@@ -9,17 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.jobs.conftest import read_output, run_job
+from tests.jobs.conftest import own_local_ray, read_output, run_job
 
 
 @pytest.fixture(scope="module")
 def ray_with_two_gpus():
-    import ray
-
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    yield ray
-    ray.shutdown()
+    with own_local_ray(num_cpus=2, num_gpus=2) as ray:
+        yield ray
 
 
 def test_each_actor_gets_a_distinct_gpu_and_the_job_completes_on_cpu(
