@@ -49,7 +49,7 @@ from jobs.bench.data import (
 )
 from jobs.bulk_qa.config import add_options, with_values
 from qa_core.inference import InferenceSettings, length_sorted_batches, pad_batch
-from qa_core.models import ModelSettings
+from qa_core.models import ModelSettings, load_tokenizer
 from qa_core.reader import ExtractiveReader, deserialize_model_kwargs
 from qa_core.selection import SelectionSettings
 from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_pairs
@@ -231,14 +231,14 @@ class LimitRow:
     """The model's forward pass alone, over `run_batch`'s sequences in its length-sorted batches."""
 
     def __init__(self, model: Path, settings: Settings, half: str | None = None) -> None:
-        from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+        from transformers import AutoModelForQuestionAnswering
 
         self.name = "limit" + (f":{half}" if half else "")
         self.settings = settings
         self.device = torch.device(settings.device)
         kwargs = deserialize_model_kwargs({"dtype": f"torch.{half}"} if half else {})
         self.model = AutoModelForQuestionAnswering.from_pretrained(model, **kwargs).to(self.device).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        self.tokenizer = load_tokenizer(str(model))
 
     def prepare(self, work: Workload) -> tuple[Any, Counts]:
         sequences = tokenize_workload(self.tokenizer, work, self.settings)
