@@ -52,6 +52,8 @@ class RunSettings(Settings):
     cpus_per_actor: float = 0.5  # logical CPUs each reader actor reserves; the pool takes at most 1/4 of the cluster
     sequences_per_actor_batch: int = 1024  # sequences handed to an actor at once (sorted by length inside)
     shards_per_wave: int = 10  # shards answered by one pipeline run; bounds memory, as a wave is shuffled at once
+    verbose: bool = False  # also show Ray's own logs and Ray Data's progress bars and operator tables
+    quiet: bool = False  # print only the summary and errors (no progress)
 
     def problems(self) -> list[str]:
         problems = [] if self.output else ["--output is required"]

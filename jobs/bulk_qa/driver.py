@@ -7,6 +7,7 @@ question is accounted for, 2 for unusable input or configuration, 1 for any othe
 """
 
 import dataclasses
+import logging
 import math
 import os
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.bulk_qa import report
-from jobs.bulk_qa.config import JobConfig, load_config
+from jobs.bulk_qa.config import JobConfig, RunSettings, load_config
 from jobs.bulk_qa.ids import check_ids
 from jobs.bulk_qa.inputs import (
     DOCUMENTS,
@@ -30,6 +31,7 @@ from jobs.bulk_qa.inputs import (
     table_schema,
 )
 from jobs.bulk_qa.output import OutputFolder
+from jobs.bulk_qa.progress import Progress
 from jobs.bulk_qa.waves import ActorResources, Inputs, actor_resources, answer_wave
 from jobs.bulk_qa.workers.storage import InputError
 from qa_core.models import DEFAULT_TOKEN
@@ -56,7 +58,7 @@ def run(config: JobConfig) -> int:
     identity = run_identity(config, schemas)
     output = OutputFolder(config.run.output)
     output.check(identity, config.run.overwrite)  # a run that would be refused is refused before reading any input
-    cluster = start_ray(config.run.address)
+    cluster = start_ray(config.run)
     inputs, n_questions, expected = read_inputs(config, schemas)
     output.claim(identity, config.run.overwrite)
     resumed = output.committed_shards()
@@ -110,11 +112,12 @@ def run_identity(config: JobConfig, schemas: Schemas) -> dict[str, Any]:
     }
 
 
-def start_ray(address: str | None) -> dict[str, Any]:
+def start_ray(run: RunSettings) -> dict[str, Any]:
     """
-    Joins the cluster at `address`, or at `RAY_ADDRESS` (as `ray job submit` sets it), or else starts a Ray of its
-    own on this machine, even when another one runs here (`address="local"`: a cluster someone started with
+    Joins the cluster at `run.address`, or at `RAY_ADDRESS` (as `ray job submit` sets it), or else starts a Ray of
+    its own on this machine, even when another one runs here (`address="local"`: a cluster someone started with
     `ray start`, alive or dead, is never joined by accident). A Ray already initialised in this process is used.
+    Ray's own logs and Ray Data's progress bars and operator tables show only with `run.verbose`.
 
     :returns: The cluster the job runs on: its address, whether the job started it, nodes, CPUs, GPUs, and the
         seconds it took.
@@ -122,14 +125,18 @@ def start_ray(address: str | None) -> dict[str, Any]:
     import ray
 
     started = time.time()
-    target = address or os.environ.get("RAY_ADDRESS") or "local"
+    target = run.address or os.environ.get("RAY_ADDRESS") or "local"
     started_here = not ray.is_initialized() and target == "local"
+    level = logging.INFO if run.verbose else logging.WARNING
     if not ray.is_initialized():
-        ray.init(address=target, log_to_driver=target != "local")
+        ray.init(address=target, log_to_driver=run.verbose or target != "local", logging_level=level)
     import ray.data
 
+    logging.getLogger("ray.data").setLevel(level)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = run.verbose
     # Sort-based shuffles run as tasks: no shuffle actors to start, which dominates on small inputs.
-    ray.data.DataContext.get_current().shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+    context.shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     resources = ray.cluster_resources()
     cluster = {
         "address": ray.get_runtime_context().gcs_address,
@@ -139,7 +146,7 @@ def start_ray(address: str | None) -> dict[str, Any]:
         "gpus": resources.get("GPU", 0),
         "start_s": round(time.time() - started, 3),
     }
-    if not started_here:
+    if not started_here and not run.quiet:
         print(f"bulk-qa: running on the Ray cluster at {cluster['address']}", file=sys.stderr, flush=True)
     return cluster
 
@@ -174,10 +181,17 @@ def answer_pending_shards(
 ) -> dict[int, dict[str, Any]]:
     """Answers the shards not committed yet, `shards_per_wave` at a time; returns their markers by shard."""
     pending = [shard for shard in sorted(expected) if shard not in resumed]
-    markers = {}
+    progress = Progress(sum(expected[shard] for shard in pending), len(pending), enabled=not config.run.quiet)
+    markers: dict[int, dict[str, Any]] = {}
+
+    def committed(marker: dict[str, Any]) -> None:
+        if marker["shard"] not in markers:  # a retried aggregation task may report its shard twice
+            progress.shard_committed(marker["questions"])
+        markers[marker["shard"]] = marker
+
     for first in range(0, len(pending), config.run.shards_per_wave):
-        wave = frozenset(pending[first : first + config.run.shards_per_wave])
-        markers.update({marker["shard"]: marker for marker in answer_wave(config, inputs, wave, pool)})
+        answer_wave(config, inputs, frozenset(pending[first : first + config.run.shards_per_wave]), pool, committed)
+    progress.close()
     return markers
 
 

@@ -5,6 +5,7 @@ shuffled together, the next wave's later. Ray Data's defaults retry what fails: 
 (`max_retries=-1`), a dead reader actor (restarted, its batch read again: `max_restarts=-1, max_task_retries=-1`).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,12 +61,14 @@ def actor_resources(run: RunSettings, cluster: dict[str, Any]) -> ActorResources
     return ActorResources(num_actors, gpus_per_actor, cpus_per_actor, threads)
 
 
-def answer_wave(config: JobConfig, inputs: Inputs, shards: frozenset[int], pool: ActorResources) -> list[dict]:
-    """
-    Answers the questions of `shards` and commits each shard.
-
-    :returns: The committed shards' markers.
-    """
+def answer_wave(
+    config: JobConfig,
+    inputs: Inputs,
+    shards: frozenset[int],
+    pool: ActorResources,
+    on_commit: Callable[[dict[str, Any]], None],
+) -> None:
+    """Answers the questions of `shards` and commits each shard, passing its marker to `on_commit` when it is."""
     import json
 
     import ray.data
@@ -129,4 +132,5 @@ def answer_wave(config: JobConfig, inputs: Inputs, shards: frozenset[int], pool:
             },
         )
     )
-    return [json.loads(row["marker"]) for row in markers.iter_rows()]
+    for row in markers.iter_rows():
+        on_commit(json.loads(row["marker"]))

@@ -1,8 +1,11 @@
 """Which Ray the job runs on: its own local Ray unless told to join one (`--address`, or `RAY_ADDRESS`)."""
 
+import logging
+
 import pytest
 
 from jobs.bulk_qa import driver
+from jobs.bulk_qa.config import RunSettings
 
 
 class Joined(Exception):
@@ -40,5 +43,5 @@ def test_the_job_starts_its_own_ray_unless_told_to_join_one(
     if environment:
         monkeypatch.setenv("RAY_ADDRESS", environment)
     with pytest.raises(Joined):
-        driver.start_ray(address)
-    assert init_calls == [{"address": expected, "log_to_driver": expected != "local"}]
+        driver.start_ray(RunSettings(address=address))
+    assert init_calls == [{"address": expected, "log_to_driver": expected != "local", "logging_level": logging.WARNING}]
