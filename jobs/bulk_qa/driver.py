@@ -32,6 +32,7 @@ from jobs.bulk_qa.inputs import (
 )
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.progress import Progress
+from jobs.bulk_qa.retrieval import needs_retrieval, prepare_index, save_built_index
 from jobs.bulk_qa.waves import ActorResources, Inputs, actor_resources, answer_wave
 from jobs.bulk_qa.workers.storage import InputError
 from qa_core.models import DEFAULT_TOKEN
@@ -57,10 +58,17 @@ def run(config: JobConfig) -> int:
     schemas = check_inputs(config)
     identity = run_identity(config, schemas)
     output = OutputFolder(config.run.output)
-    output.check(identity, config.run.overwrite)  # a run that would be refused is refused before reading any input
+    existing = output.check(identity, config.run.overwrite)  # refused before reading any input if it would be
+    index = None
+    if schemas.retrieval:  # built (or checked) before Ray starts: an unusable corpus fails at once
+        resuming = existing == identity and not config.run.overwrite
+        index = prepare_index(config.retrieval, config.work.documents, output, resuming)
     cluster = start_ray(config.run)
     inputs, n_questions, expected = read_inputs(config, schemas)
     output.claim(identity, config.run.overwrite)
+    if index is not None:
+        index = save_built_index(index)  # into the claimed output folder, so that a resumed run keeps it
+        inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
     resumed = output.committed_shards()
     pipeline_started = time.time()
     pool = actor_resources(config.run, cluster)
@@ -68,6 +76,8 @@ def run(config: JobConfig) -> int:
     pipeline_s = time.time() - pipeline_started
     cluster = {**cluster, "reader_actors": dataclasses.asdict(pool)}
     manifest = report.manifest(config, identity, markers, n_questions, expected, resumed, started, pipeline_s, cluster)
+    if index is not None:
+        manifest["index"] = index.record
     if manifest["reconciled"]:
         output.write_manifest(manifest)
     report.print_summary(manifest, output)
@@ -81,22 +91,24 @@ class Schemas:
     questions: pa.Schema
     documents: pa.Schema | None
     replies: pa.Schema | None
+    retrieval: bool = False  # some questions have no document_ids: they are retrieved for in --documents
 
     @property
     def squad(self) -> bool:
         """SQuAD-style questions carry their document in `context` instead of naming `document_ids`."""
-        return "document_ids" not in self.questions.names
+        return "document_ids" not in self.questions.names and "context" in self.questions.names
 
 
 def check_inputs(config: JobConfig) -> Schemas:
     """Checks every input table's schema and the model, before Ray starts."""
     work = config.work
     questions = check_questions_schema(work.questions, bool(work.documents))
-    squad = "document_ids" not in questions.names
+    squad = "document_ids" not in questions.names and "context" in questions.names
     documents = table_schema(work.documents, DOCUMENTS) if not squad else None
     replies = table_schema(work.replies, REPLIES) if work.replies else None
+    retrieval = documents is not None and needs_retrieval(work.questions, questions)
     check_model(config.model, DEFAULT_TOKEN)
-    return Schemas(questions, documents, replies)
+    return Schemas(questions, documents, replies, retrieval)
 
 
 def run_identity(config: JobConfig, schemas: Schemas) -> dict[str, Any]:
@@ -133,6 +145,8 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     import ray.data
 
     logging.getLogger("ray.data").setLevel(level)
+    # Its one notice is that the bars it would show are off: the job shows its own progress.
+    logging.getLogger("ray.data._internal.progress").setLevel(level if run.verbose else logging.ERROR)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = run.verbose
     # Sort-based shuffles run as tasks: no shuffle actors to start, which dominates on small inputs.
@@ -158,7 +172,8 @@ def read_inputs(config: JobConfig, schemas: Schemas) -> tuple[Inputs, int, dict[
     :raises InputError: When an id column holds nulls, empty strings or duplicates.
     """
     work = config.work
-    questions = read_table(work.questions, ["id", "query", "context" if schemas.squad else "document_ids"])
+    listed = [name for name in ("context" if schemas.squad else "document_ids",) if name in schemas.questions.names]
+    questions = read_table(work.questions, ["id", "query", *listed])
     n_questions = questions.count()
     checks = [(QUESTIONS, work.questions, questions)]
     documents = replies = None
