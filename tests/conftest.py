@@ -1,10 +1,20 @@
-"""Shared fixtures: QA models built locally (no download), once per test session."""
+"""Shared fixtures: QA models built locally (no download), once per test session; every test in the project root."""
 
 from pathlib import Path
 
 import pytest
 
 from qa_core.local_models import build_minilm, build_tiny_bert, build_tiny_roberta
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _in_the_project_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative paths in tests (`data/sample/job.yaml`) mean the same whichever folder pytest starts in."""
+    monkeypatch.chdir(ROOT)
+
+
 
 
 @pytest.fixture(scope="session")

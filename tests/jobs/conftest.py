@@ -11,7 +11,8 @@ import pytest
 
 from jobs.bulk_qa import main
 
-TEXTS = [json.loads(line)["text"] for line in Path("data/text/python_stdlib_docs.jsonl").read_text().splitlines()]
+ROOT = Path(__file__).resolve().parents[2]
+TEXTS = [json.loads(line)["text"] for line in (ROOT / "data/text/python_stdlib_docs.jsonl").read_text().splitlines()]
 
 
 @contextmanager
