@@ -15,8 +15,6 @@ def _in_the_project_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
 
 
-
-
 @pytest.fixture(scope="session")
 def tiny_bert_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer random BERT QA model with a WordPiece tokenizer trained on data/text."""
