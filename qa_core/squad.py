@@ -379,7 +379,22 @@ def _check_answers(
 
 def write_squad_json(data: SquadDataset | Sequence[SquadExample], path: str | Path, version: str | None = None) -> None:
     """
-    Writes questions in the official SQuAD JSON layout, so that `read_squad` gives back equal examples.
+    Writes questions in the official SQuAD JSON layout (`squad_json`), so that `read_squad` gives back equal
+    examples.
+
+    :param data: A dataset, or examples (written as labelled data).
+    :param path: The JSON file to write.
+    :param version: `"1.1"` or `"2.0"`; defaults to the dataset's version and is required for a list of examples.
+    :raises ValueError: See `squad_json`.
+    """
+    document = squad_json(data, version)
+    Path(path).write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
+
+
+def squad_json(data: SquadDataset | Sequence[SquadExample], version: str | None = None) -> dict[str, Any]:
+    """
+    Questions as the official SQuAD JSON document (`{"version": ..., "data": [...]}`), which `write_squad_json`
+    writes.
 
     Consecutive questions with the same title form one article, and consecutive questions of an article with the
     same context one paragraph, so the questions keep their order. v2.0 files get `is_impossible` on every
@@ -387,8 +402,8 @@ def write_squad_json(data: SquadDataset | Sequence[SquadExample], path: str | Pa
     (`has_gold=False`) is written without `answers`.
 
     :param data: A dataset, or examples (written as labelled data).
-    :param path: The JSON file to write.
     :param version: `"1.1"` or `"2.0"`; defaults to the dataset's version and is required for a list of examples.
+    :returns: The document, ready for `json.dumps`.
     :raises ValueError: For an unknown version, a missing one, or v1.1 with impossible questions or plausible answers.
     """
     dataset = data if isinstance(data, SquadDataset) else None
@@ -414,8 +429,7 @@ def write_squad_json(data: SquadDataset | Sequence[SquadExample], path: str | Pa
             paragraphs.append({"context": example.context, "qas": []})
         paragraphs[-1]["qas"].append(_qa(example, version, has_gold))
         previous = example
-    document = {"version": "1.1" if version == "1.1" else "v2.0", "data": articles}
-    Path(path).write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
+    return {"version": "1.1" if version == "1.1" else "v2.0", "data": articles}
 
 
 def _qa(example: SquadExample, version: str, has_gold: bool) -> dict[str, Any]:
@@ -436,5 +450,6 @@ __all__ = [
     "SquadExample",
     "SquadFormatError",
     "read_squad",
+    "squad_json",
     "write_squad_json",
 ]

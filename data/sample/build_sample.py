@@ -1,5 +1,9 @@
-"""Writes the sample tables (questions, documents, replies, SQuAD-style questions) next to this file."""
+"""
+Writes the sample tables (questions, documents, replies, SQuAD-style questions) and a small SQuAD v2.0 file
+(`squad_sample.json`, over the same texts) next to this file.
+"""
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -82,6 +86,42 @@ REPLIES = [
     ("q07", ["Answer: Porto [1]"], ["{}"]),
 ]
 
+# SQuAD v2.0 questions over the documents above: (id, document, question, gold answers; none: impossible).
+SQUAD = [
+    ("sq01", "python", "Who conceived Python?", ["Guido van Rossum"]),
+    ("sq02", "python", "When was Python 3.0 released?", ["2008", "in 2008"]),
+    ("sq03", "python", "Which company owns Python today?", []),
+    ("sq04", "paris", "What is the capital of France?", ["Paris"]),
+    ("sq05", "paris", "How many residents does Paris have?", ["two million", "an estimated population of two million"]),
+    ("sq06", "paris", "How many airports serve the city?", ["two"]),
+    ("sq07", "berlin", "Which river does Berlin straddle?", ["the Spree", "Spree"]),
+    ("sq08", "berlin", "When was Berlin founded?", []),
+    ("sq09", "report", "How much did revenue grow?", ["twelve percent", "by twelve percent"]),
+    ("sq10", "report", "Where will the new factory be?", ["Porto"]),
+    ("sq11", "ray", "What does Ray Data read?", ["Parquet files"]),
+    ("sq12", "ray", "Who founded Ray?", []),
+]
+
+
+def squad_sample() -> dict:
+    """The SQuAD v2.0 sample: one article per document, answer offsets found in the document's text."""
+    contexts = {d[0]: d[1] for d in DOCUMENTS}
+    articles: dict[str, list] = {}
+    for qid, document, question, golds in SQUAD:
+        context = contexts[document]
+        answers = [{"text": text, "answer_start": context.index(text)} for text in golds]
+        qa = {"id": qid, "question": question, "answers": answers, "is_impossible": not golds}
+        articles.setdefault(document, []).append(qa)
+    data = [
+        {"title": document, "paragraphs": [{"context": contexts[document], "qas": qas}]}
+        for document, qas in articles.items()
+    ]
+    return {"version": "v2.0", "data": data}
+
+
+def write_squad_sample() -> None:
+    (HERE / "squad_sample.json").write_text(json.dumps(squad_sample(), indent=1) + "\n", encoding="utf-8")
+
 
 def main() -> None:
     pq.write_table(
@@ -120,6 +160,7 @@ def main() -> None:
         pa.table({"id": [s[0] for s in squad], "query": [s[1] for s in squad], "context": [s[2] for s in squad]}),
         HERE / "squad_questions.parquet",
     )
+    write_squad_sample()
 
 
 if __name__ == "__main__":

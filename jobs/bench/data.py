@@ -19,10 +19,11 @@ import pyarrow.parquet as pq
 from qa_core.document import Document
 from qa_core.local_models import BUILDERS
 
-CORPUS = Path(__file__).resolve().parent.parent / "data" / "text" / "python_stdlib_docs.jsonl"
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "data" / "text" / "python_stdlib_docs.jsonl"
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+MODELS_DIR = ROOT / "models"
 TEMPLATES = (
     "What does {} return?",
     "Which arguments does {} accept?",

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from jobs.bulk_qa.workers.aggregate import RefusalSettings
+from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError, redact
 from qa_core.answer_builder import AnswerBuilderSettings
 from qa_core.inference import InferenceSettings
@@ -30,10 +31,11 @@ from qa_core.tokenization import TokenizationSettings
 class WorkSettings(Settings):
     """What the run answers, and how its output is sharded."""
 
-    questions: str | None = None  # questions Parquet: id, query, document_ids (or a SQuAD-style context)
+    questions: str | None = None  # questions Parquet (id, query, document_ids or context) or a SQuAD file
     documents: str | None = None  # documents Parquet: id, content, optional page_number
     replies: str | None = None  # optional generator replies Parquet: question_id, replies, meta
     shard_size: int = 1000  # questions per output shard (the unit of atomic commit and of resume)
+    allow_misaligned_gold: bool = False  # SQuAD: report and leave out gold that misses its context
 
     def problems(self) -> list[str]:
         required = [] if self.questions else ["--questions is required"]
@@ -82,6 +84,7 @@ class JobConfig:
     selection: SelectionSettings = field(default_factory=lambda: SelectionSettings(context_window_size=200))
     replies: AnswerBuilderSettings = field(default_factory=AnswerBuilderSettings)
     refusal: RefusalSettings = field(default_factory=RefusalSettings)
+    retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
     run: RunSettings = field(default_factory=RunSettings)
 
     @classmethod
@@ -128,7 +131,7 @@ PHASES: dict[str, type[Settings]] = {spec.name: spec.default_factory().__class__
 OPTIONS: dict[str, tuple[str, Any]] = {
     key: (phase_name, annotation) for phase_name, phase in PHASES.items() for key, annotation in phase.types().items()
 }
-URI_FIELDS = ("questions", "documents", "replies", "output", "address", "model")
+URI_FIELDS = ("questions", "documents", "replies", "output", "address", "model", "index")
 
 
 def _base_type(annotation: Any) -> type:

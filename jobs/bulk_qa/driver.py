@@ -32,7 +32,9 @@ from jobs.bulk_qa.inputs import (
 )
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.progress import Progress
+from jobs.bulk_qa.results import write_results
 from jobs.bulk_qa.retrieval import needs_retrieval, prepare_index, save_built_index
+from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
 from jobs.bulk_qa.waves import ActorResources, Inputs, actor_resources, answer_wave
 from jobs.bulk_qa.workers.storage import InputError
 from qa_core.models import DEFAULT_TOKEN
@@ -55,7 +57,8 @@ def run(config: JobConfig) -> int:
     :raises InputError: For unusable input, before any worker starts.
     """
     started = time.time()
-    schemas = check_inputs(config)
+    squad = load_squad_input(config.work.questions, config.work.allow_misaligned_gold)  # None unless a SQuAD file
+    schemas = check_inputs(config, squad)
     identity = run_identity(config, schemas)
     output = OutputFolder(config.run.output)
     existing = output.check(identity, config.run.overwrite)  # refused before reading any input if it would be
@@ -64,7 +67,7 @@ def run(config: JobConfig) -> int:
         resuming = existing == identity and not config.run.overwrite
         index = prepare_index(config.retrieval, config.work.documents, output, resuming)
     cluster = start_ray(config.run)
-    inputs, n_questions, expected = read_inputs(config, schemas)
+    inputs, n_questions, expected = read_inputs(config, schemas, squad)
     output.claim(identity, config.run.overwrite)
     if index is not None:
         index = save_built_index(index)  # into the claimed output folder, so that a resumed run keeps it
@@ -79,6 +82,7 @@ def run(config: JobConfig) -> int:
     if index is not None:
         manifest["index"] = index.record
     if manifest["reconciled"]:
+        manifest.update(write_results(output, sorted(markers), squad, config.work))
         output.write_manifest(manifest)
     report.print_summary(manifest, output)
     return 0 if manifest["reconciled"] else 1
@@ -99,10 +103,13 @@ class Schemas:
         return "document_ids" not in self.questions.names and "context" in self.questions.names
 
 
-def check_inputs(config: JobConfig) -> Schemas:
-    """Checks every input table's schema and the model, before Ray starts."""
+def check_inputs(config: JobConfig, squad_input: SquadInput | None = None) -> Schemas:
+    """Checks every input table's schema and the model, before Ray starts (a SQuAD input is checked when read)."""
     work = config.work
-    questions = check_questions_schema(work.questions, bool(work.documents))
+    if squad_input is not None:
+        questions = squad_input.table.schema
+    else:
+        questions = check_questions_schema(work.questions, bool(work.documents))
     squad = "document_ids" not in questions.names and "context" in questions.names
     documents = table_schema(work.documents, DOCUMENTS) if not squad else None
     replies = table_schema(work.replies, REPLIES) if work.replies else None
@@ -138,9 +145,10 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
 
     started = time.time()
     target = run.address or os.environ.get("RAY_ADDRESS") or "local"
-    started_here = not ray.is_initialized() and target == "local"
+    joins = not ray.is_initialized()  # else this process's own Ray is used, as it is
+    started_here = joins and target == "local"
     level = logging.INFO if run.verbose else logging.WARNING
-    if not ray.is_initialized():
+    if joins:
         ray.init(address=target, log_to_driver=run.verbose or target != "local", logging_level=level)
     import ray.data
 
@@ -160,12 +168,14 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
         "gpus": resources.get("GPU", 0),
         "start_s": round(time.time() - started, 3),
     }
-    if not started_here and not run.quiet:
+    if joins and not started_here and not run.quiet:
         print(f"bulk-qa: running on the Ray cluster at {cluster['address']}", file=sys.stderr, flush=True)
     return cluster
 
 
-def read_inputs(config: JobConfig, schemas: Schemas) -> tuple[Inputs, int, dict[int, int]]:
+def read_inputs(
+    config: JobConfig, schemas: Schemas, squad: SquadInput | None = None
+) -> tuple[Inputs, int, dict[int, int]]:
     """
     The input datasets, the number of questions and how many each shard holds (after the id check).
 
@@ -173,7 +183,7 @@ def read_inputs(config: JobConfig, schemas: Schemas) -> tuple[Inputs, int, dict[
     """
     work = config.work
     listed = [name for name in ("context" if schemas.squad else "document_ids",) if name in schemas.questions.names]
-    questions = read_table(work.questions, ["id", "query", *listed])
+    questions = squad.to_ray() if squad is not None else read_table(work.questions, ["id", "query", *listed])
     n_questions = questions.count()
     checks = [(QUESTIONS, work.questions, questions)]
     documents = replies = None

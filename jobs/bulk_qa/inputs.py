@@ -111,12 +111,15 @@ def table_schema(path: str, spec: TableSpec) -> pa.Schema:
 
 
 def check_questions_schema(path: str, has_documents: bool) -> pa.Schema:
-    """Checks the questions table and that it says which documents to read."""
+    """
+    Checks the questions table and that it says which documents to read: its `document_ids`, a SQuAD-style
+    `context`, or, with `has_documents`, neither (questions without `document_ids` are retrieved for).
+    """
     schema = table_schema(path, QUESTIONS)
-    if "document_ids" not in schema.names and "context" not in schema.names:
+    if "document_ids" not in schema.names and "context" not in schema.names and not has_documents:
         raise InputError(
             f"{redact(path)}: the questions table needs a 'document_ids' column (list of document ids) "
-            "or a SQuAD-style 'context' column."
+            "or a SQuAD-style 'context' column, or --documents to retrieve each question's documents from."
         )
     if "document_ids" in schema.names and not has_documents:
         raise InputError(f"{redact(path)}: the questions name document_ids, so --documents is required.")

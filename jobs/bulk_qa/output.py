@@ -6,14 +6,30 @@ identity (`_job.json`) and its manifest. The shard files themselves are written 
 import json
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from jobs.bulk_qa.workers.storage import InputError, ShardStore
 from jobs.bulk_qa.workers.tables import TABLES
 
+# The run's results, written from the committed shards at its end (see `jobs.bulk_qa.results`), and what
+# `python -m jobs.evaluate` writes next to them.
+RESULT_FILES = (
+    "predictions.json",
+    "na_probs.json",
+    "evaluation.json",
+    "evaluation",
+    "annotated.squad.json",
+    "label_studio.json",
+    "label_studio.xml",
+    "refusal.yaml",
+    "calibration.json",
+)
+
 # What the job writes, in the order `clear` deletes it: the manifest first (the run is no longer complete) and the
 # identity last (a folder holding any of the others without `_job.json` is not the job's, and is never cleared).
-_OWN_NAMES = ("manifest.json", *TABLES, "_shards", "_tmp", "_job.json")
+_OWN_NAMES = ("manifest.json", *RESULT_FILES, *TABLES, "_shards", "_index", "_tmp", "_job.json")
 
 
 class OutputFolder(ShardStore):
@@ -81,3 +97,21 @@ class OutputFolder(ShardStore):
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         """Writes manifest.json, the sign that the run is complete."""
         self._write_bytes(json.dumps(manifest, indent=2, sort_keys=True, default=str).encode("utf-8"), "manifest.json")
+
+    def write_file(self, data: bytes, *parts: str) -> None:
+        """Writes one of the run's result files (a name of `RESULT_FILES`, or a file in such a folder) atomically."""
+        if parts[0] not in RESULT_FILES:
+            raise ValueError(f"not a result file of the job: {parts!r}")
+        self._write_bytes(data, *parts)
+
+    def read_json(self, name: str) -> Any | None:
+        """A JSON file of the folder (`manifest.json`, a result file), or None when it does not exist."""
+        return self._read_json(name)
+
+    def read_shards(self, table_name: str, shards: list[int], columns: list[str]) -> pa.Table:
+        """`columns` of the committed shards' files of a table, in shard order."""
+        tables = []
+        for shard in sorted(shards):
+            with self.filesystem.open_input_file(self._path(table_name, f"shard-{shard:05d}.parquet")) as file:
+                tables.append(pq.read_table(file, columns=columns))
+        return pa.concat_tables(tables)

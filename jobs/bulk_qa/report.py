@@ -79,6 +79,11 @@ def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
         f"  tables      {output.table_path('answers')}, {output.table_path('questions')}"
         + (f", {output.table_path('generated_answers')}" if outputs["generated_answers"] else ""),
         f"  manifest    {output.table_path('manifest.json')}" if manifest["reconciled"] else "",
+        f"  results     {', '.join(manifest['result_files'])}" if manifest.get("result_files") else "",
+        "  evaluation  exact {exact:.2f}, f1 {f1:.2f} over {total} questions (best_f1 {best_f1:.2f} at "
+        "no-answer probability > {best_f1_thresh:.4g}): evaluation.json".format(**manifest["evaluation"])
+        if manifest.get("evaluation")
+        else "",
         f"  warning     replies for unknown question ids: {manifest['replies_without_question']}"
         if manifest["replies_without_question"]
         else "",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.bulk_qa.config import JobConfig, RunSettings
+from jobs.bulk_qa.retrieval import IndexPlan, retrieved_questions
 from jobs.bulk_qa.workers.aggregate import aggregate_shard
 from jobs.bulk_qa.workers.explode import document_columns, explode_pairs, question_rows, replies_rows
 from jobs.bulk_qa.workers.read import ReadSequences
@@ -31,6 +32,8 @@ class Inputs:
     squad: bool  # questions carry a `context` instead of `document_ids`
     num_shards: int
     partitions: int  # hash partitions of each shuffle
+    index: IndexPlan | None = None  # the BM25 index, when some questions have no document_ids
+    cluster_cpus: float = 1.0  # the cluster's CPUs (the retrieval actor reserves a fraction of one)
 
 
 @dataclass(frozen=True)
@@ -74,9 +77,10 @@ def answer_wave(
     import ray.data
 
     wave = {"num_shards": inputs.num_shards, "shards": shards}
-    pairs = inputs.questions.map_batches(
-        explode_pairs, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad}
-    )
+    questions = inputs.questions
+    if inputs.index is not None:  # questions without document_ids get them by BM25 first
+        questions = retrieved_questions(questions, wave, config.retrieval, inputs.index, inputs.cluster_cpus)
+    pairs = questions.map_batches(explode_pairs, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad})
     if inputs.documents is not None:
         pairs = pairs.join(
             inputs.documents.map_batches(document_columns, batch_format="pyarrow"),
@@ -111,9 +115,7 @@ def answer_wave(
         num_gpus=pool.gpus_per_actor,
         num_cpus=pool.cpus_per_actor,
     )
-    questions = inputs.questions.map_batches(
-        question_rows, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad}
-    )
+    questions = questions.map_batches(question_rows, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad})
     work = [candidates, questions]
     if inputs.replies is not None:
         work.append(inputs.replies.map_batches(replies_rows, batch_format="pyarrow", fn_kwargs=wave))

@@ -83,12 +83,24 @@ def fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
     :returns: A SHA-256 hex digest over each document's id and the SHA-256 of its text.
     """
     digest = hashlib.sha256()
+    update_fingerprint(digest, ids, texts)
+    return digest.hexdigest()
+
+
+def update_fingerprint(digest: "hashlib._Hash", ids: Sequence[str], texts: Sequence[str]) -> None:
+    """
+    Feeds documents into a `hashlib.sha256()` digest, so that a corpus too large to hold can be fingerprinted
+    batch by batch: its `hexdigest()` after all batches equals `fingerprint` of the whole corpus.
+
+    :param digest: A `hashlib.sha256()` object, fed the earlier batches.
+    :param ids: The batch's document ids.
+    :param texts: Their texts, in the same order.
+    """
     for doc_id, text in zip(ids, texts, strict=True):
         encoded_id = doc_id.encode("utf-8")
         digest.update(len(encoded_id).to_bytes(8, "little"))
         digest.update(encoded_id)
         digest.update(hashlib.sha256(text.encode("utf-8")).digest())
-    return digest.hexdigest()
 
 
 def _check_corpus(ids: Sequence[str], texts: Sequence[str]) -> None:

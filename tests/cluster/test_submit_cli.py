@@ -80,7 +80,13 @@ def test_working_dir_upload_holds_code_and_sample_but_no_data_models_or_environm
     package = tmp_path / "working_dir.zip"
     create_package(str(ROOT), package, include_gitignore=True, excludes=submit.WORKING_DIR_EXCLUDES)
     names = set(zipfile.ZipFile(package).namelist())
-    for needed in ("pyproject.toml", "jobs/bulk_qa/driver.py", "jobs/submit.py", "qa_core/reader.py", "data/sample/job.yaml"):
+    for needed in (
+        "pyproject.toml",
+        "jobs/bulk_qa/driver.py",
+        "jobs/submit.py",
+        "qa_core/reader.py",
+        "data/sample/job.yaml",
+    ):
         assert needed in names
     tops = {name.split("/")[0] for name in names}
     assert not tops & {".git", ".venv", "models", "out", "tests", "build"}

@@ -48,6 +48,23 @@ def write_table(path: Path, columns: dict, schema: pa.Schema | None = None) -> s
     return str(path)
 
 
+def write_corpus(root: Path, documents: dict, questions: dict) -> dict[str, str]:
+    """A documents table (id -> content) and a questions table (id -> (query, document ids or None)) under `root`."""
+    return {
+        "documents": write_table(
+            root / "documents.parquet", {"id": list(documents), "content": list(documents.values())}
+        ),
+        "questions": write_table(
+            root / "questions.parquet",
+            {
+                "id": list(questions),
+                "query": [query for query, _ in questions.values()],
+                "document_ids": pa.array([ids for _, ids in questions.values()], pa.list_(pa.string())),
+            },
+        ),
+    }
+
+
 def read_output(output: Path, table: str) -> list[dict]:
     """An output table's rows (nulls as None), sorted by question and then rank or reply."""
     rows = pq.read_table(output / table).to_pylist()

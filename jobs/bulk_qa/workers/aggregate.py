@@ -91,8 +91,15 @@ def question_result(
         "n_documents": len({note["position"] for note in sequences}),
         "n_sequences": len(sequences),
         "error": "; ".join(errors) or None,
+        **retrieval_columns(question),
     }
     return row, answers
+
+
+def retrieval_columns(question: dict[str, Any]) -> dict[str, Any]:
+    """A question's retrieved documents and their scores, best first (both null when none were retrieved)."""
+    scores = question.get("retrieval_scores")
+    return {"retrieved_document_ids": None if scores is None else question["document_ids"], "retrieval_scores": scores}
 
 
 def parse_replies(question: dict[str, Any], replies: dict[str, Any], builder: AnswerBuilder) -> list[dict[str, Any]]:
@@ -143,7 +150,11 @@ def aggregate_shard(
                 earlier = [row["error"]] if row["error"] else []
                 row.update(status="error", best_answer=None, error="; ".join([*earlier, f"replies: {error}"]))
         question_rows.append(row)
-        answers += answer_rows(question_id, question_answers)
+        retrieved = retrieval_columns(question)
+        scores = None
+        if retrieved["retrieval_scores"] is not None:
+            scores = dict(zip(retrieved["retrieved_document_ids"], retrieved["retrieval_scores"], strict=True))
+        answers += answer_rows(question_id, question_answers, scores)
         workers.update(note["worker"] for note in notes[question_id] if note["kind"] == SEQUENCE)
     tables = {
         "questions": pa.Table.from_pylist(question_rows, schema=QUESTIONS_SCHEMA),

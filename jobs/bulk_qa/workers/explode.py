@@ -58,6 +58,7 @@ def question_rows(batch: pa.Table, num_shards: int, shards: frozenset[int], squa
             "query": question["query"],
             "error": _query_error(question["query"]),
             "document_ids": _document_ids(question, squad),
+            "retrieval_scores": question.get("retrieval_scores"),  # retrieved questions only
         }
         for shard, question in _wave_questions(batch, num_shards, shards)
     ]

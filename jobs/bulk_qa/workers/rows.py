@@ -58,6 +58,7 @@ AGGREGATION_SCHEMA = pa.schema(
     _COMMON
     + [
         ("document_ids", pa.list_(pa.string())),  # question rows
+        ("retrieval_scores", pa.list_(pa.float64())),  # question rows: the scores of retrieved document_ids
         ("replies", pa.list_(pa.string())),  # replies rows
         ("reply_meta", pa.list_(pa.string())),
         ("sequence_index", pa.int32()),

@@ -24,6 +24,7 @@ ANSWERS_SCHEMA = pa.schema(
         ("context_start", pa.int64()),  # offsets of the answer inside the context
         ("context_end", pa.int64()),
         ("answer_page_number", pa.int64()),
+        ("retrieval_score", pa.float64()),  # the BM25 score of the answer's document; null where none was retrieved
     ]
 )
 
@@ -40,6 +41,8 @@ QUESTIONS_SCHEMA = pa.schema(
         ("n_documents", pa.int32()),  # documents read (known, with content)
         ("n_sequences", pa.int32()),  # model sequences their text made
         ("error", pa.string()),
+        ("retrieved_document_ids", pa.list_(pa.string())),  # BM25's documents, best first; null if not retrieved
+        ("retrieval_scores", pa.list_(pa.float64())),  # their BM25 scores (raw, as Haystack's retriever gives them)
     ]
 )
 
@@ -55,8 +58,15 @@ GENERATED_ANSWERS_SCHEMA = pa.schema(
 )
 
 
-def answer_rows(question_id: str, answers: list[ExtractedAnswer]) -> list[dict[str, Any]]:
-    """One `ANSWERS_SCHEMA` row per answer, ranked in list order."""
+def answer_rows(
+    question_id: str, answers: list[ExtractedAnswer], retrieval_scores: dict[str, float] | None = None
+) -> list[dict[str, Any]]:
+    """
+    One `ANSWERS_SCHEMA` row per answer, ranked in list order.
+
+    :param retrieval_scores: The retrieval score of each retrieved document, by id (None: nothing was retrieved).
+    """
+    retrieval_scores = retrieval_scores or {}
     rows = []
     for rank, answer in enumerate(answers, start=1):
         document_offset, context_offset = answer.document_offset, answer.context_offset
@@ -75,6 +85,7 @@ def answer_rows(question_id: str, answers: list[ExtractedAnswer]) -> list[dict[s
                 "context_start": context_offset.start if context_offset else None,
                 "context_end": context_offset.end if context_offset else None,
                 "answer_page_number": answer.meta.get("answer_page_number"),
+                "retrieval_score": retrieval_scores.get(answer.document.id) if answer.document is not None else None,
             }
         )
     return rows

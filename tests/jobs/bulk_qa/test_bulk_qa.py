@@ -329,3 +329,30 @@ def test_sample_job_writes_the_recorded_tables(local_ray, tmp_path: Path, minilm
             assert [row[key] for key in sorted(floats)] == pytest.approx(
                 [expected_row[key] for key in sorted(floats)], abs=1e-6
             )
+
+
+def test_results_of_a_documents_run_predictions_and_annotated_squad(job_output: Path, corpus: dict) -> None:
+    """Issue 13 on Parquet questions and documents: the prediction files, and a SQuAD v2.0 file built from them."""
+    from qa_core.squad import read_squad
+
+    questions = {row["question_id"]: row for row in read_output(job_output, "questions")}
+    predictions = json.loads((job_output / "predictions.json").read_text())
+    na_probs = json.loads((job_output / "na_probs.json").read_text())
+    assert predictions == {key: row["best_answer"] or "" for key, row in questions.items()}
+    assert na_probs == {key: 1.0 if row["no_answer_score"] is None else row["no_answer_score"]
+                        for key, row in questions.items()}  # fmt: skip
+    assert not (job_output / "evaluation.json").exists()
+    annotated = read_squad(job_output / "annotated.squad.json")
+    assert [e.id for e in annotated.examples] == [*WITH_DOCUMENTS[:6], "q07", "q11", "q12"]
+    answers = by_question(read_output(job_output, "answers"))
+    document = json.loads((job_output / "annotated.squad.json").read_text())
+    qas = {qa["id"]: (p["context"], qa) for a in document["data"] for p in a["paragraphs"] for qa in p["qas"]}
+    for example in annotated.examples:
+        spans = [row for row in answers[example.id] if not row["is_no_answer"]]
+        assert example.context == corpus["documents"][spans[0]["document_id"]].content  # the best span's document
+        context, qa = qas[example.id]
+        assert qa["predicted_answers"][0]["text"] == spans[0]["answer"]
+        for span in qa["predicted_answers"]:
+            assert context[span["answer_start"] : span["answer_start"] + len(span["text"])] == span["text"]
+        silver = [answer.text for answer in example.answers]
+        assert silver == ([spans[0]["answer"]] if questions[example.id]["status"] == "answered" else [])

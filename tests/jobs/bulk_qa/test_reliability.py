@@ -24,7 +24,7 @@ import pytest
 from jobs.bulk_qa.config import JobConfig
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.workers.storage import redact
-from tests.jobs.conftest import TEXTS, read_output, run_job, write_table
+from tests.jobs.conftest import TEXTS, read_output, run_job, write_corpus, write_table
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = ["--top-k", "3", "--max-seq-length", "64", "--stride", "16", "--context-window-size", "40"]
@@ -63,19 +63,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
         ids[3]: ("Anything?", ["no-content"]),  # no_documents: the only document has no content
     }
     questions.update(problems)
-    paths = {
-        "documents": write_table(
-            root / "documents.parquet", {"id": list(documents), "content": list(documents.values())}
-        ),
-        "questions": write_table(
-            root / "questions.parquet",
-            {
-                "id": list(questions),
-                "query": [query for query, _ in questions.values()],
-                "document_ids": [document_ids for _, document_ids in questions.values()],
-            },
-        ),
-    }
+    paths = write_corpus(root, documents, questions)
     return {"root": root, "paths": paths, "questions": questions, "problems": list(problems)}
 
 

@@ -1,8 +1,9 @@
 """
-Speed sanity check of BM25Index (prints only): build time, peak memory and queries/s on synthetic passages made
-from the repository's local text, and optionally the speed-up over Haystack's `InMemoryDocumentStore`.
+The retrieval benchmark (prints only): `qa_core.retrieval.BM25Index`'s build time, peak memory and queries/s on
+synthetic passages made from the repository's local text, and Haystack's `InMemoryDocumentStore.bm25_retrieval`
+side by side on the same queries at a size it can handle (20k passages by default), as a ratio.
 
-    .venv/bin/python -m qa_core.retrieval.speed_check --passages 100000 --haystack-passages 20000
+    .venv/bin/python -m jobs.bench.retrieval --passages 100000 --haystack-passages 20000
 """
 
 import argparse
@@ -53,7 +54,9 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=100, help="words per passage")
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--top-k", type=int, default=10)
-    parser.add_argument("--haystack-passages", type=int, default=0, help="also time Haystack at this size (0: skip)")
+    parser.add_argument(
+        "--haystack-passages", type=int, default=20_000, help="Haystack side by side at this size (0: skip)"
+    )
     parser.add_argument("--haystack-queries", type=int, default=20)
     args = parser.parse_args()
 

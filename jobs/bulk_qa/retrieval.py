@@ -1,0 +1,277 @@
+"""
+Retrieval, driver side: which questions need it, the BM25 index of the run (built once, or loaded from `--index`,
+or kept from the run this one resumes), and the wave stage that hands it to a pool of retrieval actors.
+
+An index folder is `qa_core.retrieval.BM25Index.save`'s (`.npy` arrays and JSON, never unpickled), or with
+`index_shards` N > 1 one such folder per shard (`shard-00000/`, ...: `build_sharded`'s shards, which share the
+corpus's statistics), plus `build.json`, written last: what it was built from (the documents' files and
+fingerprint) and how (algorithm, parameters, shards, vocabulary size, build seconds). A run saves its index as
+`_index/` in its output folder, so that a resumed run does not rebuild it; the retrieval actors memory-map it
+from there.
+
+Building reads the documents' ids and contents into the driver (fine for corpora that fit in its memory, as
+`build_sharded` needs them all; a distributed build is not done yet).
+"""
+
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+
+from jobs.bulk_qa.inputs import input_fingerprint
+from jobs.bulk_qa.output import OutputFolder
+from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments, wave_questions
+from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+from qa_core.retrieval.corpus import update_fingerprint
+from qa_core.retrieval.index import BM25Index
+from qa_core.retrieval.index_io import HEADER_FILE
+from qa_core.retrieval.sharding import build_sharded
+from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX
+
+INDEX_FOLDER = "_index"  # the run's index, inside its output folder
+BUILD_FILE = "build.json"  # written last into an index folder: a folder without it is incomplete
+# Questions one retrieval call searches for (one `BM25Index.search` call).
+QUESTIONS_PER_RETRIEVAL_BATCH = 256
+# Documents read per batch when building the index or fingerprinting the corpus.
+_DOCUMENTS_PER_READ = 65536
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    """
+    The run's index: where the retrieval actors load it from and what the manifest says of it.
+
+    :param location: The index folder (local path or URI).
+    :param record: Documents, vocabulary size, build seconds, algorithm, parameters, fingerprint, and `source`:
+        `built` (by this run), `resumed` (kept from the run this one resumes) or `given` (`--index`).
+    :param built: An index this run built and its full build record, not saved yet (`save_built_index` saves and
+        drops them).
+    """
+
+    location: str
+    record: dict[str, Any]
+    built: tuple[list[BM25Index], dict[str, Any]] | None = None
+
+    @property
+    def shard_locations(self) -> list[str]:
+        """The folder of each shard, in corpus order (the index folder itself when it has one shard)."""
+        return shard_locations(self.location, self.record.get("shards", 1))
+
+
+def shard_locations(location: str, shards: int) -> list[str]:
+    """The shard folders of an index folder with `shards` shards."""
+    if shards == 1:
+        return [location]
+    return [f"{location.rstrip('/')}/shard-{shard:05d}" for shard in range(shards)]
+
+
+def needs_retrieval(questions_path: str, schema: pa.Schema) -> bool:
+    """
+    Whether any question lacks `document_ids`: the table has no such column (and no SQuAD `context`), or some
+    rows hold null. Reads only the `document_ids` column.
+    """
+    if "document_ids" not in schema.names:
+        return "context" not in schema.names
+    filesystem, inner = resolve_path(questions_path)
+    dataset = pads.dataset(inner, filesystem=filesystem, format="parquet")
+    return dataset.count_rows(filter=pc.field("document_ids").is_null()) > 0
+
+
+def prepare_index(settings: RetrievalSettings, documents: str, output: OutputFolder, resuming: bool) -> IndexPlan:
+    """
+    The run's index, before Ray starts: `--index` checked against the documents, or the index of the run this
+    one resumes, or a new one built in memory (saved by `save_built_index` once the output folder is claimed).
+
+    :raises InputError: For an `--index` built from other documents or with other settings, or documents that
+        cannot be indexed (none with content, no terms, bad ids), naming the option or file.
+    """
+    if settings.index is not None:
+        return IndexPlan(settings.index, {**check_given_index(settings, documents), "source": "given"})
+    saved = f"{output.uri.rstrip('/')}/{INDEX_FOLDER}"
+    if resuming:
+        record = _read_json(saved, BUILD_FILE)
+        if isinstance(record, dict):
+            return IndexPlan(saved, {**_summary(record), "source": "resumed"})
+    index, record = build_index(settings, documents)
+    return IndexPlan(saved, {**_summary(record), "source": "built"}, built=(index, record))
+
+
+def save_built_index(plan: IndexPlan) -> IndexPlan:
+    """Saves an index the run built into its output folder (`plan.location`) and drops it from the driver."""
+    if plan.built is None:
+        return plan
+    write_index(*plan.built, plan.location)
+    return replace(plan, built=None)
+
+
+def build_index(settings: RetrievalSettings, documents: str) -> tuple[list[BM25Index], dict[str, Any]]:
+    """
+    Builds the BM25 index of the documents that have content, in table order (documents without content are
+    never retrieved and do not count in the corpus statistics, as in Haystack), as `settings.index_shards`
+    shards.
+
+    :returns: The shards, in corpus order, and the build record.
+    :raises InputError: If the documents cannot be indexed, naming the documents file.
+    """
+    started = time.time()
+    ids: list[str] = []
+    texts: list[str] = []
+    for batch_ids, batch_texts in _documents_with_content(documents):
+        ids += batch_ids
+        texts += batch_texts
+    if len(texts) and settings.index_shards > len(texts):
+        raise InputError(
+            f"index_shards must be at most the {len(texts)} documents with content, not {settings.index_shards}."
+        )
+    try:
+        shards = build_sharded(
+            ids, texts, settings.index_shards if texts else 1, settings.bm25_algorithm,
+            settings.parameters(), DEFAULT_TOKENIZATION_REGEX,
+        )  # fmt: skip
+    except ValueError as error:
+        raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
+    first = shards[0]
+    vocabulary = set().union(*(shard.vocabulary for shard in shards)) if len(shards) > 1 else first.vocabulary
+    record = {
+        "documents": first.corpus.n_docs,
+        "shards": len(shards),
+        "vocabulary": len(vocabulary),
+        "build_s": round(time.time() - started, 3),
+        "algorithm": first.algorithm,
+        "parameters": first.parameters,
+        "tokenization_regex": first.tokenizer.regex,
+        "fingerprint": first.corpus.fingerprint,
+        "documents_files": input_fingerprint(documents),
+    }
+    return shards, record
+
+
+def write_index(shards: list[BM25Index], record: dict[str, Any], location: str) -> None:
+    """
+    Writes an index folder (replacing one there): the shards, then `build.json`. A local folder appears complete
+    or not at all (written beside it, then renamed); a remote one is complete once `build.json` is there.
+    """
+    filesystem, inner = resolve_path(location)
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        target = Path(inner)
+        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
+        _save_shards(shards, partial)
+        (partial / BUILD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
+        if target.exists():
+            shutil.rmtree(target)
+        partial.rename(target)
+        return
+    with tempfile.TemporaryDirectory() as local:
+        _save_shards(shards, Path(local))
+        if filesystem.get_file_info(inner).type != pafs.FileType.NotFound:
+            filesystem.delete_dir(inner)
+        pafs.copy_files(local, inner, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
+    with filesystem.open_output_stream(f"{inner.rstrip('/')}/{BUILD_FILE}") as stream:
+        stream.write(json.dumps(record, indent=2, sort_keys=True).encode("utf-8"))
+
+
+def _save_shards(shards: list[BM25Index], folder: Path) -> None:
+    for shard, shard_folder in zip(shards, shard_locations(str(folder), len(shards)), strict=True):
+        shard.save(shard_folder)
+
+
+def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, Any]:
+    """
+    Checks an `--index` folder against the run: built with the run's algorithm and parameters, and from
+    `--documents`. Cheap when the documents' files are the ones it was built from (same paths, sizes and
+    modification times, recorded in `build.json`); otherwise the documents are read once and fingerprinted
+    (ids and contents, in order), which also accepts an unchanged copy.
+
+    :returns: The index's build record.
+    :raises InputError: If the folder is not a complete index, or was built otherwise or from other documents.
+    """
+    shown = redact(settings.index)
+    record = _read_json(settings.index, BUILD_FILE)
+    shards = record.get("shards", 1) if isinstance(record, dict) else 1
+    header = _read_json(shard_locations(settings.index, shards)[0], HEADER_FILE)
+    if not isinstance(record, dict) or not isinstance(header, dict):
+        raise InputError(
+            f"--index {shown}: not a complete index folder (no {BUILD_FILE} or {HEADER_FILE}); build one with "
+            "`python -m jobs.index --documents D --output DIR`."
+        )
+    built_with = (header.get("algorithm"), header.get("parameters"), header.get("tokenization_regex"))
+    wanted = (settings.bm25_algorithm, settings.parameters(), DEFAULT_TOKENIZATION_REGEX)
+    if built_with != wanted:
+        raise InputError(
+            f"--index {shown} was built with {built_with[0]} {built_with[1]}, not this run's bm25_algorithm "
+            f"{wanted[0]} and bm25_parameters {wanted[1]}: rebuild it or pass the settings it was built with."
+        )
+    if header.get("doc_offset") != 0 or header.get("corpus", {}).get("n_docs") != record.get("documents"):
+        raise InputError(f"--index {shown}: its first shard's corpus does not match its {BUILD_FILE}.")
+    if record.get("documents_files") != input_fingerprint(documents):
+        digest = hashlib.sha256()
+        for batch_ids, batch_texts in _documents_with_content(documents):
+            update_fingerprint(digest, batch_ids, batch_texts)
+        if digest.hexdigest() != header.get("corpus", {}).get("fingerprint"):
+            raise InputError(
+                f"--index {shown} was built from other documents than --documents {redact(documents)} (their ids "
+                "and contents differ from the index's fingerprint): rebuild it with `python -m jobs.index`."
+            )
+    return _summary(record)
+
+
+def retrieved_questions(
+    questions: Any, wave: dict[str, Any], settings: RetrievalSettings, plan: IndexPlan, cluster_cpus: float
+) -> Any:
+    """
+    The wave's questions, those without `document_ids` given their retrieved documents (see
+    `workers.retrieve.RetrieveDocuments`), materialized: both the explode and the question stages read them.
+    Each shard of the index is memory-mapped by a retrieval actor of its own, the shards' stages chained (each
+    merges its hits into the earlier shards'); like the reader actors, the actors reserve a fraction of a CPU,
+    together at most a quarter of the cluster's, so that the tasks around them always find CPUs.
+    """
+    import ray.data
+
+    locations = plan.shard_locations
+    retrieved = questions.map_batches(wave_questions, batch_format="pyarrow", fn_kwargs=wave)
+    for location in locations:
+        retrieved = retrieved.map_batches(
+            RetrieveDocuments,
+            batch_format="pyarrow",
+            batch_size=QUESTIONS_PER_RETRIEVAL_BATCH,
+            compute=ray.data.ActorPoolStrategy(size=1),
+            fn_constructor_kwargs={"location": location, "retriever_top_k": settings.retriever_top_k},
+            num_cpus=min(0.5, (cluster_cpus or 1) / (4 * len(locations))),
+        )
+    return retrieved.materialize()
+
+
+def _summary(record: dict[str, Any]) -> dict[str, Any]:
+    """A build record as the manifest shows it (without the documents' files and the default tokenization regex)."""
+    return {key: value for key, value in record.items() if key not in ("documents_files", "tokenization_regex")}
+
+
+def _documents_with_content(documents: str):
+    """The documents' ids and contents, batch by batch in table order, skipping documents without content."""
+    filesystem, inner = resolve_path(documents)
+    dataset = pads.dataset(inner, filesystem=filesystem, format="parquet")
+    scanner = dataset.scanner(
+        columns=["id", "content"], filter=pc.field("content").is_valid(), batch_size=_DOCUMENTS_PER_READ
+    )
+    for batch in scanner.to_batches():
+        yield batch.column("id").to_pylist(), batch.column("content").to_pylist()
+
+
+def _read_json(location: str, name: str) -> Any | None:
+    """A JSON file of a folder on any filesystem; None when it does not exist or is not valid JSON."""
+    filesystem, inner = resolve_path(location)
+    try:
+        with filesystem.open_input_stream(f"{inner.rstrip('/')}/{name}") as stream:
+            return json.loads(stream.read().decode("utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None

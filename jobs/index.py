@@ -1,0 +1,86 @@
+"""
+Builds the BM25 index of a documents table once, for bulk QA runs to share (`python -m jobs.bulk_qa ... --index DIR`):
+
+    python -m jobs.index --documents D --output DIR [--bm25-algorithm BM25L] [--bm25-parameters '{k1: 1.2}'] \
+        [--index-shards N]
+
+DIR receives the index (`.npy` arrays and JSON, loaded memory-mapped and never unpickled) and `build.json`:
+the documents' files and fingerprint, the algorithm and parameters, the vocabulary size and the build time.
+A run given `--index DIR` refuses it unless its `--documents`, `--bm25-algorithm` and `--bm25-parameters` are
+the ones it was built with. Exit status: 0 when built, 2 for unusable input or options.
+"""
+
+import argparse
+import sys
+
+import pyarrow.fs as pafs
+
+from jobs.bulk_qa.config import _yaml_value
+from jobs.bulk_qa.inputs import DOCUMENTS, table_schema
+from jobs.bulk_qa.retrieval import build_index, write_index
+from jobs.bulk_qa.workers.retrieve import RetrievalSettings
+from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+from qa_core.retrieval.index_io import HEADER_FILE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; the BM25 options are documented by `RetrievalSettings`' fields."""
+    docs, defaults = RetrievalSettings.docs(), RetrievalSettings.defaults()
+    parser = argparse.ArgumentParser(prog="python -m jobs.index", description=__doc__.split("\n\n")[0].strip())
+    parser.add_argument("--documents", required=True, help="documents Parquet: id, content (as for the job)")
+    parser.add_argument("--output", required=True, help="folder to write the index into (an index there is replaced)")
+    parser.add_argument(
+        "--bm25-algorithm",
+        default=defaults["bm25_algorithm"],
+        help=f"{docs['bm25_algorithm']} (default: {defaults['bm25_algorithm']})",
+    )
+    parser.add_argument(
+        "--bm25-parameters", type=_yaml_value, default={}, metavar="YAML", help=f"{docs['bm25_parameters']}"
+    )
+    parser.add_argument("--index-shards", type=int, default=1, help=f"{docs['index_shards']} (default: 1)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        settings = RetrievalSettings(
+            bm25_algorithm=args.bm25_algorithm, bm25_parameters=args.bm25_parameters, index_shards=args.index_shards
+        )
+        problems = settings.problems()
+        if problems:
+            raise InputError("Invalid options:\n  - " + "\n  - ".join(problems))
+        _check_target(args.output)
+        table_schema(args.documents, DOCUMENTS)
+        index, record = build_index(settings, args.documents)
+        write_index(index, record, args.output)
+    except InputError as error:
+        print(f"jobs.index: error: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"jobs.index: indexed {record['documents']} documents ({record['vocabulary']} terms, {record['algorithm']} "
+        f"{record['parameters']}, {record['shards']} shards) in {record['build_s']} s into {redact(args.output)}",
+        flush=True,
+    )
+    return 0
+
+
+def _check_target(output: str) -> None:
+    """Refuses a folder that holds anything but an index: writing replaces the folder."""
+    filesystem, inner = resolve_path(output)
+    info = filesystem.get_file_info(inner)
+    if info.type == pafs.FileType.NotFound:
+        return
+    if info.type != pafs.FileType.Directory:
+        raise InputError(f"--output {redact(output)}: exists and is not a folder.")
+    names = [entry.base_name for entry in filesystem.get_file_info(pafs.FileSelector(inner))]
+    if names and HEADER_FILE not in names:
+        raise InputError(
+            f"--output {redact(output)}: the folder holds files but no index ({HEADER_FILE}); writing the index "
+            "would replace them. Choose a new or empty folder."
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

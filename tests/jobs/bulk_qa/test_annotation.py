@@ -1,0 +1,196 @@
+"""
+The job on SQuAD input (issue 13): gold kept, misaligned gold refused or reported, the official prediction files,
+evaluation equal to the official SQuAD v2.0 script on the job's own predictions, the annotated dataset and Label
+Studio tasks, `python -m jobs.evaluate`, and results rewritten complete by a resumed run. Two job runs.
+"""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from jobs import evaluate as evaluate_cli
+from jobs.bulk_qa.config import load_config
+from jobs.bulk_qa.workers.tables import QUESTIONS_SCHEMA
+from qa_core import Document, ExtractiveReader
+from qa_core.evaluation import evaluate, fit_calibration_factor, get_raw_scores
+from qa_core.squad import read_squad
+from tests.jobs.conftest import by_question, read_output, run_job
+from tests.qa_core.reference import squad_v2_official
+
+SAMPLE = Path("data/sample/squad_sample.json")
+FLAGS = ["--max-seq-length", "96", "--stride", "24", "--top-k", "3"]
+TOLERANCE = 1e-9
+MISALIGNED = {"id": "bad1", "question": "What is misaligned?", "answers": [{"text": "Nile", "answer_start": 3}],
+              "is_impossible": False}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gold_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample with one more question whose only gold answer does not index its context."""
+    data = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    data["data"].append({"title": "extra", "paragraphs": [{"context": "The Nile flows north.", "qas": [MISALIGNED]}]})
+    path = tmp_path_factory.mktemp("gold") / "gold.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(local_ray, gold_file: Path, tiny_bert_model: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    output = tmp_path_factory.mktemp("squad-run") / "out"
+    args = ["--questions", gold_file, "--output", output, "--model", tiny_bert_model, *FLAGS, "--shard-size", "5"]
+    assert run_job(*args, "--allow-misaligned-gold") == 0
+    return [*map(str, args), "--allow-misaligned-gold"]
+
+
+@pytest.fixture(scope="module")
+def output(run: list[str]) -> Path:
+    return Path(run[run.index("--output") + 1])
+
+
+def load(output: Path, name: str):
+    return json.loads((output / name).read_text(encoding="utf-8"))
+
+
+def test_misaligned_gold_exits_2_naming_the_id(gold_file: Path, tiny_bert_model: Path, tmp_path: Path, capsys) -> None:
+    status = run_job("--questions", gold_file, "--output", tmp_path / "out", "--model", tiny_bert_model)
+    assert status == 2
+    error = capsys.readouterr().err
+    assert "question 'bad1': answer 'Nile' at answer_start 3 does not match its context" in error
+    assert "--allow-misaligned-gold" in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_allowed_misaligned_gold_is_reported_and_skipped(output: Path) -> None:
+    manifest = load(output, "manifest.json")
+    assert manifest["gold"] == {"version": "2.0", "has_gold": True, "questions": 12,
+                                "misaligned": [{"id": "bad1", "text": "Nile", "answer_start": 3}]}  # fmt: skip
+    assert [row["question_id"] for row in read_output(output, "questions")] == [f"sq{i:02d}" for i in range(1, 13)]
+    assert manifest["inputs"]["questions"] == 12 and manifest["reconciled"] is True
+
+
+def test_prediction_files_are_the_questions_table(output: Path) -> None:
+    questions = read_output(output, "questions")
+    assert load(output, "predictions.json") == {row["question_id"]: row["best_answer"] or "" for row in questions}
+    assert load(output, "na_probs.json") == {row["question_id"]: row["no_answer_score"] for row in questions}
+    assert {row["status"] for row in questions} <= {"answered", "refused"}
+    assert pq.read_schema(next((output / "questions").glob("*.parquet"))).names == QUESTIONS_SCHEMA.names
+
+
+def test_evaluation_equals_the_official_script_on_the_job_predictions(output: Path) -> None:
+    predictions, na_probs = load(output, "predictions.json"), load(output, "na_probs.json")
+    raw = json.loads(SAMPLE.read_text(encoding="utf-8"))["data"]  # the official script on the file itself
+    theirs, their_exact, their_f1 = squad_v2_official.official_eval(raw, predictions, na_probs)
+    ours = load(output, "evaluation.json")
+    assert list(ours) == list(theirs)
+    assert ours == pytest.approx(theirs, abs=TOLERANCE, rel=0)
+    assert load(output, "manifest.json")["evaluation"] == ours
+    rows = pq.read_table(output / "evaluation").to_pylist()
+    assert [row["question_id"] for row in rows] == list(their_exact)
+    for row in rows:
+        assert row["exact"] == their_exact[row["question_id"]] and row["f1"] == pytest.approx(
+            their_f1[row["question_id"]], abs=TOLERANCE, rel=0
+        )
+        assert (row["prediction"], row["no_answer_probability"]) == (
+            predictions[row["question_id"]], na_probs[row["question_id"]]
+        )  # fmt: skip
+
+
+def test_annotated_dataset_round_trips_with_the_job_answers(output: Path) -> None:
+    back = read_squad(output / "annotated.squad.json")
+    assert back == read_squad(SAMPLE)  # same questions, contexts and gold
+    answers = by_question(read_output(output, "answers"))
+    document = load(output, "annotated.squad.json")
+    qas = [(p["context"], qa) for article in document["data"] for p in article["paragraphs"] for qa in p["qas"]]
+    assert len(qas) == 12
+    for context, qa in qas:
+        spans = [row for row in answers[qa["id"]] if not row["is_no_answer"]]
+        assert qa["predicted_answers"] == [
+            {"text": row["answer"], "answer_start": row["document_start"], "score": row["score"]} for row in spans
+        ]
+        assert spans
+        for span in qa["predicted_answers"]:
+            assert context[span["answer_start"] : span["answer_start"] + len(span["text"])] == span["text"]
+    tasks = load(output, "label_studio.json")
+    assert [task["data"]["id"] for task in tasks] == [qa["id"] for _, qa in qas]
+    for task, (context, qa) in zip(tasks, qas, strict=True):
+        values = [region["value"] for region in task["predictions"][0]["result"]]
+        assert [(v["start"], v["text"]) for v in values] == [
+            (a["answer_start"], a["text"]) for a in qa["predicted_answers"]
+        ]
+        assert all(context[v["start"] : v["end"]] == v["text"] for v in values)
+    assert (output / "label_studio.xml").read_text().startswith("<View>")
+
+
+def test_evaluate_command_tunes_refusal_and_calibration(output: Path, gold_file: Path, tiny_bert_model: Path) -> None:
+    target = output.parent / "tuned"
+    status = evaluate_cli.main([str(output), "--gold", str(gold_file), "--allow-misaligned-gold", "--to", str(target)])
+    assert status == 0
+    assert load(target, "evaluation.json") == load(output, "evaluation.json")
+    # The threshold refuses, in the next run, exactly the questions that reach the best F1 on the gold.
+    config = load_config(["--config", str(target / "refusal.yaml"), "--questions", "q", "--output", "o"])
+    assert config.refusal.refusal_threshold is not None
+    dataset = read_squad(SAMPLE)
+    answers = by_question(read_output(output, "answers"))
+    na_probs = load(output, "na_probs.json")
+    best = {qid: next(row["answer"] for row in rows if not row["is_no_answer"]) for qid, rows in answers.items()}
+    refused = {qid: config.refusal.refused(0.0, na_probs[qid]) for qid in best}
+    next_run = {qid: "" if refused[qid] else best[qid] for qid in best}
+    sweep = evaluate(dataset, best, na_probs)["metrics"]
+    assert evaluate(dataset, next_run, na_probs)["metrics"]["f1"] == pytest.approx(sweep["best_f1"], abs=TOLERANCE)
+    # Calibration: the logit sums recovered from the scores are the reader's own (another factor gives them too;
+    # 0.01 keeps float32 sigmoids far from 1, where they would lose the logit's digits).
+    calibration = load(target, "calibration.json")
+    reader = ExtractiveReader(model=str(tiny_bert_model), top_k=1, max_seq_length=96, stride=24,
+                              calibration_factor=0.01, no_answer=False)  # fmt: skip
+    reader.warm_up()
+    examples = dataset.examples
+    reader_scores = [reader.run(e.question, [Document(content=e.context)])["answers"][0].score for e in examples]
+    logits = [math.log(p / (1 - p)) / 0.01 for p in reader_scores]
+    scores = [next(row["score"] for row in answers[e.id] if not row["is_no_answer"]) for e in examples]
+    recovered = [math.log(p / (1 - p)) / 0.1 for p in scores]
+    assert recovered == pytest.approx(logits, abs=1e-3)
+    gold = {e.id: [a.text for a in e.answers] for e in examples}
+    exact, _ = get_raw_scores(gold, {e.id: best[e.id] for e in examples})
+    fit = fit_calibration_factor(np.array(recovered), [exact[e.id] == 1.0 for e in examples], 0.1)
+    assert calibration["calibration_factor"] == pytest.approx(fit.factor, rel=1e-9)
+    assert (calibration["ece_before"], calibration["ece_after"]) == pytest.approx((fit.ece_before, fit.ece_after))
+    assert calibration["questions"] == 12
+
+
+def test_resumed_run_writes_the_results_complete(run: list[str], output: Path) -> None:
+    before = {name: (output / name).read_bytes() for name in ("predictions.json", "na_probs.json", "evaluation.json")}
+    for name in (*before, "manifest.json", "annotated.squad.json"):
+        (output / name).unlink()
+    shutil.rmtree(output / "evaluation")
+    assert run_job(*run) == 0
+    shards = load(output, "manifest.json")["shards"]
+    assert shards["resumed"] == shards["total"] == shards["committed"] > 1
+    assert {name: (output / name).read_bytes() for name in before} == before
+    assert read_squad(output / "annotated.squad.json") == read_squad(SAMPLE)
+
+
+def test_unlabelled_jsonl_input_gets_silver_labels(local_ray, tiny_bert_model: Path, tmp_path: Path) -> None:
+    rows = [{"id": e.id, "title": e.title, "question": e.question, "context": e.context}
+            for e in read_squad(SAMPLE).examples[:6]]  # fmt: skip
+    questions = tmp_path / "unlabelled.jsonl"
+    questions.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    output = tmp_path / "out"
+    assert run_job("--questions", questions, "--output", output, "--model", tiny_bert_model, *FLAGS) == 0
+    assert not (output / "evaluation.json").exists() and "evaluation" not in load(output, "manifest.json")
+    statuses = {row["question_id"]: row for row in read_output(output, "questions")}
+    back = read_squad(output / "annotated.squad.json")
+    assert (back.version, back.has_gold) == ("2.0", True)
+    assert [(e.id, e.question, e.context) for e in back.examples] == [
+        (r["id"], r["question"], r["context"]) for r in rows
+    ]
+    for example in back.examples:
+        row = statuses[example.id]
+        if row["status"] == "answered":
+            assert [a.text for a in example.answers] == [row["best_answer"]] and not example.is_impossible
+        else:
+            assert example.answers == [] and example.is_impossible

@@ -1,0 +1,300 @@
+"""
+Retrieval in the bulk job: questions without document_ids get the documents Haystack's `InMemoryBM25Retriever`
+returns, in its order, and the answers `ExtractiveReader.run` gives on them; an index from `python -m jobs.index`
+gives the same output; unusable retrieval input or options exit 2 before Ray starts.
+"""
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from haystack import Document as HaystackDocument
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+from jobs import index as index_command
+from jobs.bulk_qa import main
+from jobs.bulk_qa.output import OutputFolder
+from jobs.bulk_qa.retrieval import INDEX_FOLDER, build_index, prepare_index, shard_locations, write_index
+from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments
+from qa_core import Document, ExtractiveReader
+from tests.jobs.conftest import TEXTS, by_question, read_output, run_job, write_corpus, write_table
+
+TOP_K = 3
+SETTINGS = {"top_k": 3, "max_seq_length": 64, "stride": 16, "context_window_size": 40}
+FLAGS = ["--top-k", "3", "--max-seq-length", "64", "--stride", "16", "--context-window-size", "40"]
+FLAGS += ["--retriever-top-k", str(TOP_K), "--shard-size", "4"]
+RETRIEVED = {
+    "r01": "What does the function return?",
+    "r02": "Which exception is raised when the key is missing?",
+    "r03": "How are the items of a list sorted?",
+    "r04": "what is a module module module",  # repeated terms count once
+    "r05": "zzzqqq",  # no indexed term: no documents
+}
+# Questions that name their documents, or cannot be asked: never retrieved for.
+NOT_RETRIEVED = {"g01": ("What is returned?", ["d00", "d01"]), "e01": ("Anything?", []), "n01": ("   ", None)}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """30 real-text documents and one without content; questions with null, given and empty document_ids."""
+    root = tmp_path_factory.mktemp("retrieval")
+    documents = {f"d{i:02d}": TEXTS[i * 7][:350] for i in range(30)}
+    documents["no-content"] = None
+    questions = {**{key: (query, None) for key, query in RETRIEVED.items()}, **NOT_RETRIEVED}
+    paths = {
+        **write_corpus(root, documents, questions),
+        # The retrieved questions again, in a table without a document_ids column.
+        "retrieved_only": write_table(
+            root / "retrieved_only.parquet", {"id": list(RETRIEVED), "query": list(RETRIEVED.values())}
+        ),
+    }
+    return {"root": root, "paths": paths, "documents": documents, "questions": questions}
+
+
+@pytest.fixture(scope="module")
+def haystack_hits(corpus: dict) -> dict[str, list]:
+    """What Haystack's own InMemoryBM25Retriever (BM25L, its defaults) returns for each retrieved question."""
+    store = InMemoryDocumentStore()
+    store.write_documents([HaystackDocument(id=key, content=text) for key, text in corpus["documents"].items()])
+    retriever = InMemoryBM25Retriever(document_store=store, top_k=TOP_K)
+    return {key: retriever.run(query=query)["documents"] for key, query in RETRIEVED.items()}
+
+
+@pytest.fixture(scope="module")
+def job_output(local_ray, corpus: dict, tiny_bert_model: Path) -> Path:
+    """One run that builds the index itself."""
+    output = corpus["root"] / "out"
+    paths = corpus["paths"]
+    status = run_job(
+        "--questions", paths["questions"], "--documents", paths["documents"], "--output", output,
+        "--model", tiny_bert_model, *FLAGS,
+    )  # fmt: skip
+    assert status == 0
+    return output
+
+
+def test_questions_without_document_ids_get_haystacks_documents_in_its_order(
+    job_output: Path, haystack_hits: dict
+) -> None:
+    questions = {row["question_id"]: row for row in read_output(job_output, "questions")}
+    assert len(haystack_hits["r01"]) == TOP_K and haystack_hits["r05"] == []
+    for key, hits in haystack_hits.items():
+        row = questions[key]
+        assert row["retrieved_document_ids"] == [hit.id for hit in hits], key
+        assert row["retrieval_scores"] == pytest.approx([hit.score for hit in hits], rel=1e-6), key
+        assert row["n_documents"] == len(hits)
+    assert questions["r05"]["status"] == "no_documents"
+    for key in NOT_RETRIEVED:
+        assert (questions[key]["retrieved_document_ids"], questions[key]["retrieval_scores"]) == (None, None), key
+    assert questions["g01"]["n_documents"] == 2
+    assert questions["e01"]["status"] == "no_documents"
+    assert (questions["n01"]["status"], questions["n01"]["error"]) == ("error", "the query is empty")
+
+
+def test_answers_equal_reader_run_on_the_retrieved_documents(
+    job_output: Path, haystack_hits: dict, corpus: dict, tiny_bert_model: Path
+) -> None:
+    reader = ExtractiveReader(model=str(tiny_bert_model), **SETTINGS)
+    reader.warm_up()
+    answers = by_question(read_output(job_output, "answers"))
+    checked = 0
+    for key, hits in haystack_hits.items():
+        documents = [Document(content=hit.content, id=hit.id) for hit in hits]
+        expected = reader.run(RETRIEVED[key], documents)["answers"] if documents else []
+        rows = answers.get(key, [])
+        assert len(rows) == len(expected), key
+        scores = {hit.id: hit.score for hit in hits}
+        for row, answer in zip(rows, expected, strict=True):
+            assert row["answer"] == answer.data
+            assert row["score"] == pytest.approx(answer.score, abs=1e-4)
+            if answer.data is None:
+                assert row["retrieval_score"] is None
+                continue
+            assert row["document_id"] == answer.document.id
+            assert (row["document_start"], row["document_end"]) == (
+                answer.document_offset.start,
+                answer.document_offset.end,
+            )
+            assert row["retrieval_score"] == pytest.approx(scores[answer.document.id], rel=1e-6)
+            checked += 1
+    assert checked >= 9  # 3 span answers for each of the questions with documents
+    assert all(row["retrieval_score"] is None for row in answers["g01"])
+
+
+def test_manifest_records_the_index_saved_with_the_run(job_output: Path, corpus: dict) -> None:
+    manifest = json.loads((job_output / "manifest.json").read_text())
+    record = manifest["index"]
+    assert (record["source"], record["documents"], record["algorithm"]) == ("built", 30, "BM25L")
+    assert record["parameters"] == {"k1": 1.5, "b": 0.75, "delta": 0.5}
+    assert record["vocabulary"] > 100 and record["build_s"] >= 0
+    assert manifest["reconciled"] is True
+    assert manifest["config"]["retriever_top_k"] == TOP_K
+    assert (job_output / INDEX_FOLDER / "build.json").exists()
+    # A resumed run takes the saved index instead of building one (checked without a second run).
+    settings = RetrievalSettings(retriever_top_k=TOP_K)
+    plan = prepare_index(settings, corpus["paths"]["documents"], OutputFolder(str(job_output)), resuming=True)
+    assert (plan.built, plan.record["source"], plan.location) == (None, "resumed", f"{job_output}/{INDEX_FOLDER}")
+    assert {key: value for key, value in plan.record.items() if key != "source"} == {
+        key: value for key, value in record.items() if key != "source"
+    }
+
+
+def test_an_index_from_jobs_index_gives_the_same_output(
+    local_ray, job_output: Path, corpus: dict, tiny_bert_model: Path
+) -> None:
+    """
+    A questions table without a document_ids column, searched in an index built beforehand, in 3 shards (each
+    searched by its own actor, merged exactly) where the first run built 1.
+    """
+    index = corpus["root"] / "index"
+    build = ["--documents", corpus["paths"]["documents"], "--output", str(index), "--index-shards", "3"]
+    assert index_command.main(build) == 0
+    output = corpus["root"] / "out-given-index"
+    status = run_job(
+        "--questions", corpus["paths"]["retrieved_only"], "--documents", corpus["paths"]["documents"],
+        "--index", index, "--output", output, "--model", tiny_bert_model, *FLAGS,
+    )  # fmt: skip
+    assert status == 0
+    record = json.loads((output / "manifest.json").read_text())["index"]
+    assert (record["source"], record["shards"]) == ("given", 3)
+    assert record["vocabulary"] == json.loads((job_output / "manifest.json").read_text())["index"]["vocabulary"]
+    assert not (output / INDEX_FOLDER).exists()
+    for table in ("questions", "answers"):
+        expected = [row for row in read_output(job_output, table) if row["question_id"] in RETRIEVED]
+        rows = read_output(output, table)
+        assert len(rows) == len(expected) > 0
+        for row, expected_row in zip(rows, expected, strict=True):
+            assert row.keys() == expected_row.keys()
+            for key, value in row.items():
+                assert value == pytest.approx(expected_row[key], abs=1e-6), (table, row["question_id"], key)
+
+
+def test_sharded_retrieval_stages_equal_one_index(tmp_path: Path) -> None:
+    """The chained shard stages give the hits, order and scores of one index, ties and short lists included."""
+    texts = [TEXTS[i % 7][:200] for i in range(40)] + ["tie tie", "tie tie", "lonely word"]  # repeats: ties
+    ids = [f"p{i:02d}" for i in range(len(texts))]
+    queries = ["What does it return?", "tie", "lonely", "zzzqqq", "the module", "   "]
+    batch = pa.table({"id": [f"q{i}" for i in range(len(queries))], "query": queries})
+    results = []
+    for n_shards in (1, 3):
+        settings = RetrievalSettings(index_shards=n_shards)
+        shards, record = build_index_from(tmp_path / f"docs{n_shards}.parquet", ids, texts, settings)
+        location = str(tmp_path / f"index{n_shards}")
+        write_index(shards, record, location)
+        rows = batch
+        for shard_location in shard_locations(location, n_shards):
+            rows = RetrieveDocuments(shard_location, retriever_top_k=5)(rows)
+        results.append(rows.drop_columns(["retrieved_positions"]).to_pylist())
+    assert results[0] == results[1]
+    by_query = {row["query"]: row for row in results[0]}
+    assert by_query["tie"]["document_ids"][:2] == ["p40", "p41"]  # equal scores: corpus order
+    assert by_query["zzzqqq"]["document_ids"] == [] and by_query["   "]["document_ids"] is None
+
+
+def build_index_from(path: Path, ids: list[str], texts: list[str], settings: RetrievalSettings):
+    write_table(path, {"id": ids, "content": texts})
+    return build_index(settings, str(path))
+
+
+# --- Bad input: exit 2 before Ray starts ------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def no_ray_for_bad_input(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bad-input tests fail if the job gets as far as starting Ray."""
+    if "capsys" in request.fixturenames:
+
+        def start_ray(*_):
+            raise AssertionError("the job started Ray for unusable input")
+
+        monkeypatch.setattr("jobs.bulk_qa.driver.start_ray", start_ray)
+
+
+def fails_before_ray(capsys: pytest.CaptureFixture, output: Path, *args) -> str:
+    """Runs the job, checks exit status 2 with one error message and no output; returns the message."""
+    status = main([str(arg) for arg in args] + ["--output", str(output)])
+    captured = capsys.readouterr()
+    assert status == 2, captured.err
+    assert captured.err.startswith("bulk-qa: error: ") and "Traceback" not in captured.err, captured.err
+    assert not output.exists()
+    return captured.err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--retriever-top-k", "0"], "retriever_top_k must be >= 1, not 0"),
+        (["--index-shards", "0"], "index_shards must be >= 1, not 0"),
+        (["--bm25-algorithm", "BM26"], "bm25_algorithm must be one of BM25Okapi, BM25L, BM25Plus, Lucene, not 'BM26'"),
+        (["--bm25-parameters", "{k3: 1}"], "bm25_parameters ['k3'] do not apply to BM25L, which takes k1, b, delta"),
+        (["--bm25-parameters", "{b: 2}"], "bm25_parameters['b'] must be between 0 and 1, not 2"),
+        (["--bm25-parameters", "[1]"], "bm25_parameters must be a mapping, not list"),
+    ],
+)
+def test_retrieval_option_errors(capsys: pytest.CaptureFixture, tmp_path: Path, corpus: dict, flags, message) -> None:
+    paths = corpus["paths"]
+    error = fails_before_ray(capsys, tmp_path / "out", "--questions", paths["questions"], "--documents",
+                             paths["documents"], *flags)  # fmt: skip
+    assert message in error
+
+
+@pytest.mark.parametrize(
+    ("contents", "message"),
+    [
+        ([None, None], "cannot build the BM25 index of the documents: Cannot build a BM25 index from an empty corpus"),
+        (["!!! ...", "-- ?"], "cannot build the BM25 index of the documents: The corpus of 2 documents has no terms"),
+    ],
+)
+def test_unindexable_corpus(
+    capsys: pytest.CaptureFixture, tmp_path: Path, corpus: dict, tiny_bert_model: Path, contents, message
+) -> None:
+    documents = write_table(
+        tmp_path / "documents.parquet", {"id": ["a", "b"], "content": pa.array(contents, pa.string())}
+    )
+    error = fails_before_ray(capsys, tmp_path / "out", "--questions", corpus["paths"]["retrieved_only"],
+                             "--documents", documents, "--model", tiny_bert_model)  # fmt: skip
+    assert f"{documents}: {message}" in error
+
+
+def test_index_from_other_documents_or_settings_is_refused(
+    capsys: pytest.CaptureFixture, tmp_path: Path, corpus: dict, tiny_bert_model: Path
+) -> None:
+    other = write_table(tmp_path / "other.parquet", {"id": ["x", "y"], "content": ["one text", "another text"]})
+    index = tmp_path / "index"
+    assert index_command.main(["--documents", other, "--output", str(index)]) == 0
+    args = ["--questions", corpus["paths"]["retrieved_only"], "--documents", corpus["paths"]["documents"]]
+    error = fails_before_ray(capsys, tmp_path / "out", *args, "--index", index, "--model", tiny_bert_model)
+    assert f"--index {index} was built from other documents than --documents {corpus['paths']['documents']}" in error
+    # The same documents, copied (other files): accepted by fingerprint, so only the settings differ below.
+    copy = tmp_path / "copy.parquet"
+    copy.write_bytes(Path(other).read_bytes())
+    args = ["--questions", corpus["paths"]["retrieved_only"], "--documents", copy, "--index", index]
+    error = fails_before_ray(
+        capsys, tmp_path / "out", *args, "--bm25-algorithm", "BM25Okapi", "--model", tiny_bert_model
+    )
+    assert f"--index {index} was built with BM25L" in error and "not this run's bm25_algorithm BM25Okapi" in error
+    error = fails_before_ray(capsys, tmp_path / "out", *args[:-2], "--index", tmp_path, "--model", tiny_bert_model)
+    assert f"--index {tmp_path}: not a complete index folder" in error
+
+
+def test_questions_without_document_ids_need_documents(capsys: pytest.CaptureFixture, tmp_path: Path, corpus) -> None:
+    error = fails_before_ray(capsys, tmp_path / "out", "--questions", corpus["paths"]["retrieved_only"])
+    assert (
+        "needs a 'document_ids' column (list of document ids) or a SQuAD-style 'context' column, or --documents"
+        in error
+    )
+
+
+def test_index_command_refuses_bad_options_and_foreign_folders(
+    capsys: pytest.CaptureFixture, tmp_path: Path, corpus: dict
+) -> None:
+    documents = corpus["paths"]["documents"]
+    assert index_command.main(["--documents", documents, "--output", str(tmp_path / "i"), "--bm25-algorithm", "X"]) == 2
+    assert "bm25_algorithm must be one of" in capsys.readouterr().err
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    assert index_command.main(["--documents", documents, "--output", str(tmp_path / "busy")]) == 2
+    assert "holds files but no index" in capsys.readouterr().err
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
