@@ -19,19 +19,23 @@ TEXTS = [json.loads(line)["text"] for line in (ROOT / "data/text/python_stdlib_d
 def own_local_ray(**resources):
     """
     A Ray instance of this process's own (`address="local"`, `RAY_ADDRESS` cleared meanwhile): never a cluster
-    someone else started on the machine, alive or dead.
+    someone else started on the machine, alive or dead. It runs without token authentication (it listens on this
+    machine only): Ray keeps the mode it first read in the process, which an earlier test may have set otherwise.
     """
     import ray
 
-    address = os.environ.pop("RAY_ADDRESS", None)
+    saved = {name: os.environ.pop(name, None) for name in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     try:
         ray.init(address="local", include_dashboard=False, log_to_driver=False, **resources)
         ray.data.DataContext.get_current().enable_progress_bars = False
         yield ray
     finally:
         ray.shutdown()
-        if address is not None:
-            os.environ["RAY_ADDRESS"] = address
+        for name, value in saved.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
 
 
 @pytest.fixture(scope="module")
