@@ -12,7 +12,6 @@ import pytest
 from jobs import gpu_check
 from jobs.bench import throughput as bench
 from jobs.bench.data import AnswerKey, agreement, answer_keys, encoder_flops, make_workload
-from qa_core.reader import ExtractiveReader
 
 ROWS = ["haystack", "run_batch", "run_batch:bfloat16", "run_batch:int8", "ray", "limit", "limit:bfloat16"]
 COLUMNS = [
@@ -25,9 +24,7 @@ COLUMNS = [
 
 def fake_ray(model, workload, settings, folder, job_args):
     """Stands in for the Ray job: run_batch's answers, fixed made-up timings."""
-    reader = ExtractiveReader(
-        model=str(model), top_k=settings.top_k, max_seq_length=settings.max_seq_length, stride=settings.stride
-    )
+    reader = settings.reader(model)
     reader.warm_up()
     answers = reader.run_batch(workload.queries, workload.documents)["answers"]
     measurement = bench.Measurement("ray", len(workload), 7, padded_tokens=None, seconds=2.0, cpu_seconds=None)
