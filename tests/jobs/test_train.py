@@ -1,0 +1,142 @@
+"""`python -m jobs.train` end to end on a tiny set: in this process and data-parallel on Ray Train."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from jobs.train.cli import main
+from qa_core import Document, ExtractiveReader
+from qa_core.squad import GoldAnswer, SquadExample, write_squad_json
+from qa_core.training.cloze import ClozeConfig, generate_cloze, read_paragraphs
+
+TEXT_FILE = Path(__file__).resolve().parents[2] / "data" / "text" / "python_stdlib_docs.jsonl"
+RECIPE = ["--max-seq-length", "96", "--stride", "16", "--no-progress"]
+# 2 Ray workers each take half of every global batch and DDP averages their gradients, so they take 1 worker's
+# steps; only float rounding differs (summation order, batch shapes, 1 vs 2 threads): measured <= 8e-7.
+LOSS_TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def squad_files(tmp_path_factory) -> dict[str, Path]:
+    """Cloze questions from the project's text: 32 to train on, 12 held-out ones to score."""
+    split = generate_cloze(read_paragraphs(TEXT_FILE), ClozeConfig(seed=0))
+    folder = tmp_path_factory.mktemp("squad")
+    files = {"train": folder / "train.json", "eval": folder / "eval.json"}
+    write_squad_json(split.train[:32], files["train"], version="2.0")
+    write_squad_json(split.heldout[:12], files["eval"], version="2.0")
+    return files
+
+
+@pytest.fixture(scope="module")
+def no_dropout_model(tiny_bert_model: Path, tmp_path_factory) -> Path:
+    """The tiny BERT without dropout, so that runs with different worker counts draw no different masks."""
+    folder = tmp_path_factory.mktemp("tiny-bert-no-dropout")
+    for path in tiny_bert_model.iterdir():
+        shutil.copy2(path, folder / path.name)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """A local Ray of this module's own (2 CPUs, as on the project's machines)."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def summary(output: Path) -> dict:
+    return json.loads((output / "training.json").read_text())
+
+
+def test_the_cli_writes_a_model_the_reader_loads(tiny_bert_model, squad_files, tmp_path, capsys):
+    output = tmp_path / "model"
+    args = [
+        "--train",
+        squad_files["train"],
+        "--eval",
+        squad_files["eval"],
+        "--output",
+        output,
+        "--model",
+        tiny_bert_model,
+        "--epochs",
+        "2",
+        "--batch-size",
+        "8",
+        *RECIPE,
+    ]
+    assert main([str(arg) for arg in args]) == 0
+    assert f"model written to {output}" in capsys.readouterr().out
+    result = summary(output)
+    steps_per_epoch = result["epochs"][0]["global_step"]  # features (some questions take 2 windows) / 8
+    assert steps_per_epoch >= 4 and result["global_step"] == len(result["losses"]) == 2 * steps_per_epoch
+    assert [epoch["eval_total"] for epoch in result["epochs"]] == [12, 12]
+    assert sorted(path.name for path in (output / "checkpoints").iterdir()) == ["epoch-1", "epoch-2"]
+    assert not list(output.glob("*.pt")) and (output / "model.safetensors").is_file()
+
+    reader = ExtractiveReader(model=output, top_k=1, max_seq_length=96, stride=16)
+    reader.warm_up()
+    answers = reader.run("What is a deque?", [Document(content="A deque is a list-like container.")])["answers"]
+    assert len(answers) == 2  # one span and the no-answer entry
+
+    # checkpoints are not overwritten by accident; --resume picks up the finished run and changes nothing
+    before = load_file(output / "model.safetensors")
+    assert main([str(arg) for arg in args]) == 2
+    assert "pass --resume" in capsys.readouterr().err
+    assert main([str(arg) for arg in [*args, "--resume"]]) == 0
+    after = load_file(output / "model.safetensors")
+    assert all(torch.equal(before[name], after[name]) for name in before)
+
+
+def test_bad_training_data_exits_2_naming_the_questions(tiny_bert_model, tmp_path, capsys):
+    examples = [
+        SquadExample("good-1", "t", "What is stored?", "Mappings are stored in a list.", [GoldAnswer("a list", 23)]),
+        SquadExample("misaligned-1", "t", "What is stored?", "Mappings are stored in a list.", [GoldAnswer("list", 3)]),
+        SquadExample("empty-context-1", "t", "What is stored?", "   ", [], is_impossible=True),
+    ]
+    write_squad_json(examples, tmp_path / "bad.json", version="2.0")
+    args = ["--train", tmp_path / "bad.json", "--output", tmp_path / "out", "--model", tiny_bert_model, *RECIPE]
+    assert main([str(arg) for arg in args]) == 2
+    error = capsys.readouterr().err
+    assert "'misaligned-1'" in error and "'empty-context-1'" in error and "'good-1'" not in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_question_too_long_for_the_window_exits_2_naming_it(tiny_bert_model, tmp_path, capsys):
+    question = "What is stored " + "in the list " * 40 + "?"
+    examples = [SquadExample("long-q", "t", question, "Mappings are stored in a list.", [GoldAnswer("a list", 23)])]
+    write_squad_json(examples, tmp_path / "long.json", version="2.0")
+    args = ["--train", tmp_path / "long.json", "--output", tmp_path / "out", "--model", tiny_bert_model, *RECIPE]
+    assert main([str(arg) for arg in args]) == 2
+    assert "long-q" in capsys.readouterr().err
+
+
+def test_two_ray_workers_follow_the_loss_curve_of_one(ray_local, no_dropout_model, squad_files, tmp_path):
+    """The same recipe in this process (1 worker) and on 2 Ray Train workers (gloo DDP, half a batch each)."""
+    runs = {}
+    for workers in (1, 2):
+        output = tmp_path / f"workers-{workers}"
+        args = ["--train", squad_files["train"], "--output", output, "--model", no_dropout_model]
+        args += ["--epochs", "2", "--batch-size", "8", "--learning-rate", "1e-3", *RECIPE]
+        if workers > 1:
+            args += ["--num-workers", str(workers)]
+        assert main([str(arg) for arg in args]) == 0
+        runs[workers] = summary(output)["losses"]
+        assert sorted(path.name for path in (output / "checkpoints").glob("epoch-*")) == ["epoch-1", "epoch-2"]
+    assert len(runs[2]) == len(runs[1]) >= 8
+    assert runs[2] == pytest.approx(runs[1], abs=LOSS_TOLERANCE)
+    assert runs[2][-1] < runs[2][0]  # and it learns
+    # the Ray run's checkpoints hold both workers' RNG state (Ray merged the workers' checkpoint folders)
+    assert sorted(p.name for p in (tmp_path / "workers-2" / "checkpoints" / "epoch-2").glob("rng-*")) == [
+        "rng-rank0.pt",
+        "rng-rank1.pt",
+    ]
