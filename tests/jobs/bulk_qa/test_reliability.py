@@ -24,9 +24,9 @@ import pytest
 from jobs.bulk_qa.config import JobConfig
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.workers.storage import redact
-from tests.jobs.conftest import TEXTS, read_output, run_job, write_corpus, write_table
+from tests.jobs.conftest import ROOT, TEXTS, read_output, run_job, write_corpus, write_table
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
 SETTINGS = ["--top-k", "3", "--max-seq-length", "64", "--stride", "16", "--context-window-size", "40"]
 NUM_SHARDS, SHARD_SIZE = 12, 4
 TIMEOUT_S = 600  # per subprocess job: generous, the machine may be loaded
