@@ -43,16 +43,6 @@ def no_dropout_model(tiny_bert_model: Path, tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    """A local Ray of this module's own (2 CPUs, as on the project's machines)."""
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def summary(output: Path) -> dict:
     return json.loads((output / "training.json").read_text())
 
@@ -120,7 +110,7 @@ def test_a_question_too_long_for_the_window_exits_2_naming_it(tiny_bert_model, t
     assert "long-q" in capsys.readouterr().err
 
 
-def test_two_ray_workers_follow_the_loss_curve_of_one(ray_local, no_dropout_model, squad_files, tmp_path):
+def test_two_ray_workers_follow_the_loss_curve_of_one(local_ray, no_dropout_model, squad_files, tmp_path):
     """The same recipe in this process (1 worker) and on 2 Ray Train workers (gloo DDP, half a batch each)."""
     runs = {}
     for workers in (1, 2):
