@@ -5,7 +5,8 @@ next run's refusal and calibration on them.
 Reads the run's `predictions.json` and `na_probs.json` and its committed tables (for each question's best span and
 its score), and writes into OUT (or `--to DIR`):
 - `evaluation.json`: the official SQuAD v2.0 script's metrics on `predictions.json` / `na_probs.json`
-  (v1.1 gold is scored as v1.1);
+  (v1.1 gold is scored as v1.1), and under `no_answer_sources` how each no-answer source (haystack, model)
+  refuses at its best threshold;
 - `refusal.yaml`: `refusal_threshold`, the threshold that maximises F1 when each question's best span is given
   unless its no-answer probability is above the official `best_f1_thresh` (the job refuses at no-answer >= its
   threshold, so the file holds the next float up). Pass it with `--config refusal.yaml`, or the printed
@@ -27,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from jobs.bulk_qa.output import OutputFolder
-from jobs.bulk_qa.results import read_predictions
+from jobs.bulk_qa.results import compare_no_answer_sources, read_predictions
 from jobs.bulk_qa.squad_input import load_squad_input
 from jobs.bulk_qa.workers.storage import InputError
-from qa_core.annotation import Prediction
+from qa_core.annotation import Prediction, best_spans
 from qa_core.evaluation import evaluate, fit_calibration_factor, get_raw_scores
 from qa_core.squad import SquadDataset
 
@@ -45,27 +46,26 @@ def refusal_threshold_for(best_thresh: float) -> float:
     return min(1.0, float(np.nextafter(best_thresh, math.inf)))
 
 
-def best_spans(dataset: SquadDataset, predictions: dict[str, Prediction]) -> dict[str, str]:
-    """Each question's best span, refused or not (`""` without spans)."""
-    return {e.id: predictions[e.id].spans[0].text if predictions[e.id].spans else "" for e in dataset.examples}
-
-
 def tune(
     dataset: SquadDataset,
     predictions: dict[str, Prediction],
     answers: dict[str, str],
     na_probs: dict[str, float],
     calibration_factor: float,
+    no_answer: dict[str, dict[str, float | None]],
 ) -> dict[str, Any]:
     """
-    The run's official metrics, the refusal threshold maximising F1 and the fitted calibration factor.
+    The run's official metrics (with `no_answer_sources`, as the job writes them), the refusal threshold
+    maximising F1 and the fitted calibration factor.
 
     :param predictions: By question id, with their spans (for the best span and its score).
     :param answers: The run's `predictions.json`; `na_probs` its `na_probs.json`.
     :param calibration_factor: The factor the run's scores were made with.
+    :param no_answer: Every no-answer source's scores by question id.
     :raises ValueError: When the run misses questions of the gold (naming them).
     """
     metrics = evaluate(dataset, answers, na_probs)["metrics"]
+    metrics["no_answer_sources"] = compare_no_answer_sources(dataset, predictions, no_answer)
     spans = best_spans(dataset, predictions)
     sweep = evaluate(dataset, spans, na_probs)["metrics"]
     gold = {example.id: [answer.text for answer in example.answers] for example in dataset.examples}
@@ -149,11 +149,12 @@ def evaluate_run(run: str, gold: str, allow_misaligned_gold: bool, to: str) -> d
         raise InputError(f"{gold}: not a SQuAD file (.json, .jsonl, or Parquet in Hugging Face's layout).")
     if not squad.dataset.has_gold:
         raise InputError(f"{gold}: the dataset has no gold answers.")
-    predictions, _ = read_predictions(folder, sorted(folder.committed_shards()))
+    source = manifest["config"]["no_answer_source"]
+    predictions, _, no_answer = read_predictions(folder, sorted(folder.committed_shards()), source)
     missing = [example.id for example in squad.dataset.examples if example.id not in predictions]
     if missing:
         raise InputError(f"{gold}: {len(missing)} gold question(s) are not in the run: {missing[:20]}.")
-    summary = tune(squad.dataset, predictions, answers, na_probs, manifest["config"]["calibration_factor"])
+    summary = tune(squad.dataset, predictions, answers, na_probs, manifest["config"]["calibration_factor"], no_answer)
     target = OutputFolder(to)
     target.write_file(json.dumps(summary["metrics"], indent=2).encode("utf-8"), "evaluation.json")
     target.write_file(refusal_yaml(summary["refusal"], run, gold).encode("utf-8"), "refusal.yaml")

@@ -83,6 +83,11 @@ def squad_predictions(predictions: Mapping[str, Prediction]) -> tuple[dict[str, 
     return answers, na_probs
 
 
+def best_spans(dataset: SquadDataset, predictions: Mapping[str, Prediction]) -> dict[str, str]:
+    """Each question's best span, refused or not (`""` without spans), by question id in dataset order."""
+    return {e.id: predictions[e.id].spans[0].text if predictions[e.id].spans else "" for e in dataset.examples}
+
+
 def check_spans(dataset: SquadDataset, predictions: Mapping[str, Prediction]) -> None:
     """
     :raises ValueError: When a question has no prediction, or a predicted span does not index its context,

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from qa_core.settings import Settings, at_least
-from qa_core.spans import SequenceSpans, spans_to_chars, top_spans
+from qa_core.spans import SequenceSpans, null_and_best_logits, spans_to_chars, top_spans
 from qa_core.tokenization import Sequence
 
 DEFAULT_BATCH_SIZE = 32
@@ -111,7 +111,12 @@ def predict_spans(
                 settings.calibration_factor,
                 settings.max_answer_length,
             )
-        spans = spans_to_chars(batch, scores.cpu().numpy(), start_tokens.cpu().numpy(), end_tokens.cpu().numpy())
+            null_logits, best_logits = null_and_best_logits(
+                output.start_logits, output.end_logits, start_tokens, end_tokens
+            )
+        spans = spans_to_chars(
+            batch, *(tensor.cpu().numpy() for tensor in (scores, start_tokens, end_tokens, null_logits, best_logits))
+        )
         for index, sequence_spans in zip(indices, spans, strict=True):
             results[index] = sequence_spans
     return results  # type: ignore[return-value]

@@ -116,6 +116,24 @@ def no_answer_score(scores: Seq[float]) -> float:
     return math.prod(1 - score for score in scores)
 
 
+def model_no_answer_score(null_logits: Seq[float], best_logits: Seq[float]) -> float:
+    """
+    The model's own no-answer probability for a question read in these sequences (its documents' windows):
+    `sigmoid(min null_logit - max best_logit)`. Above 0.5 exactly when the lowest null score of the question's
+    windows beats its best span, the rule SQuAD 2.0 models are evaluated with (Hugging Face's `run_qa.py`, null
+    threshold 0). 1.0 when no window has a span.
+
+    :param null_logits: Each sequence's `start_logit + end_logit` at the CLS position (`SequenceSpans.null_logit`).
+    :param best_logits: Each sequence's best span's logit sum (`SequenceSpans.best_logit`, `-inf` for none).
+    """
+    margin = min(null_logits) - max(best_logits)
+    if margin == math.inf or margin != margin:  # no span at all (inf - inf is nan): certainly no answer
+        return 1.0
+    if margin >= 0:
+        return 1 / (1 + math.exp(-margin))
+    return math.exp(margin) / (1 + math.exp(margin))
+
+
 @dataclass
 class DocumentText:
     """

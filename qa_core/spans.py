@@ -1,5 +1,6 @@
 """Span decoding: from start/end logits to the best-scoring answer spans of each sequence."""
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -7,20 +8,28 @@ import torch
 
 from qa_core.tokenization import Sequence
 
+# The CLS / <s> token, first in every sequence: the span SQuAD 2.0 models are trained to point at for "no answer".
+NULL_POSITION = 0
+
 
 @dataclass
 class SequenceSpans:
     """
-    The best spans of one sequence, best first, as character offsets in the document.
+    The best spans of one sequence, best first, as character offsets in the document, and the model's own null
+    score next to the best span's.
 
     :param scores: `sigmoid(calibration_factor * (start_logit + end_logit))`, shape (n,).
     :param starts: Character offset where each span starts, shape (n,).
     :param ends: Character offset where each span ends, shape (n,).
+    :param null_logit: `start_logit + end_logit` at `NULL_POSITION` (fp32), which Haystack's scores leave out.
+    :param best_logit: `start_logit + end_logit` of the best span; `-inf` when the sequence has none.
     """
 
     scores: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
+    null_logit: float
+    best_logit: float
 
 
 def top_spans(
@@ -61,8 +70,28 @@ def top_spans(
     return scores, flat_indices // seq_length, flat_indices % seq_length
 
 
+def null_and_best_logits(
+    start_logits: torch.Tensor, end_logits: torch.Tensor, start_tokens: torch.Tensor, end_tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    Each sequence's null logit sum (at `NULL_POSITION`) and its best span's (`start_tokens[:, 0]`,
+    `end_tokens[:, 0]` as `top_spans` ranks them), in fp32.
+
+    :returns: `null_logits`, `best_logits`, each (batch,).
+    """
+    start, end = start_logits.float(), end_logits.float()
+    null = start[:, NULL_POSITION] + end[:, NULL_POSITION]
+    best = start.gather(1, start_tokens[:, :1]).squeeze(1) + end.gather(1, end_tokens[:, :1]).squeeze(1)
+    return null, best
+
+
 def spans_to_chars(
-    sequences: list[Sequence], scores: np.ndarray, start_tokens: np.ndarray, end_tokens: np.ndarray
+    sequences: list[Sequence],
+    scores: np.ndarray,
+    start_tokens: np.ndarray,
+    end_tokens: np.ndarray,
+    null_logits: np.ndarray,
+    best_logits: np.ndarray,
 ) -> list[SequenceSpans]:
     """
     Maps token spans to character offsets in each sequence's document and drops invalid (score 0) spans.
@@ -71,7 +100,8 @@ def spans_to_chars(
     :param scores: (batch, k) span scores.
     :param start_tokens: (batch, k) start token indices.
     :param end_tokens: (batch, k) end token indices.
-    :returns: One `SequenceSpans` per sequence.
+    :param null_logits: (batch,) null logit sums; `best_logits` (batch,) the first span's logit sums.
+    :returns: One `SequenceSpans` per sequence (`best_logit` `-inf` when it has no valid span).
     """
     result = []
     for row, sequence in enumerate(sequences):
@@ -81,6 +111,8 @@ def spans_to_chars(
                 scores=scores[row][valid],
                 starts=sequence.char_starts[start_tokens[row][valid]],
                 ends=sequence.char_ends[end_tokens[row][valid]],
+                null_logit=float(null_logits[row]),
+                best_logit=float(best_logits[row]) if valid.any() else -math.inf,
             )
         )
     return result

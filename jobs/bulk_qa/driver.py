@@ -82,7 +82,7 @@ def run(config: JobConfig) -> int:
     if index is not None:
         manifest["index"] = index.record
     if manifest["reconciled"]:
-        manifest.update(write_results(output, sorted(markers), squad, config.work))
+        manifest.update(write_results(output, sorted(markers), squad, config.work, config.refusal.no_answer_source))
         output.write_manifest(manifest)
     report.print_summary(manifest, output)
     return 0 if manifest["reconciled"] else 1

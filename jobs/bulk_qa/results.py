@@ -26,9 +26,11 @@ from jobs.bulk_qa.squad_input import SquadInput
 from jobs.bulk_qa.workers.storage import resolve_path
 from qa_core.annotation import (
     LABEL_STUDIO_CONFIG,
+    UNREAD_NO_ANSWER_PROBABILITY,
     PredictedSpan,
     Prediction,
     annotated_squad_json,
+    best_spans,
     label_studio_tasks,
     squad_predictions,
 )
@@ -46,14 +48,19 @@ EVALUATION_SCHEMA = pa.schema(
     ]
 )
 
-_QUESTION_COLUMNS = ["question_id", "status", "best_answer", "no_answer_score"]
+# Each no-answer source's column in the questions table.
+NO_ANSWER_COLUMNS = {"haystack": "no_answer_score", "model": "model_no_answer_score"}
+_QUESTION_COLUMNS = ["question_id", "status", "best_answer", *NO_ANSWER_COLUMNS.values()]
 _ANSWER_COLUMNS = ["question_id", "rank", "answer", "score", "is_no_answer", "document_id", "document_start"]
 
 
-def read_predictions(output: OutputFolder, shards: list[int]) -> tuple[dict[str, Prediction], dict[str, list]]:
+def read_predictions(
+    output: OutputFolder, shards: list[int], no_answer_source: str
+) -> tuple[dict[str, Prediction], dict[str, list], dict[str, dict[str, float | None]]]:
     """
-    Each question's prediction from the committed shards, its spans with their offsets in their document; and
-    each question's span documents, best first (one id per span).
+    Each question's prediction from the committed shards, with the no-answer score of `no_answer_source` and its
+    spans with their offsets in their document; each question's span documents, best first (one id per span);
+    and every source's no-answer scores by question id.
     """
     questions = output.read_shards("questions", shards, _QUESTION_COLUMNS).to_pydict()
     answers = output.read_shards("answers", shards, _ANSWER_COLUMNS)
@@ -73,29 +80,30 @@ def read_predictions(output: OutputFolder, shards: list[int]) -> tuple[dict[str,
     ):
         spans[qid].append(PredictedSpan(text, start, score))
         documents[qid].append(document_id)
+    no_answer = {
+        source: dict(zip(questions["question_id"], questions[column], strict=True))
+        for source, column in NO_ANSWER_COLUMNS.items()
+    }
     predictions = {
-        qid: Prediction(status, answer, no_answer, spans.get(qid, []))
-        for qid, status, answer, no_answer in zip(
-            questions["question_id"],
-            questions["status"],
-            questions["best_answer"],
-            questions["no_answer_score"],
-            strict=True,
+        qid: Prediction(status, answer, no_answer[no_answer_source][qid], spans.get(qid, []))
+        for qid, status, answer in zip(
+            questions["question_id"], questions["status"], questions["best_answer"], strict=True
         )
     }
-    return predictions, documents
+    return predictions, documents, no_answer
 
 
 def write_results(
-    output: OutputFolder, shards: list[int], squad: SquadInput | None, work: WorkSettings
+    output: OutputFolder, shards: list[int], squad: SquadInput | None, work: WorkSettings, no_answer_source: str
 ) -> dict[str, Any]:
     """
-    Writes the run's result files (see the module's documentation).
+    Writes the run's result files (see the module's documentation); `na_probs.json` holds the no-answer scores of
+    `no_answer_source`.
 
     :returns: What the manifest records of them: the files written, with gold the dataset's summary and the
         official metrics (`evaluation`).
     """
-    predictions, span_documents = read_predictions(output, shards)
+    predictions, span_documents, no_answer = read_predictions(output, shards, no_answer_source)
     answers, na_probs = squad_predictions(predictions)
     output.write_file(_json(answers), "predictions.json")
     output.write_file(_json(na_probs), "na_probs.json")
@@ -106,12 +114,16 @@ def write_results(
         results["gold"] = squad.gold_summary()
         if dataset.has_gold:
             scored = evaluate(dataset, answers, na_probs)
-            output.write_file(_json(scored["metrics"], indent=2), "evaluation.json")
+            metrics = {
+                **scored["metrics"],
+                "no_answer_sources": compare_no_answer_sources(dataset, predictions, no_answer),
+            }
+            output.write_file(_json(metrics, indent=2), "evaluation.json")
             output.write_file(
                 _parquet(_evaluation_table(dataset, answers, na_probs, scored)), "evaluation", "part-00000.parquet"
             )
             written += ["evaluation.json", "evaluation/"]
-            results["evaluation"] = scored["metrics"]
+            results["evaluation"] = metrics
     else:
         dataset, predictions = dataset_from_tables(work, predictions, span_documents)
     output.write_file(_json(annotated_squad_json(dataset, predictions)), "annotated.squad.json")
@@ -120,6 +132,29 @@ def write_results(
     written += ["annotated.squad.json", "label_studio.json", "label_studio.xml"]
     results["result_files"] = written
     return results
+
+
+def compare_no_answer_sources(
+    dataset: SquadDataset, predictions: dict[str, Prediction], no_answer: dict[str, dict[str, float | None]]
+) -> dict[str, dict[str, float]]:
+    """
+    For each no-answer source, how well it refuses: with each question's best span given unless its no-answer
+    score is above a threshold, the official `best_exact` / `best_f1` and their thresholds, and `HasAns_f1` /
+    `NoAns_f1` at `best_f1_thresh` (each only when such questions exist).
+    """
+    spans = best_spans(dataset, predictions)
+    compared = {}
+    for source, scores in no_answer.items():
+        na_probs = {
+            example.id: UNREAD_NO_ANSWER_PROBABILITY if scores[example.id] is None else scores[example.id]
+            for example in dataset.examples
+        }
+        sweep = evaluate(dataset, spans, na_probs)["metrics"]
+        at_best = evaluate(dataset, spans, na_probs, na_prob_thresh=sweep["best_f1_thresh"])["metrics"]
+        keys = ("best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh")
+        compared[source] = {key: sweep[key] for key in keys}
+        compared[source].update({key: at_best[key] for key in ("HasAns_f1", "NoAns_f1") if key in at_best})
+    return compared
 
 
 def _evaluation_table(

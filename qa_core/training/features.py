@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qa_core.spans import NULL_POSITION
 from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_each_pair
 
 if TYPE_CHECKING:
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from qa_core.squad import SquadExample
-
-NULL_POSITION = 0  # the CLS / <s> token: where impossible and out-of-window answers point
 
 
 @dataclass

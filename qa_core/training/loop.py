@@ -46,8 +46,9 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from qa_core.settings import Settings, at_least, within
+from qa_core.spans import NULL_POSITION
 from qa_core.tokenization import TokenizationSettings
-from qa_core.training.features import NULL_POSITION, collate_features, prepare_train_features
+from qa_core.training.features import collate_features, prepare_train_features
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

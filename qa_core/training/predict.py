@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from qa_core.inference import length_sorted_batches, pad_batch
-from qa_core.spans import top_spans
+from qa_core.selection import model_no_answer_score
+from qa_core.spans import null_and_best_logits, top_spans
 from qa_core.tokenization import TokenizationSettings, tokenize_pairs
-from qa_core.training.features import NULL_POSITION
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -63,9 +63,9 @@ def predict_squad(
     """
     device = next(model.parameters()).device if device is None else torch.device(device)
     sequences = tokenize_pairs(tokenizer, [e.question for e in examples], [e.context for e in examples], settings)
-    best = [-math.inf] * len(examples)
+    nulls: list[list[float]] = [[] for _ in examples]  # each window's null logit sum, by example
+    bests: list[list[float]] = [[] for _ in examples]  # and its best span's
     spans = [(0, 0)] * len(examples)
-    null = [math.inf] * len(examples)
     was_training = model.training
     model.eval()
     try:
@@ -74,27 +74,25 @@ def predict_squad(
             tensors = {name: tensor.to(device) for name, tensor in pad_batch(batch, tokenizer.pad_token_id).items()}
             with torch.inference_mode():
                 output = model(input_ids=tensors["input_ids"], attention_mask=tensors["attention_mask"])
-                start_logits, end_logits = output.start_logits.float(), output.end_logits.float()  # (batch, seq)
                 mask = tensors["context_mask"] & (tensors["attention_mask"] == 1)
-                _, start_tokens, end_tokens = top_spans(start_logits, end_logits, mask, 1, 1.0, max_answer_length)
-                span_scores = start_logits.gather(1, start_tokens) + end_logits.gather(1, end_tokens)  # (batch, 1)
-                null_scores = start_logits[:, NULL_POSITION] + end_logits[:, NULL_POSITION]  # (batch,)
+                top = top_spans(output.start_logits, output.end_logits, mask, 1, 1.0, max_answer_length)
+                null_logits, best_logits = null_and_best_logits(output.start_logits, output.end_logits, *top[1:])
             for row, sequence in enumerate(batch):
                 example = sequence.pair_index
-                null[example] = min(null[example], null_scores[row].item())
-                score = span_scores[row, 0].item()
-                if sequence.context_end > sequence.context_start and score > best[example]:
-                    best[example] = score
-                    start, end = start_tokens[row, 0].item(), end_tokens[row, 0].item()
+                score = best_logits[row].item() if sequence.context_end > sequence.context_start else -math.inf
+                if score > max(bests[example], default=-math.inf):
+                    start, end = top[1][row, 0].item(), top[2][row, 0].item()
                     spans[example] = (int(sequence.char_starts[start]), int(sequence.char_ends[end]))
+                nulls[example].append(null_logits[row].item())
+                bests[example].append(score)
     finally:
         model.train(was_training)
     answers, na_probs, refused = {}, {}, {}
     for index, example in enumerate(examples):
-        refuse = not null[index] <= best[index]
+        refuse = not min(nulls[index]) <= max(bests[index])
         refused[example.id] = refuse
         answers[example.id] = "" if refuse else example.context[spans[index][0] : spans[index][1]]
-        na_probs[example.id] = _sigmoid(null[index] - best[index])
+        na_probs[example.id] = model_no_answer_score(nulls[index], bests[index])
     return SquadPredictions(answers=answers, na_probs=na_probs, refused=refused)
 
 
@@ -125,11 +123,3 @@ def evaluate_model(
         if ids:
             metrics[name] = 100.0 * sum(predictions.refused[qid] for qid in ids) / len(ids)
     return metrics
-
-
-def _sigmoid(value: float) -> float:
-    if value == math.inf or value != value:  # no span at all: certainly no answer
-        return 1.0
-    if value == -math.inf:
-        return 0.0
-    return 1 / (1 + math.exp(-value)) if value >= 0 else math.exp(value) / (1 + math.exp(value))

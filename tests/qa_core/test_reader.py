@@ -21,7 +21,7 @@ from qa_core.inference import InferenceSettings, pad_batch
 from qa_core.reader import ExtractiveReader, resolve_device
 from qa_core.secret import Secret
 from qa_core.selection import DocumentText, SelectionSettings, rank_answers
-from qa_core.spans import spans_to_chars, top_spans
+from qa_core.spans import null_and_best_logits, spans_to_chars, top_spans
 from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_pairs
 
 TEXT_FILE = Path(__file__).resolve().parents[2] / "data" / "text" / "python_stdlib_docs.jsonl"
@@ -180,10 +180,26 @@ def test_spans_to_chars_maps_tokens_to_document_offsets_and_drops_invalid_spans(
         char_starts=np.array([0, 0, 0, 10, 15, 21]),
         char_ends=np.array([0, 4, 0, 14, 20, 25]),
     )
-    spans = spans_to_chars([sequence], np.array([[0.7, 0.6, 0.0]]), np.array([[4, 3, 0]]), np.array([[5, 3, 0]]))
+    spans = spans_to_chars(
+        [sequence, sequence],
+        np.array([[0.7, 0.6, 0.0], [0.0, 0.0, 0.0]]),
+        np.array([[4, 3, 0], [0, 0, 0]]),
+        np.array([[5, 3, 0], [0, 0, 0]]),
+        null_logits=np.array([-1.5, 2.0]),
+        best_logits=np.array([3.25, 7.0]),
+    )
     assert spans[0].scores.tolist() == pytest.approx([0.7, 0.6])
     assert spans[0].starts.tolist() == [15, 10]
     assert spans[0].ends.tolist() == [25, 14]
+    assert (spans[0].null_logit, spans[0].best_logit) == (-1.5, 3.25)
+    assert (spans[1].scores.tolist(), spans[1].null_logit, spans[1].best_logit) == ([], 2.0, -math.inf)
+
+
+def test_null_and_best_logits_are_the_cls_sum_and_the_top_span_sum():
+    _, starts, ends = top_spans(START, END, CONTEXT, answers_per_seq=2, calibration_factor=0.1)
+    null, best = null_and_best_logits(START, END, starts, ends)
+    assert null.tolist() == [18.0]  # [CLS]: 9.0 + 9.0, which no span score includes
+    assert best.tolist() == [4.5]  # the best context span, tokens 4..5: 2.0 + 2.5
 
 
 # --- 1. Scoring: the reader against a direct computation from the model's logits ----------------------------------

@@ -23,26 +23,46 @@ from jobs.bulk_qa.workers.tables import (
 from qa_core.answer_builder import AnswerBuilder, AnswerBuilderSettings
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
-from qa_core.selection import SelectionSettings, no_answer_score, rank_answers
+from qa_core.selection import SelectionSettings, model_no_answer_score, no_answer_score, rank_answers
 from qa_core.settings import Settings, within
 
 MARKER_SCHEMA = pa.schema([("shard", pa.int32()), ("marker", pa.string())])
+
+
+NO_ANSWER_SOURCES = ("haystack", "model")
 
 
 @dataclass(frozen=True)
 class RefusalSettings(Settings):
     """When a question counts as refused rather than answered (the answers table keeps every answer either way)."""
 
-    refusal_threshold: float | None = None  # refuse when no-answer score >= this; None: when it beats the best answer
+    # haystack: prod(1 - score) of the kept answers (Haystack's no-answer score); model: the model's own null span
+    # against its best span, sigmoid(min null - max best logit sums), as SQuAD 2.0 models are trained
+    no_answer_source: str = "haystack"
+    refusal_threshold: float | None = None  # refuse when the no-answer score >= this; None: see `refused`
 
     def problems(self) -> list[str]:
-        return within("refusal_threshold", self.refusal_threshold, 0, 1)
+        problems = within("refusal_threshold", self.refusal_threshold, 0, 1)
+        if self.no_answer_source not in NO_ANSWER_SOURCES:
+            problems.append(
+                f"no_answer_source must be one of {', '.join(NO_ANSWER_SOURCES)}, not {self.no_answer_source!r}"
+            )
+        return problems
+
+    def no_answer(self, haystack: float | None, model: float | None) -> float | None:
+        """The no-answer score of the selected source."""
+        return model if self.no_answer_source == "model" else haystack
 
     def refused(self, best_score: float, no_answer: float) -> bool:
-        """Default: refused when no answer is likelier than the best answer; with a threshold: when it reaches it."""
-        if self.refusal_threshold is None:
-            return no_answer > best_score
-        return no_answer >= self.refusal_threshold
+        """
+        With a threshold: refused when the no-answer score reaches it. Without: when no answer is likelier than the
+        best answer (haystack), or when the null span beats the best span, a no-answer score above 0.5 (model).
+        """
+        if self.refusal_threshold is not None:
+            return no_answer >= self.refusal_threshold
+        if self.no_answer_source == "model":
+            return no_answer > 0.5
+        return no_answer > best_score
 
 
 def question_result(
@@ -50,7 +70,8 @@ def question_result(
 ) -> tuple[dict[str, Any], list[ExtractedAnswer]]:
     """
     One question's row of the questions table and its answers, from its `question` row and the notes and
-    candidates of its documents.
+    candidates of its documents. `best_answer` and `best_score` are the answer given: both set when the question
+    is answered, both null otherwise (a refused question's best span stays in the answers table).
 
     :returns: The questions-table row and the answers.
     """
@@ -66,13 +87,17 @@ def question_result(
         (note for note in notes if note["kind"] == CANDIDATE),
         key=lambda note: (note["position"], note["sequence_index"], note["rank"]),
     )
-    answers = []
+    answers, haystack_no_answer, model_no_answer = [], None, None
     if sequences:
         answers = rank_answers(query, [candidate_answer(query, note) for note in candidates], selection)
+        haystack_no_answer = next((answer.score for answer in answers if answer.data is None), None)
+        if haystack_no_answer is None:
+            haystack_no_answer = no_answer_score([answer.score for answer in answers])
+        model_no_answer = model_no_answer_score(
+            [note["null_logit"] for note in sequences], [note["best_logit"] for note in sequences]
+        )
     best = next((answer for answer in answers if answer.data is not None), None)
-    no_answer = next((answer.score for answer in answers if answer.data is None), None)
-    if no_answer is None and sequences:
-        no_answer = no_answer_score([answer.score for answer in answers])
+    no_answer = refusal.no_answer(haystack_no_answer, model_no_answer)
     if errors:
         status = "error"
     elif not sequences:
@@ -81,13 +106,15 @@ def question_result(
         status = "refused"
     else:
         status = "answered"
+    answered = status == "answered"
     row = {
         "question_id": question["question_id"],
         "query": query,
         "status": status,
-        "best_answer": best.data if best is not None and status == "answered" else None,
-        "best_score": best.score if best is not None else None,
-        "no_answer_score": no_answer,
+        "best_answer": best.data if answered else None,
+        "best_score": best.score if answered else None,
+        "no_answer_score": haystack_no_answer,
+        "model_no_answer_score": model_no_answer,
         "n_documents": len({note["position"] for note in sequences}),
         "n_sequences": len(sequences),
         "error": "; ".join(errors) or None,
@@ -148,7 +175,9 @@ def aggregate_shard(
                 generated += parse_replies(question, shard_replies[question_id], builder)
             except ValueError as error:
                 earlier = [row["error"]] if row["error"] else []
-                row.update(status="error", best_answer=None, error="; ".join([*earlier, f"replies: {error}"]))
+                row.update(
+                    status="error", best_answer=None, best_score=None, error="; ".join([*earlier, f"replies: {error}"])
+                )
         question_rows.append(row)
         retrieved = retrieval_columns(question)
         scores = None

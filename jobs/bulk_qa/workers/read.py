@@ -57,7 +57,7 @@ class ReadSequences:
         decoded = [sequence_from_row(row, index) for index, row in enumerate(sequence_rows)]
         spans = self.reader.predict([sequence for sequence, _ in decoded])
         for row, (_, window), sequence_spans in zip(sequence_rows, decoded, spans, strict=True):
-            out.append(read_note(row, self.worker))
+            out.append(read_note(row, self.worker, sequence_spans))
             found = candidate_answers(row["query"], window, sequence_spans, self.context_window_size)
             out += [candidate_row(row, rank, answer) for rank, answer in enumerate(found)]
         return table(out, AGGREGATION_SCHEMA)

@@ -16,7 +16,7 @@ This module imports only pyarrow and numpy, so that stages which need no model s
 """
 
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,9 @@ from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
 from qa_core.selection import DocumentText
 from qa_core.tokenization import Sequence
+
+if TYPE_CHECKING:  # spans.py imports torch, which the stages without a model do without
+    from qa_core.spans import SequenceSpans
 
 QUESTION, PAIR, SEQUENCE, CANDIDATE, REPLIES = "question", "pair", "sequence", "candidate", "replies"
 
@@ -70,7 +73,9 @@ AGGREGATION_SCHEMA = pa.schema(
         ("answer_page_number", pa.int64()),
         ("context", pa.string()),
         ("context_offset", pa.int64()),  # where the context starts in the document
-        ("worker", pa.string()),  # which reader actor read the sequence
+        ("worker", pa.string()),  # read notes: which reader actor read the sequence
+        ("null_logit", pa.float64()),  # read notes: the sequence's null (CLS) logit sum
+        ("best_logit", pa.float64()),  # read notes: its best span's logit sum (-inf without a span)
     ]
 )
 _SEQUENCE_KEYS = ("shard", "question_id", "position", "document_id", "sequence_index")
@@ -117,9 +122,15 @@ def sequence_from_row(row: dict[str, Any], pair_index: int) -> tuple[Sequence, D
     return sequence, DocumentText(document, row["window_text"], row["window_offset"], row["first_page"])
 
 
-def read_note(row: dict[str, Any], worker: str) -> dict[str, Any]:
-    """The note that a `sequence` row was read, and by which reader actor."""
-    return {**{name: row[name] for name in _SEQUENCE_KEYS}, "kind": SEQUENCE, "worker": worker}
+def read_note(row: dict[str, Any], worker: str, spans: "SequenceSpans") -> dict[str, Any]:
+    """The note that a `sequence` row was read, by which reader actor, with its null and best-span logit sums."""
+    return {
+        **{name: row[name] for name in _SEQUENCE_KEYS},
+        "kind": SEQUENCE,
+        "worker": worker,
+        "null_logit": spans.null_logit,
+        "best_logit": spans.best_logit,
+    }
 
 
 def candidate_row(sequence: dict[str, Any], rank: int, answer: ExtractedAnswer) -> dict[str, Any]:

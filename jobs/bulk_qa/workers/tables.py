@@ -35,9 +35,10 @@ QUESTIONS_SCHEMA = pa.schema(
         ("question_id", pa.string()),
         ("query", pa.string()),
         ("status", pa.string()),  # one of QUESTION_STATUSES
-        ("best_answer", pa.string()),  # null unless answered
-        ("best_score", pa.float64()),  # the best span's score, refused or not
-        ("no_answer_score", pa.float64()),
+        ("best_answer", pa.string()),  # the answer given: null unless answered
+        ("best_score", pa.float64()),  # its score: null unless answered
+        ("no_answer_score", pa.float64()),  # Haystack's, prod(1 - score) of the kept answers; null when nothing read
+        ("model_no_answer_score", pa.float64()),  # the model's null span against its best; null when nothing read
         ("n_documents", pa.int32()),  # documents read (known, with content)
         ("n_sequences", pa.int32()),  # model sequences their text made
         ("error", pa.string()),

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
+from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
 from jobs import evaluate as evaluate_cli
 from jobs.bulk_qa.config import load_config
@@ -86,9 +88,9 @@ def test_evaluation_equals_the_official_script_on_the_job_predictions(output: Pa
     raw = json.loads(SAMPLE.read_text(encoding="utf-8"))["data"]  # the official script on the file itself
     theirs, their_exact, their_f1 = squad_v2_official.official_eval(raw, predictions, na_probs)
     ours = load(output, "evaluation.json")
-    assert list(ours) == list(theirs)
-    assert ours == pytest.approx(theirs, abs=TOLERANCE, rel=0)
     assert load(output, "manifest.json")["evaluation"] == ours
+    assert list(ours) == [*theirs, "no_answer_sources"]
+    assert {key: ours[key] for key in theirs} == pytest.approx(theirs, abs=TOLERANCE, rel=0)
     rows = pq.read_table(output / "evaluation").to_pylist()
     assert [row["question_id"] for row in rows] == list(their_exact)
     for row in rows:
@@ -98,6 +100,62 @@ def test_evaluation_equals_the_official_script_on_the_job_predictions(output: Pa
         assert (row["prediction"], row["no_answer_probability"]) == (
             predictions[row["question_id"]], na_probs[row["question_id"]]
         )  # fmt: skip
+
+
+def test_evaluation_compares_both_no_answer_sources_as_the_official_script_does(output: Path) -> None:
+    """Each source's best thresholds with every best span given, and HasAns / NoAns F1 at its best_f1_thresh."""
+    raw = json.loads(SAMPLE.read_text(encoding="utf-8"))["data"]
+    answers = by_question(read_output(output, "answers"))
+    best = {qid: next(row["answer"] for row in rows if not row["is_no_answer"]) for qid, rows in answers.items()}
+    questions = read_output(output, "questions")
+    compared = load(output, "evaluation.json")["no_answer_sources"]
+    assert list(compared) == ["haystack", "model"]
+    for source, column in (("haystack", "no_answer_score"), ("model", "model_no_answer_score")):
+        na_probs = {row["question_id"]: row[column] for row in questions}
+        sweep, _, _ = squad_v2_official.official_eval(raw, best, na_probs)
+        at_best, _, _ = squad_v2_official.official_eval(raw, best, na_probs, sweep["best_f1_thresh"])
+        expected = {key: sweep[key] for key in ("best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh")}
+        expected.update(HasAns_f1=at_best["HasAns_f1"], NoAns_f1=at_best["NoAns_f1"])
+        assert list(compared[source]) == list(expected)
+        assert compared[source] == pytest.approx(expected, abs=TOLERANCE, rel=0)
+
+
+def direct_model_no_answer(model_dir: Path, question: str, context: str) -> float:
+    """sigmoid(lowest CLS logit sum - best context span's) over the windows, straight from transformers."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForQuestionAnswering.from_pretrained(model_dir).eval()
+    encoded = tokenizer(question, context, truncation="only_second", max_length=96, stride=24,
+                        return_overflowing_tokens=True)  # fmt: skip
+    nulls, bests = [], []
+    for row, input_ids in enumerate(encoded["input_ids"]):
+        with torch.no_grad():
+            output = model(input_ids=torch.tensor([input_ids]), attention_mask=torch.ones(1, len(input_ids)))
+        start, end = output.start_logits[0].tolist(), output.end_logits[0].tolist()
+        tokens = [i for i, sequence_id in enumerate(encoded.sequence_ids(row)) if sequence_id == 1]
+        nulls.append(start[0] + end[0])
+        bests.append(max(start[s] + end[e] for s in tokens for e in tokens if s <= e))
+    return 1 / (1 + math.exp(max(bests) - min(nulls)))
+
+
+def test_model_no_answer_source_refuses_by_the_null_span(
+    local_ray, output: Path, tiny_bert_model: Path, tmp_path: Path
+) -> None:
+    model_run = tmp_path / "model-source"
+    args = ["--questions", SAMPLE, "--output", model_run, "--model", tiny_bert_model, *FLAGS]
+    assert run_job(*args, "--no-answer-source", "model") == 0
+    questions = {row["question_id"]: row for row in read_output(model_run, "questions")}
+    haystack_run = {row["question_id"]: row for row in read_output(output, "questions")}
+    for example in read_squad(SAMPLE).examples:
+        row = questions[example.id]
+        expected = direct_model_no_answer(tiny_bert_model, example.question, example.context)
+        assert row["model_no_answer_score"] == pytest.approx(expected, abs=1e-6)
+        assert row["model_no_answer_score"] == haystack_run[example.id]["model_no_answer_score"]
+        assert row["no_answer_score"] == haystack_run[example.id]["no_answer_score"]  # Haystack's, either way
+        assert row["status"] == ("refused" if row["model_no_answer_score"] > 0.5 else "answered")
+    statuses = [row["status"] for row in questions.values()]
+    assert (statuses.count("answered"), statuses.count("refused")) == (12, 0)  # the random head: null below span
+    assert load(model_run, "na_probs.json") == {qid: row["model_no_answer_score"] for qid, row in questions.items()}
+    assert load(model_run, "manifest.json")["config"]["no_answer_source"] == "model"
 
 
 def test_annotated_dataset_round_trips_with_the_job_answers(output: Path) -> None:
