@@ -114,6 +114,7 @@ def read_squad(path: str | Path, allow_misaligned_gold: bool = False) -> SquadDa
 
     Layouts, by file name:
     - `.json`: the official layout (`{"version": ..., "data": [{"title", "paragraphs": [{"context", "qas"}]}]}`),
+      or Hugging Face rows in its `data` list (`{"version": ..., "data": [{"id", "question", "context", ...}]}`),
       or JSON Lines of Hugging Face rows when the file is not one JSON object with a `data` field.
     - `.jsonl`: JSON Lines, one Hugging Face row (`id, title, context, question, answers{text[], answer_start[]}`)
       a line.
@@ -128,8 +129,8 @@ def read_squad(path: str | Path, allow_misaligned_gold: bool = False) -> SquadDa
     non-string ids, questions and contexts; empty (blank) questions and contexts; duplicate ids; `answers` present
     for some questions only; an impossible question with answers, or a possible one without; an empty answer list
     in v1.1 data. All problems are gathered and raised together. Questions are named by id and location:
-    `data[a].paragraphs[p].qas[q]` in the official layout, `line N` (from 1) in JSON Lines, `row N` (from 0,
-    after the file name in a folder) in Parquet.
+    `data[a].paragraphs[p].qas[q]` in the official layout, `data[i]` for rows in a `data` list, `line N` (from 1)
+    in JSON Lines, `row N` (from 0, after the file name in a folder) in Parquet.
 
     :param path: The file or folder.
     :param allow_misaligned_gold: Leave misaligned answers out instead of raising, and list them in
@@ -159,10 +160,19 @@ def _read_raw(path: Path) -> tuple[list[_RawQuestion], Any]:
     if path.suffix == ".json":
         document = _json_or_none(text)
         if isinstance(document, dict) and "data" in document:
+            if _hugging_face_rows(document["data"]):
+                rows = [_hf_question(row, f"data[{i}]") for i, row in enumerate(document["data"])]
+                return rows, document.get("version")
             return _official_questions(path, document), document.get("version")
         if document is not None and len(text.strip().splitlines()) > 1:
             raise SquadFormatError(path, ["a JSON document without the official layout's 'data' list of articles"])
     return [_hf_question(row, f"line {number}") for number, row in _json_lines(path, text)], None
+
+
+def _hugging_face_rows(data: Any) -> bool:
+    """Whether a JSON document's `data` holds Hugging Face rows (as `datasets.load_dataset("json", field="data")`
+    reads them, e.g. transformers' SQuAD test sample) rather than the official layout's articles."""
+    return isinstance(data, list) and bool(data) and isinstance(data[0], dict) and "paragraphs" not in data[0]
 
 
 def _json_or_none(text: str) -> Any:

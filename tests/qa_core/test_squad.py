@@ -489,3 +489,17 @@ class TestRoundTrip:
             ValueError, match=r"no impossible questions or plausible answers: \['Q-loire-4', 'Q-loire-5'"
         ):
             write_squad_json(examples, tmp_path / "out.json", version="1.1")
+
+
+def test_reads_hugging_face_rows_in_a_data_list_as_transformers_keeps_its_squad_sample():
+    dataset = read_squad(Path("data/squad/transformers_sample.json"))  # the tests run from the project root
+    assert (dataset.version, dataset.has_gold, len(dataset.examples)) == ("2.0", True, 14)
+    assert [example.id for example in dataset.examples if example.is_impossible] == [
+        "5ad39d53604f3c001a3fe8d3", "5ad39d53604f3c001a3fe8d4", "5ad3a266604f3c001a3fea2b",
+        "5ad5316b5b96ef001a10ab76", "5ad532575b96ef001a10ab7f", "5ad532575b96ef001a10ab80",
+    ]  # fmt: skip
+    second = dataset.examples[1]
+    assert [(answer.text, answer.answer_start) for answer in second.answers] == [
+        ("10th and 11th centuries", 94), ("in the 10th and 11th centuries", 87),
+        ("10th and 11th centuries", 94), ("10th and 11th centuries", 94),
+    ]  # fmt: skip
