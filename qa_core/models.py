@@ -3,8 +3,10 @@ Which model answers, and the one place that loads its tokenizer and weights (wit
 call can happen). transformers and torch load only when a function here is called.
 """
 
+import hashlib
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from qa_core.secret import Secret
@@ -38,6 +40,47 @@ class ModelSettings(Settings):
             trust = self.model_kwargs["trust_remote_code"]
             problems.append(f"model_kwargs.trust_remote_code must be true or false, not {trust!r}")
         return problems
+
+
+# Files of a model folder that do not change what the model computes: documentation, licences, and hidden
+# files and folders (`.git/`, the `.cache/` that `huggingface-cli download --local-dir` leaves).
+_NOT_MODEL_FILES = ("README*", "LICENSE*", "*.md")
+_HASH_CHUNK = 1 << 20  # bytes read at a time
+
+
+def model_fingerprint(settings: ModelSettings) -> dict[str, Any]:
+    """
+    What identifies the model's files, to recognise changed weights, configuration or tokenizer on resume. For a
+    local folder: the size and the sha256 of each of its files (its configuration, tokenizer files, weights and
+    any custom code; not its documentation or hidden files), streamed, so that a few hundred MB hash in about a
+    second. For a hub id: the id and the `model_kwargs` revision (None: the hub's default branch); nothing is
+    downloaded, so a change on the hub under the same revision goes unnoticed.
+
+    :returns: `{"files": {relative path: {"size": bytes, "sha256": hex}}}` for a folder, or
+        `{"hub": id, "revision": revision}`.
+    """
+    folder = Path(settings.model).expanduser()
+    if not folder.is_dir():
+        return {"hub": settings.model, "revision": settings.model_kwargs.get("revision")}
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if any(part.startswith(".") for part in relative.parts) or not path.is_file():
+            continue
+        if any(relative.match(pattern) for pattern in _NOT_MODEL_FILES):
+            continue
+        digest = hashlib.sha256()
+        with path.open("rb") as file:
+            while chunk := file.read(_HASH_CHUNK):
+                digest.update(chunk)
+        files[relative.as_posix()] = {"size": path.stat().st_size, "sha256": digest.hexdigest()}
+    return {"files": files}
+
+
+def changed_model_files(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The files of two folder fingerprints that differ, were added or were removed (by relative path), sorted."""
+    before, after = old.get("files", {}), new.get("files", {})
+    return sorted(name for name in {*before, *after} if before.get(name) != after.get(name))
 
 
 def resolve_token(token: Secret | None) -> str | None:

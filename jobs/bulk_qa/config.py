@@ -50,7 +50,7 @@ class RunSettings(Settings):
     overwrite: bool = False  # replace the output of an earlier run made with other inputs or settings
     address: str | None = None  # Ray cluster to join (e.g. ray://head:10001 or auto); None: start a local Ray
     num_actors: int | None = None  # reader actors; None: one per GPU, or one on a CPU-only cluster
-    gpus_per_actor: float = 1.0  # GPUs each reader actor holds when the cluster has GPUs
+    gpus_per_actor: float | None = None  # GPUs each reader actor holds when the cluster has GPUs; None: 1
     cpus_per_actor: float = 0.5  # logical CPUs each reader actor reserves; the pool takes at most 1/4 of the cluster
     sequences_per_actor_batch: int = 1024  # sequences handed to an actor at once (sorted by length inside)
     shards_per_wave: int = 10  # shards answered by one pipeline run; bounds memory, as a wave is shuffled at once
@@ -60,7 +60,7 @@ class RunSettings(Settings):
     def problems(self) -> list[str]:
         problems = [] if self.output else ["--output is required"]
         problems += at_least("num_actors", self.num_actors, 1, optional=True)
-        if not self.gpus_per_actor > 0:
+        if self.gpus_per_actor is not None and not self.gpus_per_actor > 0:
             problems.append(f"gpus_per_actor must be > 0, not {self.gpus_per_actor}")
         problems += at_least("cpus_per_actor", self.cpus_per_actor, 0)
         problems += at_least("sequences_per_actor_batch", self.sequences_per_actor_batch, 1)

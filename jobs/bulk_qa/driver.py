@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from jobs.bulk_qa import report
 from jobs.bulk_qa.config import JobConfig, RunSettings, load_config
+from jobs.bulk_qa.html_report import write_report
 from jobs.bulk_qa.ids import check_ids
 from jobs.bulk_qa.inputs import (
     DOCUMENTS,
@@ -37,7 +38,7 @@ from jobs.bulk_qa.retrieval import needs_retrieval, prepare_index, save_built_in
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
 from jobs.bulk_qa.waves import ActorResources, Inputs, actor_resources, answer_wave
 from jobs.bulk_qa.workers.storage import InputError
-from qa_core.models import DEFAULT_TOKEN
+from qa_core.models import DEFAULT_TOKEN, model_fingerprint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +84,7 @@ def run(config: JobConfig) -> int:
         manifest["index"] = index.record
     if manifest["reconciled"]:
         manifest.update(write_results(output, sorted(markers), squad, config.work, config.refusal.no_answer_source))
+        manifest["result_files"] += write_report(output, manifest)  # report.html; none without matplotlib
         output.write_manifest(manifest)
     report.print_summary(manifest, output)
     return 0 if manifest["reconciled"] else 1
@@ -119,7 +121,10 @@ def check_inputs(config: JobConfig, squad_input: SquadInput | None = None) -> Sc
 
 
 def run_identity(config: JobConfig, schemas: Schemas) -> dict[str, Any]:
-    """What the output folder records to recognise a resumable run: the settings and the input files."""
+    """
+    What the output folder records to recognise a resumable run: the settings, the input files and the model's
+    files (see `qa_core.models.model_fingerprint`).
+    """
     inputs = {
         "questions": config.work.questions,
         "replies": config.work.replies,
@@ -128,6 +133,7 @@ def run_identity(config: JobConfig, schemas: Schemas) -> dict[str, Any]:
     return {
         "config": config.identity(),
         "inputs": {name: input_fingerprint(path) for name, path in inputs.items() if path},
+        "model": model_fingerprint(config.model),
     }
 
 
@@ -135,8 +141,9 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     """
     Joins the cluster at `run.address`, or at `RAY_ADDRESS` (as `ray job submit` sets it), or else starts a Ray of
     its own on this machine, even when another one runs here (`address="local"`: a cluster someone started with
-    `ray start`, alive or dead, is never joined by accident). A Ray already initialised in this process is used.
-    Ray's own logs and Ray Data's progress bars and operator tables show only with `run.verbose`.
+    `ray start`, alive or dead, is never joined by accident). The Ray it starts gets `own_ray_config()`; a Ray
+    already initialised in this process is used. Ray's own logs and Ray Data's progress bars and operator tables
+    show only with `run.verbose`.
 
     :returns: The cluster the job runs on: its address, whether the job started it, nodes, CPUs, GPUs, and the
         seconds it took.
@@ -149,7 +156,8 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     started_here = joins and target == "local"
     level = logging.INFO if run.verbose else logging.WARNING
     if joins:
-        ray.init(address=target, log_to_driver=run.verbose or target != "local", logging_level=level)
+        options = {"_system_config": own_ray_config()} if started_here else {}
+        ray.init(address=target, log_to_driver=run.verbose or target != "local", logging_level=level, **options)
     import ray.data
 
     logging.getLogger("ray.data").setLevel(level)
@@ -171,6 +179,17 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     if joins and not started_here and not run.quiet:
         print(f"bulk-qa: running on the Ray cluster at {cluster['address']}", file=sys.stderr, flush=True)
     return cluster
+
+
+def own_ray_config() -> dict[str, Any]:
+    """
+    Ray's settings for the Ray the job starts. The raylet prints a warning on the driver's stdout once it has
+    started 4x `worker_maximum_startup_concurrency` Python workers (the CPU count by default): a normal run on 2
+    cores starts about 10 (reader and retrieval actors, map and shuffle tasks). At least 8 keeps that harmless
+    warning away on small machines; it also lets up to that many workers start at once, and leaves machines of
+    8 CPUs or more as Ray sets them.
+    """
+    return {"worker_maximum_startup_concurrency": max(8, os.cpu_count() or 1)}
 
 
 def read_inputs(
@@ -215,7 +234,8 @@ def answer_pending_shards(
         markers[marker["shard"]] = marker
 
     for first in range(0, len(pending), config.run.shards_per_wave):
-        answer_wave(config, inputs, frozenset(pending[first : first + config.run.shards_per_wave]), pool, committed)
+        shards = pending[first : first + config.run.shards_per_wave]
+        answer_wave(config, inputs, frozenset(shards), sum(expected[shard] for shard in shards), pool, committed)
     progress.close()
     return markers
 

@@ -7,14 +7,16 @@ import json
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from jobs.bulk_qa.workers.storage import InputError, ShardStore
 from jobs.bulk_qa.workers.tables import TABLES
+from qa_core.models import changed_model_files
 
-# The run's results, written from the committed shards at its end (see `jobs.bulk_qa.results`), and what
-# `python -m jobs.evaluate` writes next to them.
+# The run's results, written from the committed shards at its end (see `jobs.bulk_qa.results`), its report
+# (`jobs.bulk_qa.html_report`), and what `python -m jobs.evaluate` writes next to them.
 RESULT_FILES = (
     "predictions.json",
     "na_probs.json",
@@ -23,6 +25,7 @@ RESULT_FILES = (
     "annotated.squad.json",
     "label_studio.json",
     "label_studio.xml",
+    "report.html",
     "refusal.yaml",
     "calibration.json",
 )
@@ -30,6 +33,15 @@ RESULT_FILES = (
 # What the job writes, in the order `clear` deletes it: the manifest first (the run is no longer complete) and the
 # identity last (a folder holding any of the others without `_job.json` is not the job's, and is never cleared).
 _OWN_NAMES = ("manifest.json", *RESULT_FILES, *TABLES, "_shards", "_index", "_tmp", "_job.json")
+
+
+def _model_difference(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
+    """How the model of the run a folder holds differs from this run's, for the refusal message."""
+    if old is None:
+        return "no record of its model's files (made by an earlier version of the job)"
+    if "files" in old and "files" in new:
+        return f"other model files: the model's files changed ({', '.join(changed_model_files(old, new))})"
+    return "another model (or model revision)"
 
 
 class OutputFolder(ShardStore):
@@ -62,13 +74,14 @@ class OutputFolder(ShardStore):
             changed = sorted(
                 key for key in {*old_config, *identity["config"]} if old_config.get(key) != identity["config"].get(key)
             )
-            inputs_changed = existing.get("inputs") != identity["inputs"]
+            differences = [f"other settings ({', '.join(changed)})"] if changed else []
+            if existing.get("inputs") != identity["inputs"]:
+                differences.append("other input files")
+            if existing.get("model") != identity["model"]:
+                differences.append(_model_difference(existing.get("model"), identity["model"]))
             raise InputError(
-                f"{self.shown}: holds the output of a run with "
-                + (f"other settings ({', '.join(changed)})" if changed else "")
-                + (" and " if changed and inputs_changed else "")
-                + ("other input files" if inputs_changed else "")
-                + ". Pass --overwrite to replace it, or choose another --output."
+                f"{self.shown}: holds the output of a run with {' and '.join(differences) or 'another identity'}. "
+                "Pass --overwrite to replace it, or choose another --output."
             )
         return existing
 
@@ -107,6 +120,12 @@ class OutputFolder(ShardStore):
     def read_json(self, name: str) -> Any | None:
         """A JSON file of the folder (`manifest.json`, a result file), or None when it does not exist."""
         return self._read_json(name)
+
+    def read_result_table(self, name: str) -> pa.Table:
+        """A result table of the folder (a name of `RESULT_FILES`: `evaluation`), all its files."""
+        if name not in RESULT_FILES:
+            raise ValueError(f"not a result table of the job: {name!r}")
+        return pads.dataset(self._path(name), filesystem=self.filesystem, format="parquet").to_table()
 
     def read_shards(self, table_name: str, shards: list[int], columns: list[str]) -> pa.Table:
         """`columns` of the committed shards' files of a table, in shard order."""

@@ -20,8 +20,9 @@ def manifest(
     cluster: dict[str, Any],
 ) -> dict[str, Any]:
     """
-    The run's manifest: configuration, counts in and out, reconciliation, the cluster and reader actors used,
-    timings, and the throughput of the work this run did (a resumed run's kept shards are not counted in it).
+    The run's manifest: configuration, the model's fingerprint, counts in and out, reconciliation, the cluster and
+    reader actors used (`cluster.reader_actors`, with how many of them read this run's sequences), timings, and
+    the throughput of the work this run did (a resumed run's kept shards are not counted in it).
     """
     statuses = {status: sum(m["statuses"][status] for m in markers.values()) for status in QUESTION_STATUSES}
     written = sum(m["questions"] for m in markers.values())
@@ -33,9 +34,12 @@ def manifest(
     computed = [marker for shard, marker in markers.items() if shard not in resumed]
     computed_questions = sum(marker["questions"] for marker in computed)
     computed_sequences = sum(marker["sequences"] for marker in computed)
+    # The reader actors that read this run's sequences (a resumed run's kept shards were read by others).
+    with_work = len({worker for marker in computed for worker in marker["workers"]})
     return {
         "config": config.to_dict(),
         "inputs": {"questions": n_questions, "files": identity["inputs"]},
+        "model": identity["model"],
         "outputs": {
             "questions": written,
             "statuses": statuses,
@@ -47,7 +51,7 @@ def manifest(
         "shards": {"total": len(expected), "committed": len(markers), "resumed": len(resumed)},
         "replies_without_question": sorted(q for m in markers.values() for q in m["replies_without_question"]),
         "workers": workers,
-        "cluster": cluster,
+        "cluster": {**cluster, "reader_actors": {**cluster["reader_actors"], "with_work": with_work}},
         "timings": {
             "total_s": round(time.time() - started, 3),
             "ray_start_s": cluster["start_s"],
@@ -62,7 +66,19 @@ def manifest(
     }
 
 
+def idle_readers(manifest: dict[str, Any]) -> str:
+    """A summary line when fewer reader actors read this run's sequences than were started, saying why; else ""."""
+    readers, sequences = manifest["cluster"]["reader_actors"], manifest["throughput"]["sequences"]
+    if not sequences or readers["with_work"] >= readers["num_actors"]:
+        return ""
+    return (
+        f"  readers     {readers['with_work']} of {readers['num_actors']} reader actors had work: this run's "
+        f"{sequences} sequences made fewer actor batches than there are actors"
+    )
+
+
 def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
+    """Prints the run's summary (from its manifest) on stdout: the last thing the job prints there."""
     outputs, statuses = manifest["outputs"], manifest["outputs"]["statuses"]
     lines = [
         "",
@@ -74,6 +90,7 @@ def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
         f"  throughput  {manifest['throughput']['questions_per_s']} questions/s, "
         f"{manifest['throughput']['sequences_per_s']} sequences/s "
         f"(pipeline {manifest['timings']['pipeline_s']} s, Ray start {manifest['timings']['ray_start_s']} s)",
+        idle_readers(manifest),
         f"  shards      {manifest['shards']['committed']}/{manifest['shards']['total']} committed"
         f" ({manifest['shards']['resumed']} from an earlier run)",
         f"  tables      {output.table_path('answers')}, {output.table_path('questions')}"

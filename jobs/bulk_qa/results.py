@@ -34,7 +34,13 @@ from qa_core.annotation import (
     label_studio_tasks,
     squad_predictions,
 )
-from qa_core.evaluation import evaluate
+from qa_core.evaluation import (
+    apply_no_ans_threshold,
+    evaluate,
+    find_all_best_thresh,
+    get_raw_scores,
+    make_eval_dict,
+)
 from qa_core.squad import SquadDataset, SquadExample
 
 EVALUATION_SCHEMA = pa.schema(
@@ -143,17 +149,18 @@ def compare_no_answer_sources(
     `NoAns_f1` at `best_f1_thresh` (each only when such questions exist).
     """
     spans = best_spans(dataset, predictions)
+    gold = {example.id: [answer.text for answer in example.answers] for example in dataset.examples}
+    has_answer = {qid: bool(answers) for qid, answers in gold.items()}
+    exact_raw, f1_raw = get_raw_scores(gold, spans, dataset.version)  # once: only the thresholds differ
     compared = {}
     for source, scores in no_answer.items():
-        na_probs = {
-            example.id: UNREAD_NO_ANSWER_PROBABILITY if scores[example.id] is None else scores[example.id]
-            for example in dataset.examples
-        }
-        sweep = evaluate(dataset, spans, na_probs)["metrics"]
-        at_best = evaluate(dataset, spans, na_probs, na_prob_thresh=sweep["best_f1_thresh"])["metrics"]
-        keys = ("best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh")
-        compared[source] = {key: sweep[key] for key in keys}
-        compared[source].update({key: at_best[key] for key in ("HasAns_f1", "NoAns_f1") if key in at_best})
+        na_probs = {qid: UNREAD_NO_ANSWER_PROBABILITY if scores[qid] is None else scores[qid] for qid in gold}
+        compared[source] = find_all_best_thresh(spans, exact_raw, f1_raw, na_probs, has_answer)
+        f1 = apply_no_ans_threshold(f1_raw, na_probs, has_answer, compared[source]["best_f1_thresh"])
+        for prefix, wanted in (("HasAns", True), ("NoAns", False)):
+            qids = [qid for qid, has in has_answer.items() if has is wanted]
+            if qids:
+                compared[source][f"{prefix}_f1"] = make_eval_dict(f1, f1, qids)["f1"]
     return compared
 
 

@@ -5,6 +5,7 @@ shuffled together, the next wave's later. Ray Data's defaults retry what fails: 
 (`max_retries=-1`), a dead reader actor (restarted, its batch read again: `max_restarts=-1, max_task_retries=-1`).
 """
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,8 +56,8 @@ def actor_resources(run: RunSettings, cluster: dict[str, Any]) -> ActorResources
     gpus = cluster["gpus"]
     cpus = cluster["cpus"] or 1
     if gpus:
-        num_actors = run.num_actors or max(1, int(gpus // run.gpus_per_actor))
-        gpus_per_actor, threads = run.gpus_per_actor, 1
+        gpus_per_actor, threads = run.gpus_per_actor or 1.0, 1
+        num_actors = run.num_actors or max(1, int(gpus // gpus_per_actor))
     else:
         num_actors = run.num_actors or 1
         gpus_per_actor, threads = 0.0, max(1, int(cpus // num_actors))
@@ -64,14 +65,30 @@ def actor_resources(run: RunSettings, cluster: dict[str, Any]) -> ActorResources
     return ActorResources(num_actors, gpus_per_actor, cpus_per_actor, threads)
 
 
+def sequences_per_batch(run: RunSettings, pool: ActorResources, wave_questions: int) -> int:
+    """
+    The sequences of one reader batch: `sequences_per_actor_batch`, or fewer when the wave is small, so that its
+    sequences make at least one batch per reader actor. A question makes at least one sequence per document it
+    reads, so batches of `wave_questions / num_actors` sequences give every actor work; only a wave of fewer
+    sequences than that (most of its questions without documents) leaves an actor idle.
+    """
+    if pool.num_actors == 1:
+        return run.sequences_per_actor_batch
+    return max(1, min(run.sequences_per_actor_batch, math.ceil(wave_questions / pool.num_actors)))
+
+
 def answer_wave(
     config: JobConfig,
     inputs: Inputs,
     shards: frozenset[int],
+    wave_questions: int,
     pool: ActorResources,
     on_commit: Callable[[dict[str, Any]], None],
 ) -> None:
-    """Answers the questions of `shards` and commits each shard, passing its marker to `on_commit` when it is."""
+    """
+    Answers the `wave_questions` questions of `shards` and commits each shard, passing its marker to `on_commit`
+    when it is.
+    """
     import json
 
     import ray.data
@@ -100,10 +117,12 @@ def answer_wave(
             "selection": config.selection,
         },
     )
-    candidates = sequences.repartition(target_num_rows_per_block=config.run.sequences_per_actor_batch).map_batches(
+    # One block per actor batch: a batch bundles blocks up to its size, so both must be the same.
+    batch_size = sequences_per_batch(config.run, pool, wave_questions)
+    candidates = sequences.repartition(target_num_rows_per_block=batch_size).map_batches(
         ReadSequences,
         batch_format="pyarrow",
-        batch_size=config.run.sequences_per_actor_batch,
+        batch_size=batch_size,
         compute=ray.data.ActorPoolStrategy(size=pool.num_actors),
         fn_constructor_kwargs={
             "model": config.model,

@@ -44,4 +44,11 @@ def test_the_job_starts_its_own_ray_unless_told_to_join_one(
         monkeypatch.setenv("RAY_ADDRESS", environment)
     with pytest.raises(Joined):
         driver.start_ray(RunSettings(address=address))
-    assert init_calls == [{"address": expected, "log_to_driver": expected != "local", "logging_level": logging.WARNING}]
+    own = {"_system_config": driver.own_ray_config()} if expected == "local" else {}  # settings only for its own
+    assert init_calls == [
+        {"address": expected, "log_to_driver": expected != "local", "logging_level": logging.WARNING, **own}
+    ]
+
+
+def test_its_own_ray_keeps_the_worker_count_warning_away_on_small_machines() -> None:
+    assert driver.own_ray_config()["worker_maximum_startup_concurrency"] >= 8
