@@ -68,7 +68,13 @@ def build_tiny_bert(output_dir: str | Path, seed: int = 0, vocab_size: int = 200
     """
     trainer = BertWordPieceTokenizer(lowercase=True)
     trainer.train_from_iterator(_training_text(), vocab_size=vocab_size, min_frequency=2)
-    tokenizer = BertTokenizer(vocab=trainer.get_vocab(), do_lower_case=True)
+    # The trainer numbers tokens of equal frequency in an order that changes from process to process: the
+    # special tokens keep their ids, the others are numbered alphabetically, so that the model is the same
+    # in every process (WordPiece matches the longest piece whatever the ids).
+    trained = trainer.get_vocab()
+    special = sorted(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"), key=trained.__getitem__)  # the trainer's own
+    tokens = special + sorted(set(trained) - set(special))
+    tokenizer = BertTokenizer(vocab={token: index for index, token in enumerate(tokens)}, do_lower_case=True)
     torch.manual_seed(seed)
     config = BertConfig(
         vocab_size=len(tokenizer),

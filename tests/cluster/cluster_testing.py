@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 
-from jobs.bulk_qa.workers.tables import ANSWERS_SCHEMA, QUESTION_STATUSES, QUESTIONS_SCHEMA
+from jobs.bulk_qa.workers.tables import ANSWERS_SCHEMA, QUESTIONS_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "sample"
@@ -56,7 +56,10 @@ def run_command(args: list[str], env: dict[str, str | None], timeout_s: float) -
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """
+    A TCP port on 127.0.0.1 that nothing listens on right now. Another process may take it before the caller
+    listens on it: a caller retries with fresh ports when it finds it taken (see `LocalRayHead.start`).
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -89,19 +92,27 @@ def input_ids(path: Path) -> set[str]:
     return set(pq.read_table(path, columns=["id"]).column("id").to_pylist())
 
 
+# What the sample job (data/sample/job.yaml) gives with the seeded tiny BERT model: each question's status, and
+# its answer rows (top_k=3 spans and the no-answer entry; q05 and q09 have only two spans; q09's known documents
+# are read although it names an unknown one).
+SAMPLE_STATUSES = {**{f"q{i:02d}": "answered" for i in range(1, 9)},
+                   "q09": "error", "q10": "no_documents", "q11": "no_documents", "q12": "error"}  # fmt: skip
+SAMPLE_ANSWER_ROWS = 34
+
+
 def check_answer_tables(output: str, questions: set[str], filesystem=None) -> dict:
     """
-    The job's output folder holds its tables, with their schemas, one questions row per input question, and its
-    manifest; returns the manifest.
+    The sample job's output folder holds its tables, with their schemas, one questions row per input question
+    with the sample's statuses, the sample's answer rows, and its manifest; returns the manifest.
     """
     table = pq.read_table(f"{output}/questions", filesystem=filesystem)
     assert table.schema.names == QUESTIONS_SCHEMA.names
-    assert sorted(table.column("question_id").to_pylist()) == sorted(questions)
-    statuses = table.column("status").to_pylist()
-    assert set(statuses) <= set(QUESTION_STATUSES) and "answered" in statuses
+    assert sorted(table.column("question_id").to_pylist()) == sorted(questions) == sorted(SAMPLE_STATUSES)
+    statuses = dict(zip(table.column("question_id").to_pylist(), table.column("status").to_pylist(), strict=True))
+    assert statuses == SAMPLE_STATUSES
     answers = pq.read_table(f"{output}/answers", filesystem=filesystem)
     assert answers.schema.names == ANSWERS_SCHEMA.names
-    assert answers.num_rows > 0
+    assert answers.num_rows == SAMPLE_ANSWER_ROWS
     assert set(answers.column("question_id").to_pylist()) <= questions
     if filesystem is None:
         manifest = json.loads(Path(output, "manifest.json").read_text())
@@ -112,6 +123,14 @@ def check_answer_tables(output: str, questions: set[str], filesystem=None) -> di
     assert manifest["outputs"]["answers"] == answers.num_rows
     assert manifest["reconciled"] is True
     return manifest
+
+
+# How Ray's processes report a port that another process holds (gRPC, Python's socket, aiohttp).
+_PORT_IN_USE = re.compile(r"already in use|address in use|failed to bind", re.I)
+
+
+class _PortTaken(Exception):
+    """`ray start` found one of its ports taken; the message is its output."""
 
 
 class LocalRayHead:
@@ -157,11 +176,25 @@ class LocalRayHead:
         """The address of the Job Submission API."""
         return f"http://127.0.0.1:{self.dashboard_port}"
 
-    def start(self, timeout_s: float = 90.0) -> None:
+    def start(self, timeout_s: float = 90.0, attempts: int = 3) -> None:
         """Starts the head and waits until the Job Submission API answers.
 
-        :raises RuntimeError: if the head exits or does not answer within `timeout_s`; the message holds its output.
+        `ray start` takes the ports it is given, found free just before: when one was taken meanwhile by another
+        process, the head exits or reports the port in use, and is started again on fresh ports, up to `attempts`
+        times in all.
+
+        :raises RuntimeError: if the head exits or does not answer within `timeout_s` for another reason, or the
+            last attempt finds a port taken; the message holds its output.
         """
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once(timeout_s)
+                return
+            except _PortTaken as taken:
+                if attempt == attempts:
+                    raise RuntimeError(f"ray start found a port taken {attempts} times:\n{taken}") from None
+
+    def _start_once(self, timeout_s: float) -> None:
         # Short: Ray puts Unix sockets under it, and their paths are limited to about 100 characters.
         self.temp_dir = tempfile.mkdtemp(prefix="rayqa-", dir="/tmp")
         (Path(self.temp_dir) / "auth_token").write_text(secrets.token_hex(32))
@@ -209,9 +242,11 @@ class LocalRayHead:
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                output = self.output()
+            output = self.output()
+            if self._process.poll() is not None or _PORT_IN_USE.search(output):
                 self.stop()
+                if _PORT_IN_USE.search(output):
+                    raise _PortTaken(output)
                 raise RuntimeError(f"ray start exited with {self._process.returncode}:\n{output}")
             if self._answers() and (Path(self.temp_dir) / "ray_current_cluster").exists():
                 return

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.cluster.cluster_testing import LocalRayHead, free_port
+from tests.cluster.cluster_testing import LocalRayHead
 
 
 @pytest.fixture(autouse=True)
@@ -38,9 +38,9 @@ def s3_server() -> Iterator[S3Server]:
     import boto3
     from moto.server import ThreadedMotoServer
 
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)  # the server takes a free port
     server.start()
+    _, port = server.get_host_and_port()
     endpoint = f"http://127.0.0.1:{port}"
     env = {
         "AWS_ENDPOINT_URL": endpoint,

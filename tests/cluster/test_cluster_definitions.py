@@ -8,6 +8,7 @@ import re
 import shlex
 import tomllib
 
+import jsonschema
 import pytest
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
@@ -80,7 +81,11 @@ def gpu_workers(launcher: dict) -> tuple[int, int]:
 
 
 def test_launcher_config_is_valid_for_ray_up(launcher):
-    validate_config(prepare_config(launcher))  # Ray's own schema and defaults, as `ray up` applies them
+    # Ray's own schema and defaults, as `ray up` applies them: it raises on an invalid config, returns None.
+    assert validate_config(prepare_config(launcher)) is None
+    broken = {**launcher, "max_workers": "many"}  # and it does check: the same config with one value broken
+    with pytest.raises(jsonschema.ValidationError, match="'many' is not of type 'integer'"):
+        validate_config(prepare_config(broken))
 
 
 def test_launcher_runs_the_projects_ray_in_a_gpu_image(launcher):

@@ -56,11 +56,15 @@ def test_no_wait_prints_the_id_and_sends_the_token_at_hand(ray_head, tmp_path):
     assert result.returncode == 0, explain(result)
     job_id = result.stdout.strip()
     assert job_id == submission_id(result)
+    assert ray_head.get(f"/api/jobs/{job_id}")["submission_id"] == job_id  # the head took the job
+    # Clean-up: the job ends, stopped or failing on its own (its questions file does not exist), whichever comes
+    # first; the package's head is then free for the next test.
     ray_head.get(f"/api/jobs/{job_id}/stop", method="POST")
-    deadline = time.monotonic() + 120
-    while ray_head.get(f"/api/jobs/{job_id}")["status"] not in ("STOPPED", "FAILED", "SUCCEEDED"):
-        assert time.monotonic() < deadline
+    status, deadline = None, time.monotonic() + JOB_TIMEOUT_S
+    while status not in ("STOPPED", "FAILED") and time.monotonic() < deadline:
         time.sleep(1)
+        status = ray_head.get(f"/api/jobs/{job_id}")["status"]
+    assert status in ("STOPPED", "FAILED"), f"the job did not end: {status}"
 
 
 def test_driver_joins_a_running_cluster_with_address(ray_head, tiny_bert_model, tmp_path):

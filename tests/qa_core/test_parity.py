@@ -139,13 +139,13 @@ def test_document_ids_agree_with_haystack():
 @pytest.mark.parametrize("family", FAMILIES)
 def test_same_answers_as_haystack(request, reader_pairs, family, kwargs):
     ours, theirs = reader_pairs(request.getfixturevalue(family), **kwargs)
-    n_answers = 0
+    n_spans = 0
     for query in QUERIES[::2]:  # two queries per case keep the grid's time down
         expected = theirs.run(query=query, documents=haystack_documents())["answers"]
         got = ours.run(query, our_documents())["answers"]
         assert_same_answers(got, expected)
-        n_answers += len(got)
-    assert n_answers > 0  # never only a comparison of empty lists
+        n_spans += sum(a.data is not None for a in got)
+    assert n_spans > 0  # never only a comparison of empty lists or of no-answer entries
 
 
 @pytest.mark.parametrize("rank", [1, 5, 12])

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from transformers import AutoTokenizer
 
 from jobs.bulk_qa import main
+from qa_core.tokenization import TokenizationSettings, tokenize_each_pair
 from tests.jobs.conftest import TEXTS, read_output, write_table
 
 SETTINGS = ["--top-k", "3", "--max-seq-length", "64", "--stride", "16", "--context-window-size", "40"]
@@ -122,6 +124,23 @@ def test_documents_file_that_is_not_parquet(
         "--model", tiny_bert_model,
     )  # fmt: skip
     assert f"{not_parquet}: the documents file is not readable Parquet" in error
+
+
+def test_documents_folder_without_parquet_files(
+    capsys: pytest.CaptureFixture, tmp_path: Path, inputs: dict, tiny_bert_model
+) -> None:
+    # Only files that Parquet readers skip (a writer's _SUCCESS marker, a hidden file): no Parquet file at all.
+    folder = tmp_path / "documents"
+    folder.mkdir()
+    (folder / "_SUCCESS").write_text("")
+    (folder / ".DS_Store").write_bytes(b"\0")
+    args = ["--questions", inputs["questions"], "--documents", folder, "--model", tiny_bert_model]
+    error = fails_with_input_error(capsys, tmp_path / "out", *args)
+    assert f"{folder}: the documents folder holds no Parquet files." in error
+    # A file of another format in the folder is named as not Parquet.
+    (folder / "documents.csv").write_text("id,content\nd1,hello\n")
+    error = fails_with_input_error(capsys, tmp_path / "out", *args)
+    assert f"{folder}: the documents file is not readable Parquet: " in error and "documents.csv" in error
 
 
 def test_empty_questions_table(capsys: pytest.CaptureFixture, tmp_path: Path, inputs: dict, tiny_bert_model) -> None:
@@ -303,6 +322,7 @@ def test_row_problems_become_error_rows_and_huge_documents_are_split(
         "some-null-content": ("What is there?", ["null-content", "d2"]),
         "huge": ("Which module is it?", ["huge"]),
         "fine": ("What is returned?", ["d1", "d2"]),
+        "long-query": ("Which " + "very " * 300 + "long question?", ["d1"]),  # more than max_seq_length tokens
     }
     questions = write_table(
         tmp_path / "questions.parquet",
@@ -326,14 +346,45 @@ def test_row_problems_become_error_rows_and_huge_documents_are_split(
     assert result["only-unknown"]["error"] == "unknown document ids: 'nope' (the known documents were read)"
     # A document without content is skipped, as ExtractiveReader skips it: not an error.
     assert (result["null-content"]["status"], result["null-content"]["error"]) == ("no_documents", None)
-    assert result["some-null-content"]["status"] in ("answered", "refused")
+    assert result["some-null-content"]["status"] == "answered"  # the seeded model's best span beats its no-answer
     assert result["some-null-content"]["n_documents"] == 1
-    assert result["huge"]["status"] in ("answered", "refused")
-    assert result["huge"]["n_sequences"] > 1000
-    assert result["fine"]["status"] in ("answered", "refused")
+    assert result["huge"]["status"] == "answered"
+    assert result["huge"]["n_sequences"] == 2484  # 256-token windows over 2 MB, overlapping by 32 tokens
+    assert result["fine"]["status"] == "answered"
+    # A query too long for max_seq_length: an error row naming the way out, the other questions answered.
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert_model)
+    _, failures = tokenize_each_pair(tokenizer, [rows["long-query"][0]], [TEXTS[5]], TokenizationSettings(256, 32))
+    assert failures[0].endswith(". Shorten the query or raise max_seq_length.")
+    assert (result["long-query"]["status"], result["long-query"]["error"]) == ("error", failures[0])
     answers = [row for row in read_output(output, "answers") if row["question_id"] == "huge"]
     assert len(answers) == 4
     assert all(huge[row["document_start"] : row["document_end"]] == row["answer"] for row in answers if row["answer"])
     manifest = json.loads((output / "manifest.json").read_text())
     assert manifest["reconciled"] is True
-    assert manifest["outputs"]["statuses"]["error"] == 4
+    assert manifest["outputs"]["statuses"]["error"] == 5
+
+
+# --- Reader actors that cannot start ------------------------------------------------------------------------------
+
+
+def test_reader_actor_failing_in_its_constructor_fails_the_run_at_once(
+    local_ray, capsys: pytest.CaptureFixture, tmp_path: Path, inputs: dict, tiny_bert_model: Path
+) -> None:
+    """
+    Weights that pass the driver's check (the file is there) but cannot be loaded: the reader actor's constructor
+    fails, and the run stops at once (Ray Data does not restart an actor that failed in its constructor) with
+    Ray's error, which names the reader class and the cause; no shard is committed.
+    """
+    from ray.exceptions import ActorDiedError
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_bert_model, model)
+    (model / "model.safetensors").write_bytes(b"not a safetensors file")
+    output = tmp_path / "out"
+    args = ["--questions", inputs["questions"], "--documents", inputs["documents"], "--model", str(model)]
+    with pytest.raises(ActorDiedError) as raised:
+        main([*args, "--output", str(output)])
+    message = str(raised.value)
+    assert "error raised in its creation task" in message and "ReadSequences" in message
+    assert "SafetensorError: Error while deserializing header" in message
+    assert not (output / "manifest.json").exists() and list((output / "_shards").glob("*.json")) == []

@@ -36,6 +36,6 @@ def test_each_actor_gets_a_distinct_gpu_and_the_job_completes_on_cpu(
     questions = read_output(output, "questions")
     assert len(questions) == 12
     statuses = {row["question_id"]: row["status"] for row in questions}
-    assert {statuses[f"q{i:02d}"] for i in range(1, 9)} <= {"answered", "refused"}
+    assert [statuses[f"q{i:02d}"] for i in range(1, 9)] == ["answered"] * 8  # the seeded model answers each
     assert [statuses[key] for key in ("q09", "q10", "q11", "q12")] == ["error", "no_documents", "no_documents", "error"]
     assert len(read_output(output, "generated_answers")) == 4
