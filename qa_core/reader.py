@@ -309,6 +309,17 @@ class ExtractiveReader:
         ]
         return {"answers": answers}
 
+    def tokenize(self, queries: list[str], contents: list[str]) -> list[Sequence]:
+        """
+        The sequences `predict` reads for (query, document content) pairs, windowed by the reader's settings, as
+        `run_batch` makes them.
+
+        :raises RuntimeError: If `warm_up()` was not called.
+        """
+        if self._tokenizer is None:
+            raise RuntimeError("The reader is not warmed up: call warm_up() before tokenize().")
+        return tokenize_pairs(self._tokenizer, queries, contents, self._settings().tokenization)
+
     def predict(
         self, sequences: list[Sequence], max_batch_size: int | None = None, answers_per_seq: int | None = None
     ) -> list[SequenceSpans]:
