@@ -9,6 +9,7 @@ side by side on the same queries at a size it can handle (20k passages by defaul
 import argparse
 import json
 import resource
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +26,13 @@ def synthetic_texts(n: int, words_per_text: int, seed: int) -> list[str]:
         words = " ".join(json.loads(line)["text"] for line in file).split()
     starts = np.random.default_rng(seed).integers(0, len(words) - words_per_text, n)
     return [" ".join(words[start : start + words_per_text]) for start in starts]
+
+
+def index_bytes_on_disk(index: BM25Index) -> int:
+    """The size of the index's saved folder (`BM25Index.save`)."""
+    with tempfile.TemporaryDirectory() as folder:
+        index.save(folder)
+        return sum(path.stat().st_size for path in Path(folder).rglob("*") if path.is_file())
 
 
 def queries_per_second(index: BM25Index, queries: list[str], k: int) -> float:
@@ -69,7 +77,9 @@ def main() -> None:
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"{len(texts):,} passages of {args.words} words: build {build_s:.1f} s, {len(index.vocabulary):,} terms, "
-        f"{index.postings.weights.size:,} postings, peak RSS {peak_mib:,.0f} MiB"
+        f"{index.postings.weights.size:,} postings, peak RSS {peak_mib:,.0f} MiB, "
+        f"{index_bytes_on_disk(index) / 2**20:,.0f} MiB on disk, "
+        f"posting arrays {sum(array.nbytes for array in vars(index.postings).values()) / 2**20:,.0f} MiB in memory"
     )
     print(f"search top-{args.top_k}: {queries_per_second(index, queries, args.top_k):,.0f} queries/s")
     if args.haystack_passages:
