@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -42,12 +43,37 @@ from qa_core.models import DEFAULT_TOKEN, model_fingerprint
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status."""
+    """
+    Command-line entry point; returns the exit status: 2 for unusable input or settings, 1 when the run could not
+    account for every question (a Ray actor of the job that died for good, e.g. a reader whose constructor failed).
+    """
+    from ray.exceptions import ActorDiedError
+
     try:
         return run(load_config(argv))
     except InputError as error:
         print(f"bulk-qa: error: {error}", file=sys.stderr)
         return 2
+    except ActorDiedError as error:  # Ray Data restarts a dead actor, but not one that failed in its constructor
+        print(
+            f"bulk-qa: error: a Ray actor of the job could not run: {actor_failure(error)} "
+            "Shards committed so far are kept: fix the cause and run the same command again to resume.",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def actor_failure(error: Exception) -> str:
+    """
+    Which actor died and why, from Ray's error text: the actor's task where Ray names it
+    (`ray::MapWorker(MapBatches(ReadSequences)).__init__()`) and the exception (the text's last line).
+    """
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return f"{type(error).__name__}."
+    task = re.search(r"ray::\S+", text)
+    return f"{task.group(0) + ': ' if task else ''}{lines[-1]}."
 
 
 def run(config: JobConfig) -> int:
