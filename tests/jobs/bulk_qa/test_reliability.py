@@ -254,10 +254,11 @@ def test_reader_actor_killed_mid_run_changes_nothing(
 # --- 3. Driver faults and resume --------------------------------------------------------------------------------
 
 
-def _busy_workers() -> list[str]:
+def _busy_workers(job_id: str) -> list[str]:
     """
-    The worker processes of the module's Ray (its worker table's live workers) that run a task or an actor: Ray
-    titles a worker `ray::IDLE` while it waits for work, and after what it runs otherwise (`ray::MapWorker(...)`).
+    The worker processes of a job (its live workers in the worker table of the module's Ray) that run a task or
+    an actor: Ray titles a worker `ray::IDLE` while it waits for work, and after what it runs
+    otherwise (`ray::MapWorker(...)`). The module's own driver keeps Ray Data's actors (`ray::_StatsActor`) alive.
     """
     import psutil
     from ray._private.state import state
@@ -266,6 +267,8 @@ def _busy_workers() -> list[str]:
     busy = []
     for worker in map(gcs_pb2.WorkerTableData.FromString, state._connect_and_get_accessor().get_worker_table()):
         if not worker.is_alive or worker.worker_type != common_pb2.WORKER:
+            continue
+        if worker.job_id.hex() != job_id:
             continue
         try:
             title = " ".join(psutil.Process(worker.pid).cmdline())
@@ -278,21 +281,19 @@ def _busy_workers() -> list[str]:
 
 def _wait_for_the_end_of_its_work(driver_pid: int, timeout_s: float = TIMEOUT_S) -> None:
     """
-    Waits on the killed driver's own evidence: Ray holds its job dead, and no worker runs anything any more (the
-    module's own driver runs nothing meanwhile). The shards are committed by the job's tasks and actors, which may
-    still be finishing a commit when the driver dies, and which Ray then ends: after that no marker can appear.
+    Waits on the killed driver's own evidence: Ray holds its job dead, and none of that job's workers runs
+    anything any more. The shards are committed by the job's tasks and actors, which may still be finishing a
+    commit when the driver dies, and which Ray then ends: after that no marker can appear.
     """
     from ray._private.state import state
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        dead = [job for job in state.job_table() if job["DriverPid"] == driver_pid and job["IsDead"]]
-        if dead and not _busy_workers():
+        dead = [job["JobID"] for job in state.job_table() if job["DriverPid"] == driver_pid and job["IsDead"]]
+        if dead and not _busy_workers(dead[0]):
             return
         time.sleep(0.1)
-    raise AssertionError(
-        f"workers still busy {timeout_s} s after the driver (pid {driver_pid}) died: {_busy_workers()}"
-    )
+    raise AssertionError(f"workers still busy {timeout_s} s after the driver (pid {driver_pid}) died")
 
 
 def test_driver_killed_mid_run_resumes_without_recomputing_or_duplicating(
