@@ -68,9 +68,9 @@ def build_tiny_bert(output_dir: str | Path, seed: int = 0, vocab_size: int = 200
     """
     trainer = BertWordPieceTokenizer(lowercase=True)
     trainer.train_from_iterator(_training_text(), vocab_size=vocab_size, min_frequency=2)
-    # The trainer numbers tokens of equal frequency in an order that changes from process to process: the
-    # special tokens keep their ids, the others are numbered alphabetically, so that the model is the same
-    # in every process (WordPiece matches the longest piece whatever the ids).
+    # The trainer breaks ties between pieces of equal frequency in an order of its own in each process, so the
+    # vocabulary can differ by a few pieces between processes; numbering them alphabetically (the special tokens
+    # keep their ids) keeps the ids of the pieces two vocabularies share apart from that.
     trained = trainer.get_vocab()
     special = sorted(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"), key=trained.__getitem__)  # the trainer's own
     tokens = special + sorted(set(trained) - set(special))
