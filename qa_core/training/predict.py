@@ -1,6 +1,6 @@
 """
-SQuAD v2 predictions from a QA model with the reader's own batch internals (`tokenize_pairs`, `pad_batch`,
-`length_sorted_batches`, `top_spans`) and the model's null score, scored with `qa_core.evaluation.evaluate`.
+SQuAD v2 predictions from a QA model with the reader's own internals (`tokenize_pairs`, `predict_spans`) and the
+model's null score, scored with `qa_core.evaluation.evaluate`.
 
 A question is refused ("no answer") when its null score, `start_logit[0] + end_logit[0]` (the CLS / `<s>` position
 that training labels impossible questions with; the lowest over the question's windows), exceeds its best span's
@@ -9,16 +9,15 @@ that training labels impossible questions with; the lowest over the question's w
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from qa_core.inference import length_sorted_batches, pad_batch
+from qa_core.inference import InferenceSettings, predict_spans
 from qa_core.selection import model_no_answer_score
-from qa_core.spans import null_and_best_logits, top_spans
+from qa_core.spans import SequenceSpans
 from qa_core.tokenization import TokenizationSettings, tokenize_pairs
 
 if TYPE_CHECKING:
@@ -63,36 +62,27 @@ def predict_squad(
     """
     device = next(model.parameters()).device if device is None else torch.device(device)
     sequences = tokenize_pairs(tokenizer, [e.question for e in examples], [e.context for e in examples], settings)
-    nulls: list[list[float]] = [[] for _ in examples]  # each window's null logit sum, by example
-    bests: list[list[float]] = [[] for _ in examples]  # and its best span's
-    spans = [(0, 0)] * len(examples)
+    # The reader's own forward pass and span decoding; one span per window, on the raw logit sums.
+    inference = InferenceSettings(
+        max_batch_size=batch_size, answers_per_seq=1, calibration_factor=1.0, max_answer_length=max_answer_length
+    )
     was_training = model.training
     model.eval()
     try:
-        for indices in length_sorted_batches(sequences, batch_size):
-            batch = [sequences[index] for index in indices]
-            tensors = {name: tensor.to(device) for name, tensor in pad_batch(batch, tokenizer.pad_token_id).items()}
-            with torch.inference_mode():
-                output = model(input_ids=tensors["input_ids"], attention_mask=tensors["attention_mask"])
-                mask = tensors["context_mask"] & (tensors["attention_mask"] == 1)
-                top = top_spans(output.start_logits, output.end_logits, mask, 1, 1.0, max_answer_length)
-                null_logits, best_logits = null_and_best_logits(output.start_logits, output.end_logits, *top[1:])
-            for row, sequence in enumerate(batch):
-                example = sequence.pair_index
-                score = best_logits[row].item() if sequence.context_end > sequence.context_start else -math.inf
-                if score > max(bests[example], default=-math.inf):
-                    start, end = top[1][row, 0].item(), top[2][row, 0].item()
-                    spans[example] = (int(sequence.char_starts[start]), int(sequence.char_ends[end]))
-                nulls[example].append(null_logits[row].item())
-                bests[example].append(score)
+        read = predict_spans(model, sequences, tokenizer.pad_token_id, inference, device)
     finally:
         model.train(was_training)
+    windows: list[list[SequenceSpans]] = [[] for _ in examples]
+    for sequence, spans in zip(sequences, read, strict=True):
+        windows[sequence.pair_index].append(spans)
     answers, na_probs, refused = {}, {}, {}
-    for index, example in enumerate(examples):
-        refuse = not min(nulls[index]) <= max(bests[index])
+    for example, found in zip(examples, windows, strict=True):
+        nulls, bests = [spans.null_logit for spans in found], [spans.best_logit for spans in found]
+        refuse = not min(nulls) <= max(bests)
+        best = max(found, key=lambda spans: spans.best_logit)  # the first of equals
         refused[example.id] = refuse
-        answers[example.id] = "" if refuse else example.context[spans[index][0] : spans[index][1]]
-        na_probs[example.id] = model_no_answer_score(nulls[index], bests[index])
+        answers[example.id] = "" if refuse else example.context[int(best.starts[0]) : int(best.ends[0])]
+        na_probs[example.id] = model_no_answer_score(nulls, bests)
     return SquadPredictions(answers=answers, na_probs=na_probs, refused=refused)
 
 
