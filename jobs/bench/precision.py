@@ -15,6 +15,7 @@ import argparse
 from dataclasses import dataclass, replace
 from typing import Any
 
+from jobs.bulk_qa.workers.aggregate import RefusalSettings
 from qa_core.document import Document
 from qa_core.evaluation import evaluate
 from qa_core.reader import ExtractiveReader
@@ -61,11 +62,8 @@ def scores(dataset: SquadDataset, read: Read) -> dict[str, Any]:
     spans = {qid: "" if span is None else span[0] for qid, span in read.best.items()}
     result: dict[str, Any] = {}
     for source, no_answer in (("haystack", read.haystack), ("model", read.model)):
-        refused = {
-            qid: read.best[qid] is None
-            or (no_answer[qid] > read.best[qid][2] if source == "haystack" else no_answer[qid] > 0.5)
-            for qid in spans
-        }
+        refusal = RefusalSettings(no_answer_source=source)  # the job's default rule for the source
+        refused = {qid: read.best[qid] is None or refusal.refused(read.best[qid][2], no_answer[qid]) for qid in spans}
         given = {qid: "" if refused[qid] else text for qid, text in spans.items()}
         metrics = evaluate(dataset, given, no_answer)["metrics"]
         sweep = evaluate(dataset, spans, no_answer)["metrics"]
