@@ -1,5 +1,7 @@
 """Shared fixtures: QA models built locally (no download), once per test session; every test in the project root."""
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,10 +11,16 @@ from qa_core.local_models import build_minilm, build_tiny_bert, build_tiny_rober
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True)
-def _in_the_project_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Relative paths in tests (`data/sample/job.yaml`) mean the same whichever folder pytest starts in."""
-    monkeypatch.chdir(ROOT)
+@pytest.fixture(autouse=True, scope="session")
+def _in_the_project_root() -> Iterator[None]:
+    """
+    Relative paths in tests (`data/sample/job.yaml`) mean the same whichever folder pytest starts in: the session's
+    first fixture, so that module-scoped fixtures find them too.
+    """
+    started_in = Path.cwd()
+    os.chdir(ROOT)
+    yield
+    os.chdir(started_in)
 
 
 @pytest.fixture(scope="session")
