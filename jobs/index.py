@@ -2,12 +2,13 @@
 Builds the BM25 index of a documents table once, for bulk QA runs to share (`python -m jobs.bulk_qa ... --index DIR`):
 
     python -m jobs.index --documents D --output DIR [--bm25-algorithm BM25L] [--bm25-parameters '{k1: 1.2}'] \
-        [--index-shards N]
+        [--index-shards N] [--split-length WORDS] [--split-overlap WORDS]
 
 DIR receives the index (`.npy` arrays and JSON, loaded memory-mapped and never unpickled) and `build.json`:
-the documents' files and fingerprint, the algorithm and parameters, the vocabulary size and the build time.
-A run given `--index DIR` refuses it unless its `--documents`, `--bm25-algorithm` and `--bm25-parameters` are
-the ones it was built with. Exit status: 0 when built, 2 for unusable input or options.
+the documents' files and fingerprint, the algorithm and parameters, the splitting, the vocabulary size and the
+build time. A run given `--index DIR` refuses it unless its `--documents`, `--bm25-algorithm`,
+`--bm25-parameters`, `--split-length` and `--split-overlap` are the ones it was built with. Exit status: 0 when
+built, 2 for unusable input or options.
 """
 
 import argparse
@@ -38,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--bm25-parameters", type=_yaml_value, default={}, metavar="YAML", help=f"{docs['bm25_parameters']}"
     )
     parser.add_argument("--index-shards", type=int, default=1, help=f"{docs['index_shards']} (default: 1)")
+    parser.add_argument("--split-length", type=int, default=None, help=f"{docs['split_length']} (default: None)")
+    parser.add_argument("--split-overlap", type=int, default=0, help=f"{docs['split_overlap']} (default: 0)")
     return parser
 
 
@@ -46,18 +49,23 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = RetrievalSettings(
-            bm25_algorithm=args.bm25_algorithm, bm25_parameters=args.bm25_parameters, index_shards=args.index_shards
+            bm25_algorithm=args.bm25_algorithm,
+            bm25_parameters=args.bm25_parameters,
+            index_shards=args.index_shards,
+            split_length=args.split_length,
+            split_overlap=args.split_overlap,
         )
         problems = settings.problems()
         if problems:
             raise InputError("Invalid options:\n  - " + "\n  - ".join(problems))
         _check_target(args.output)
         table_schema(args.documents, DOCUMENTS)
-        index, record = build_index(settings, args.documents)
-        write_index(index, record, args.output)
+        built = build_index(settings, args.documents)
+        write_index(built, args.output)
     except InputError as error:
         print(f"jobs.index: error: {error}", file=sys.stderr)
         return 2
+    record = built.record
     print(
         f"jobs.index: indexed {record['documents']} documents ({record['vocabulary']} terms, {record['algorithm']} "
         f"{record['parameters']}, {record['shards']} shards) in {record['build_s']} s into {redact(args.output)}",

@@ -5,12 +5,14 @@ or kept from the run this one resumes), and the wave stage that hands it to a po
 An index folder is `qa_core.retrieval.BM25Index.save`'s (`.npy` arrays and JSON, never unpickled), or with
 `index_shards` N > 1 one such folder per shard (`shard-00000/`, ...: `build_sharded`'s shards, which share the
 corpus's statistics), plus `build.json`, written last: what it was built from (the documents' files and
-fingerprint) and how (algorithm, parameters, shards, vocabulary size, build seconds). A run saves its index as
-`_index/` in its output folder, so that a resumed run does not rebuild it; the retrieval actors memory-map it
-from there.
+fingerprint) and how (algorithm, parameters, shards, vocabulary size, build seconds, splitting). A run saves
+its index as `_index/` in its output folder, so that a resumed run does not rebuild it; the retrieval actors
+memory-map it from there. With `split_length` the index holds passages of the documents, and each shard folder
+also holds `passages.json` (`workers.passages`): where each passage lies in its source document.
 
 Building reads the documents' ids and contents into the driver (fine for corpora that fit in its memory, as
-`build_sharded` needs them all; a distributed build is not done yet).
+`build_sharded` needs them all; a distributed build is not done yet), splitting them batch by batch as they are
+read when `split_length` is set.
 """
 
 import hashlib
@@ -30,6 +32,7 @@ import pyarrow.fs as pafs
 
 from jobs.bulk_qa.inputs import input_fingerprint
 from jobs.bulk_qa.output import OutputFolder
+from jobs.bulk_qa.workers.passages import Passages, split_batch
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments, wave_questions
 from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
 from qa_core.retrieval.corpus import update_fingerprint
@@ -47,20 +50,34 @@ _DOCUMENTS_PER_READ = 65536
 
 
 @dataclass(frozen=True)
+class BuiltIndex:
+    """
+    An index built in memory, not saved yet.
+
+    :param shards: The shards, in corpus order.
+    :param record: The build record (`build.json`).
+    :param passages: With `split_length`, where the indexed passages lie in their documents, in corpus order.
+    """
+
+    shards: list[BM25Index]
+    record: dict[str, Any]
+    passages: Passages | None = None
+
+
+@dataclass(frozen=True)
 class IndexPlan:
     """
     The run's index: where the retrieval actors load it from and what the manifest says of it.
 
     :param location: The index folder (local path or URI).
-    :param record: Documents, vocabulary size, build seconds, algorithm, parameters, fingerprint, and `source`:
-        `built` (by this run), `resumed` (kept from the run this one resumes) or `given` (`--index`).
-    :param built: An index this run built and its full build record, not saved yet (`save_built_index` saves and
-        drops them).
+    :param record: Documents, vocabulary size, build seconds, algorithm, parameters, splitting, fingerprint, and
+        `source`: `built` (by this run), `resumed` (kept from the run this one resumes) or `given` (`--index`).
+    :param built: An index this run built, not saved yet (`save_built_index` saves and drops it).
     """
 
     location: str
     record: dict[str, Any]
-    built: tuple[list[BM25Index], dict[str, Any]] | None = None
+    built: BuiltIndex | None = None
 
     @property
     def shard_locations(self) -> list[str]:
@@ -102,33 +119,35 @@ def prepare_index(settings: RetrievalSettings, documents: str, output: OutputFol
         record = _read_json(saved, BUILD_FILE)
         if isinstance(record, dict):
             return IndexPlan(saved, {**_summary(record), "source": "resumed"})
-    index, record = build_index(settings, documents)
-    return IndexPlan(saved, {**_summary(record), "source": "built"}, built=(index, record))
+    built = build_index(settings, documents)
+    return IndexPlan(saved, {**_summary(built.record), "source": "built"}, built=built)
 
 
 def save_built_index(plan: IndexPlan) -> IndexPlan:
     """Saves an index the run built into its output folder (`plan.location`) and drops it from the driver."""
     if plan.built is None:
         return plan
-    write_index(*plan.built, plan.location)
+    write_index(plan.built, plan.location)
     return replace(plan, built=None)
 
 
-def build_index(settings: RetrievalSettings, documents: str) -> tuple[list[BM25Index], dict[str, Any]]:
+def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
     """
     Builds the BM25 index of the documents that have content, in table order (documents without content are
-    never retrieved and do not count in the corpus statistics, as in Haystack), as `settings.index_shards`
-    shards.
+    never retrieved and do not count in the corpus statistics, as in Haystack), or with `settings.split_length`
+    of their passages, as `settings.index_shards` shards.
 
-    :returns: The shards, in corpus order, and the build record.
+    :returns: The shards, the build record and the passages' sources.
     :raises InputError: If the documents cannot be indexed, naming the documents file.
     """
     started = time.time()
     ids: list[str] = []
     texts: list[str] = []
-    for batch_ids, batch_texts in _documents_with_content(documents):
+    passages: list[Passages] = []
+    for batch_ids, batch_texts, batch_passages in _indexed_texts(documents, settings):
         ids += batch_ids
         texts += batch_texts
+        passages += [batch_passages] if batch_passages is not None else []
     if len(texts) and settings.index_shards > len(texts):
         raise InputError(
             f"index_shards must be at most the {len(texts)} documents with content, not {settings.index_shards}."
@@ -152,27 +171,39 @@ def build_index(settings: RetrievalSettings, documents: str) -> tuple[list[BM25I
         "tokenization_regex": first.tokenizer.regex,
         "fingerprint": first.corpus.fingerprint,
         "documents_files": input_fingerprint(documents),
+        **_split_record(settings),
     }
-    return shards, record
+    if settings.split_length is None:
+        return BuiltIndex(shards, record)
+    sources = Passages.concat(passages)
+    record["source_documents"] = len(set(sources.source_ids))  # "documents" counts the passages
+    return BuiltIndex(shards, record, sources)
 
 
-def write_index(shards: list[BM25Index], record: dict[str, Any], location: str) -> None:
+def _split_record(settings: RetrievalSettings) -> dict[str, Any]:
+    """How the documents were split for indexing, as the build record holds it."""
+    return {"split_length": settings.split_length, "split_overlap": settings.split_overlap}
+
+
+def write_index(built: BuiltIndex, location: str) -> None:
     """
-    Writes an index folder (replacing one there): the shards, then `build.json`. A local folder appears complete
-    or not at all (written beside it, then renamed); a remote one is complete once `build.json` is there.
+    Writes an index folder (replacing one there): the shards (with their passages), then `build.json`. A local
+    folder appears complete or not at all (written beside it, then renamed); a remote one is complete once
+    `build.json` is there.
     """
+    record = built.record
     filesystem, inner = resolve_path(location)
     if isinstance(filesystem, pafs.LocalFileSystem):
         target = Path(inner)
         partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
-        _save_shards(shards, partial)
+        _save_shards(built, partial)
         (partial / BUILD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
         if target.exists():
             shutil.rmtree(target)
         partial.rename(target)
         return
     with tempfile.TemporaryDirectory() as local:
-        _save_shards(shards, Path(local))
+        _save_shards(built, Path(local))
         if filesystem.get_file_info(inner).type != pafs.FileType.NotFound:
             filesystem.delete_dir(inner)
         pafs.copy_files(local, inner, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
@@ -180,17 +211,21 @@ def write_index(shards: list[BM25Index], record: dict[str, Any], location: str) 
         stream.write(json.dumps(record, indent=2, sort_keys=True).encode("utf-8"))
 
 
-def _save_shards(shards: list[BM25Index], folder: Path) -> None:
+def _save_shards(built: BuiltIndex, folder: Path) -> None:
+    """Each shard into its folder, with the passages it holds when the documents were split."""
+    shards = built.shards
     for shard, shard_folder in zip(shards, shard_locations(str(folder), len(shards)), strict=True):
         shard.save(shard_folder)
+        if built.passages is not None:
+            built.passages[shard.doc_offset : shard.doc_offset + len(shard.doc_ids)].save(Path(shard_folder))
 
 
 def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, Any]:
     """
-    Checks an `--index` folder against the run: built with the run's algorithm and parameters, and from
-    `--documents`. Cheap when the documents' files are the ones it was built from (same paths, sizes and
-    modification times, recorded in `build.json`); otherwise the documents are read once and fingerprinted
-    (ids and contents, in order), which also accepts an unchanged copy.
+    Checks an `--index` folder against the run: built with the run's algorithm, parameters and splitting, and
+    from `--documents`. Cheap when the documents' files are the ones it was built from (same paths, sizes and
+    modification times, recorded in `build.json`); otherwise the documents are read once (and split) and
+    fingerprinted (ids and contents, in order), which also accepts an unchanged copy.
 
     :returns: The index's build record.
     :raises InputError: If the folder is not a complete index, or was built otherwise or from other documents.
@@ -211,11 +246,18 @@ def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, 
             f"--index {shown} was built with {built_with[0]} {built_with[1]}, not this run's bm25_algorithm "
             f"{wanted[0]} and bm25_parameters {wanted[1]}: rebuild it or pass the settings it was built with."
         )
+    split = {"split_length": record.get("split_length"), "split_overlap": record.get("split_overlap", 0)}
+    if split != _split_record(settings):
+        built_split = ", ".join(f"{key} {value}" for key, value in split.items())
+        raise InputError(
+            f"--index {shown} was built with {built_split}, not this run's split_length {settings.split_length} "
+            f"and split_overlap {settings.split_overlap}: rebuild it or pass the settings it was built with."
+        )
     if header.get("doc_offset") != 0 or header.get("corpus", {}).get("n_docs") != record.get("documents"):
         raise InputError(f"--index {shown}: its first shard's corpus does not match its {BUILD_FILE}.")
     if record.get("documents_files") != input_fingerprint(documents):
         digest = hashlib.sha256()
-        for batch_ids, batch_texts in _documents_with_content(documents):
+        for batch_ids, batch_texts, _ in _indexed_texts(documents, settings):
             update_fingerprint(digest, batch_ids, batch_texts)
         if digest.hexdigest() != header.get("corpus", {}).get("fingerprint"):
             raise InputError(
@@ -265,6 +307,18 @@ def _documents_with_content(documents: str):
     )
     for batch in scanner.to_batches():
         yield batch.column("id").to_pylist(), batch.column("content").to_pylist()
+
+
+def _indexed_texts(documents: str, settings: RetrievalSettings):
+    """
+    What the index holds, batch by batch in table order: the documents with content (ids, texts, None), or with
+    `split_length` their passages (ids, texts, and where they lie in their documents).
+    """
+    for ids, texts in _documents_with_content(documents):
+        if settings.split_length is None:
+            yield ids, texts, None
+        else:
+            yield split_batch(ids, texts, settings.split_length, settings.split_overlap)
 
 
 def _read_json(location: str, name: str) -> Any | None:

@@ -3,6 +3,7 @@ The aggregation stage: all work rows of one shard -> each question's answers, st
 committed to the output folder as the shard's tables. Returns the shard's completion marker.
 """
 
+import dataclasses
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -70,8 +71,9 @@ def question_result(
 ) -> tuple[dict[str, Any], list[ExtractedAnswer]]:
     """
     One question's row of the questions table and its answers, from its `question` row and the notes and
-    candidates of its documents. `best_answer` and `best_score` are the answer given: both set when the question
-    is answered, both null otherwise (a refused question's best span stays in the answers table).
+    candidates of its documents (or retrieved passages, see `candidate_answers`). `best_answer` and `best_score`
+    are the answer given: both set when the question is answered, both null otherwise (a refused question's best
+    span stays in the answers table).
 
     :returns: The questions-table row and the answers.
     """
@@ -89,7 +91,7 @@ def question_result(
     )
     answers, haystack_no_answer, model_no_answer = [], None, None
     if sequences:
-        answers = rank_answers(query, [candidate_answer(query, note) for note in candidates], selection)
+        answers = rank_answers(query, candidate_answers(query, candidates, question.get("passage_ids")), selection)
         haystack_no_answer = next((answer.score for answer in answers if answer.data is None), None)
         if haystack_no_answer is None:
             haystack_no_answer = no_answer_score([answer.score for answer in answers])
@@ -123,10 +125,59 @@ def question_result(
     return row, answers
 
 
+def candidate_answers(
+    query: str, candidates: list[dict[str, Any]], passage_ids: list[str] | None
+) -> list[ExtractedAnswer]:
+    """
+    A question's candidate rows as answers, in their (position, sequence, rank) order. Read in retrieved passages
+    (`passage_ids`, by position; see `distinct_across_passages`), each names its passage in `meta["passage_id"]`.
+    """
+    answers = [candidate_answer(query, note) for note in candidates]
+    if passage_ids is None:
+        return answers
+    return distinct_across_passages(
+        [
+            dataclasses.replace(answer, meta={**answer.meta, "passage_id": passage_ids[note["position"]]})
+            for answer, note in zip(answers, candidates, strict=True)
+        ]
+    )
+
+
+def distinct_across_passages(answers: list[ExtractedAnswer]) -> list[ExtractedAnswer]:
+    """
+    The answers without the copies of a span (same document, same offsets) found in another passage than the one
+    where it scores highest (on equal scores, the first in the given order: the passage retrieved first). Passages
+    of a document overlap by `split_overlap` words, so a span there is read twice; it is kept once, before the
+    ranking cuts to `top_k`. Copies within one passage (its overlapping windows) are left to the ranking, as the
+    reader leaves them.
+
+    :param answers: In retrieval order, each with `meta["passage_id"]`.
+    """
+    best: dict[tuple[str, int, int], ExtractedAnswer] = {}
+    for answer in answers:
+        key = _span_key(answer)
+        if key not in best or answer.score > best[key].score:
+            best[key] = answer
+    return [answer for answer in answers if answer.meta["passage_id"] == best[_span_key(answer)].meta["passage_id"]]
+
+
+def _span_key(answer: ExtractedAnswer) -> tuple[str, int, int]:
+    """The document and offsets of a span answer."""
+    return answer.document.id, answer.document_offset.start, answer.document_offset.end
+
+
 def retrieval_columns(question: dict[str, Any]) -> dict[str, Any]:
-    """A question's retrieved documents and their scores, best first (both null when none were retrieved)."""
+    """
+    A question's retrieved documents, their passages (null unless split) and their scores, best first (all null
+    when none were retrieved).
+    """
     scores = question.get("retrieval_scores")
-    return {"retrieved_document_ids": None if scores is None else question["document_ids"], "retrieval_scores": scores}
+    retrieved = scores is not None
+    return {
+        "retrieved_document_ids": question["document_ids"] if retrieved else None,
+        "retrieval_scores": scores,
+        "retrieved_passage_ids": question.get("passage_ids") if retrieved else None,
+    }
 
 
 def parse_replies(question: dict[str, Any], replies: dict[str, Any], builder: AnswerBuilder) -> list[dict[str, Any]]:
@@ -181,8 +232,9 @@ def aggregate_shard(
         question_rows.append(row)
         retrieved = retrieval_columns(question)
         scores = None
-        if retrieved["retrieval_scores"] is not None:
-            scores = dict(zip(retrieved["retrieved_document_ids"], retrieved["retrieval_scores"], strict=True))
+        if retrieved["retrieval_scores"] is not None:  # by passage when split, as the answers name them
+            hits = retrieved["retrieved_passage_ids"] or retrieved["retrieved_document_ids"]
+            scores = dict(zip(hits, retrieved["retrieval_scores"], strict=True))
         answers += answer_rows(question_id, question_answers, scores)
         workers.update(note["worker"] for note in notes[question_id] if note["kind"] == SEQUENCE)
     tables = {

@@ -48,6 +48,14 @@ def _document_ids(question: dict[str, Any], squad: bool) -> list[str]:
     return question.get("document_ids") or []
 
 
+def _passage_range(question: dict[str, Any], position: int) -> dict[str, int]:
+    """The range of a question's `position`-th document to read when it is a retrieved passage; else nothing."""
+    starts = question.get("passage_starts")
+    if starts is None:
+        return {}
+    return {"passage_start": starts[position], "passage_end": question["passage_ends"][position]}
+
+
 def question_rows(batch: pa.Table, num_shards: int, shards: frozenset[int], squad: bool) -> pa.Table:
     """The wave's questions -> one `question` row each (query, document ids, a question-level error)."""
     rows = [
@@ -59,6 +67,7 @@ def question_rows(batch: pa.Table, num_shards: int, shards: frozenset[int], squa
             "error": _query_error(question["query"]),
             "document_ids": _document_ids(question, squad),
             "retrieval_scores": question.get("retrieval_scores"),  # retrieved questions only
+            "passage_ids": question.get("passage_ids"),  # retrieved passages only (split_length)
         }
         for shard, question in _wave_questions(batch, num_shards, shards)
     ]
@@ -67,8 +76,9 @@ def question_rows(batch: pa.Table, num_shards: int, shards: frozenset[int], squa
 
 def explode_pairs(batch: pa.Table, num_shards: int, shards: frozenset[int], squad: bool) -> pa.Table:
     """
-    The wave's questions that can be asked -> one `pair` row per document to read. SQuAD-style questions carry
-    their document in `context`: their pairs carry its content directly, as a known document.
+    The wave's questions that can be asked -> one `pair` row per document to read (a retrieved passage: its
+    document and the passage's range there). SQuAD-style questions carry their document in `context`: their pairs
+    carry its content directly, as a known document.
     """
     rows: list[dict[str, Any]] = []
     for shard, question in _wave_questions(batch, num_shards, shards):
@@ -76,7 +86,7 @@ def explode_pairs(batch: pa.Table, num_shards: int, shards: frozenset[int], squa
             continue
         common = {"shard": shard, "question_id": question["id"], "kind": PAIR, "query": question["query"]}
         for position, document_id in enumerate(_document_ids(question, squad)):
-            pair = {**common, "position": position, "document_id": document_id}
+            pair = {**common, "position": position, "document_id": document_id, **_passage_range(question, position)}
             if squad:
                 pair.update(content=question["context"], known=True)
             rows.append(pair)

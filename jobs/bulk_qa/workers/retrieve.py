@@ -1,7 +1,9 @@
 """
 The retrieval stage, one instance per Ray actor: a wave's questions -> the same questions, those without
 `document_ids` given the `retriever_top_k` best documents of the corpus by BM25 (Haystack's
-`InMemoryBM25Retriever` ranking, `qa_core.retrieval`), best first, with their scores.
+`InMemoryBM25Retriever` ranking, `qa_core.retrieval`), best first, with their scores. With `split_length` the
+index holds passages of the documents (`workers.passages`): a retrieved passage is given as its source
+document's id, with the passage's id and its character range there, which is what the reader reads.
 
 Each actor memory-maps the index folder the driver saved (or `--index` named): the posting arrays are shared
 through the page cache, never copied per task. An index on a remote filesystem is first copied once per node
@@ -13,11 +15,13 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from jobs.bulk_qa.workers.passages import Passages
 from jobs.bulk_qa.workers.rows import shard_of
 from jobs.bulk_qa.workers.storage import resolve_path
 from qa_core.retrieval.index import BM25Index
@@ -31,11 +35,17 @@ RETRIEVED_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
         ("query", pa.string()),
-        ("document_ids", pa.list_(pa.string())),
+        ("document_ids", pa.list_(pa.string())),  # a retrieved passage's source document
         ("retrieval_scores", pa.list_(pa.float64())),
         ("retrieved_positions", pa.list_(pa.int64())),  # the hits' corpus positions, for the next shard's merge
+        # With split_length, each retrieved passage's id and character range in its document (else null).
+        ("passage_ids", pa.list_(pa.string())),
+        ("passage_starts", pa.list_(pa.int64())),
+        ("passage_ends", pa.list_(pa.int64())),
     ]
 )
+# The columns that describe a question's hits, one list entry per hit (the fields of `Hit`).
+HIT_COLUMNS = ("document_ids", "passage_ids", "passage_starts", "passage_ends")
 
 
 @dataclass(frozen=True)
@@ -47,9 +57,14 @@ class RetrievalSettings(Settings):
     bm25_parameters: dict[str, float] = field(default_factory=dict)  # some of k1, b, delta or epsilon (Haystack's)
     index: str | None = None  # index folder from `python -m jobs.index` to search instead of building one
     index_shards: int = 1  # shards of the index the run builds, each searched by its own actor (merged exactly)
+    # Documents split into passages of words before indexing, as Haystack's DocumentSplitter(split_by="word"):
+    # retrieval finds passages and the reader reads them; answers point into the documents.
+    split_length: int | None = None  # words per indexed passage (DocumentSplitter's); None: whole documents
+    split_overlap: int = 0  # words consecutive passages of a document share (with split_length; less than it)
 
     def problems(self) -> list[str]:
         problems = at_least("retriever_top_k", self.retriever_top_k, 1) + at_least("index_shards", self.index_shards, 1)
+        problems += self._split_problems()
         if not isinstance(self.bm25_parameters, dict):
             return problems + [f"bm25_parameters must be a mapping, not {type(self.bm25_parameters).__name__}"]
         try:
@@ -61,6 +76,18 @@ class RetrievalSettings(Settings):
     def parameters(self) -> dict[str, float]:
         """All of the algorithm's parameters, the defaults filled in (`scoring.resolve_parameters`)."""
         return resolve_parameters(self.bm25_algorithm, self.bm25_parameters)
+
+    def _split_problems(self) -> list[str]:
+        """`split_documents`' rules: split_length >= 1, 0 <= split_overlap < split_length (no overlap unsplit)."""
+        problems = at_least("split_length", self.split_length, 1, optional=True)
+        problems += at_least("split_overlap", self.split_overlap, 0)
+        if problems:
+            return problems
+        if self.split_length is None and self.split_overlap:
+            return [f"split_overlap must be 0 without split_length, not {self.split_overlap}"]
+        if self.split_length is not None and self.split_overlap >= self.split_length:
+            return [f"split_overlap must be less than split_length {self.split_length}, not {self.split_overlap}"]
+        return []
 
 
 def wave_questions(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> pa.Table:
@@ -90,12 +117,22 @@ def local_index_folder(location: str) -> Path:
     return cache
 
 
+class Hit(NamedTuple):
+    """A retrieved document, or a passage of one: the document's id and, for a passage, its id and range there."""
+
+    document_id: str
+    passage_id: str | None = None
+    start: int | None = None
+    end: int | None = None
+
+
 class RetrieveDocuments:
     """
     Holds one memory-mapped `BM25Index` (a whole corpus, or one shard of it) and retrieves for the questions of
     each batch that have no `document_ids` (a null value, or no such column), in one `search` call. A question
     with an empty query is left alone: it becomes an `error` row, as without retrieval; one whose query has no
-    indexed term gets no documents.
+    indexed term gets no documents. An index of passages (`split_length`) gives each hit as its source document
+    with the passage's id and range (`HIT_COLUMNS`).
 
     Shards are chained, one stage each: the first finds the questions to retrieve for, each later one merges its
     own hits into those carried in the rows (`merge_top_k`: exact, ties in corpus order), so that after the last
@@ -106,16 +143,19 @@ class RetrieveDocuments:
         """
         :param location: The index (or shard) folder, a local path or URI.
         :param retriever_top_k: Documents to retrieve per question.
+        :raises ValueError: If the folder's passages do not match its index.
         """
-        self.index = BM25Index.load(local_index_folder(location), mmap=True)
+        folder = local_index_folder(location)
+        self.index = BM25Index.load(folder, mmap=True)
+        self.passages = Passages.load(folder)  # None: the index holds whole documents
+        if self.passages is not None and len(self.passages) != len(self.index.doc_ids):
+            raise ValueError(f"{location}: {len(self.passages)} passages for {len(self.index.doc_ids)} documents.")
         self.top_k = retriever_top_k
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Questions (`id`, `query`, optional `document_ids`, or an earlier shard's rows) -> `RETRIEVED_SCHEMA` rows."""
         queries = batch["query"].to_pylist()
-        document_ids = (
-            batch["document_ids"].to_pylist() if "document_ids" in batch.column_names else [None] * len(batch)
-        )
+        hits = {name: _column(batch, name) for name in HIT_COLUMNS}  # each row's hits, column by column
         if "retrieved_positions" in batch.column_names:  # an earlier shard chose the questions and found hits
             carried = batch["retrieved_positions"].to_pylist()
             scores = batch["retrieval_scores"].to_pylist()
@@ -123,7 +163,7 @@ class RetrieveDocuments:
         else:
             carried, scores = [None] * len(batch), [None] * len(batch)
             asked = [
-                row for row, (query, ids) in enumerate(zip(queries, document_ids, strict=True))
+                row for row, (query, ids) in enumerate(zip(queries, hits["document_ids"], strict=True))
                 if ids is None and query is not None and query.strip()
             ]  # fmt: skip
         if asked:
@@ -133,23 +173,50 @@ class RetrieveDocuments:
                 np.array([_padded(scores[row] or [], NO_SCORE, self.top_k) for row in asked], np.float64),
             )
             positions, hit_scores = merge_top_k([before, found], self.top_k)  # (asked, k)
-            offset = self.index.doc_offset
             for row, row_positions, row_scores in zip(asked, positions, hit_scores, strict=True):
-                known = dict(zip(carried[row] or [], document_ids[row] or [], strict=True))
-                hits = row_positions[row_positions != NO_POSITION]
-                document_ids[row] = [known.get(int(p)) or self.index.doc_ids[p - offset] for p in hits]
-                scores[row] = row_scores[: hits.size].tolist()
-                carried[row] = hits.tolist()
+                known = dict(zip(carried[row] or [], _row_hits(hits, row), strict=True))
+                kept = row_positions[row_positions != NO_POSITION].tolist()
+                found_hits = [known.get(position) or self._hit(position) for position in kept]
+                _set_row_hits(hits, row, found_hits, self.passages is not None)
+                scores[row] = row_scores[: len(kept)].tolist()
+                carried[row] = kept
+        columns = {name: pa.array(values, RETRIEVED_SCHEMA.field(name).type) for name, values in hits.items()}
         return pa.table(
             {
                 "id": batch["id"],
                 "query": batch["query"],
-                "document_ids": pa.array(document_ids, pa.list_(pa.string())),
                 "retrieval_scores": pa.array(scores, pa.list_(pa.float64())),
                 "retrieved_positions": pa.array(carried, pa.list_(pa.int64())),
-            },
-            schema=RETRIEVED_SCHEMA,
-        )
+                **columns,
+            }
+        ).select(RETRIEVED_SCHEMA.names)
+
+    def _hit(self, position: int) -> Hit:
+        """The document (or passage) of this index at corpus `position`."""
+        index = position - self.index.doc_offset
+        if self.passages is None:
+            return Hit(self.index.doc_ids[index])
+        passages = self.passages
+        return Hit(passages.source_ids[index], self.index.doc_ids[index], passages.starts[index], passages.ends[index])
+
+
+def _column(batch: pa.Table, name: str) -> list:
+    """A column's values, or nulls when the batch has no such column."""
+    return batch[name].to_pylist() if name in batch.column_names else [None] * len(batch)
+
+
+def _row_hits(hits: dict[str, list], row: int) -> list[Hit]:
+    """The hits a row carries (an earlier shard's), as `Hit`s."""
+    ids = hits["document_ids"][row] or []
+    columns = [hits[name][row] or [None] * len(ids) for name in HIT_COLUMNS[1:]]
+    return [Hit(*values) for values in zip(ids, *columns, strict=True)]
+
+
+def _set_row_hits(hits: dict[str, list], row: int, found: list[Hit], passages: bool) -> None:
+    """Sets a row's hits, column by column; without `passages` (whole documents) the passage columns stay null."""
+    columns = list(zip(*found, strict=True)) if found else [()] * len(HIT_COLUMNS)
+    for name, values in zip(HIT_COLUMNS, columns, strict=True):
+        hits[name][row] = list(values) if passages or name == "document_ids" else None
 
 
 def _padded(values: list, padding: float, k: int) -> list:

@@ -4,8 +4,9 @@ encoded and decoded. A row's `kind` says what it carries:
 
 - `question`: one per question (query, document ids, question-level errors), joining the others just before
   aggregation;
-- `pair`: one per (question, document) to read, joined with its document; after tokenization only the pairs
-  that could not be read remain, as notes carrying the reason in `error`;
+- `pair`: one per (question, document) to read, joined with its document (a retrieved passage: its document,
+  and the passage's range to read there); after tokenization only the pairs that could not be read remain, as
+  notes carrying the reason in `error`;
 - `sequence`: a tokenized window of a document with the text its answers are cut from (before the reader
   stage), then a note that it was read and by which actor;
 - `candidate`: a span found by the reader, with its text, page and context;
@@ -39,6 +40,9 @@ _COMMON = [
     ("position", pa.int32()),  # the document's 0-based position in the question's document_ids
     ("document_id", pa.string()),
     ("error", pa.string()),
+    # pairs: the character range of the document to read, a retrieved passage's (split_length); null: all of it
+    ("passage_start", pa.int64()),
+    ("passage_end", pa.int64()),
 ]
 PAIRS_SCHEMA = pa.schema(_COMMON)
 DOCUMENT_COLUMNS = [("content", pa.string()), ("page_number", pa.int64()), ("known", pa.bool_())]
@@ -62,6 +66,7 @@ AGGREGATION_SCHEMA = pa.schema(
     + [
         ("document_ids", pa.list_(pa.string())),  # question rows
         ("retrieval_scores", pa.list_(pa.float64())),  # question rows: the scores of retrieved document_ids
+        ("passage_ids", pa.list_(pa.string())),  # question rows: the retrieved passages, when split (split_length)
         ("replies", pa.list_(pa.string())),  # replies rows
         ("reply_meta", pa.list_(pa.string())),
         ("sequence_index", pa.int32()),

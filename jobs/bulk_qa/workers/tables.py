@@ -18,13 +18,14 @@ ANSWERS_SCHEMA = pa.schema(
         ("score", pa.float64()),
         ("is_no_answer", pa.bool_()),
         ("document_id", pa.string()),
-        ("document_start", pa.int64()),  # character offsets of the answer in the document
+        ("document_start", pa.int64()),  # character offsets of the answer in the document (a passage's source)
         ("document_end", pa.int64()),
         ("context", pa.string()),  # text around the answer (when context_window_size is set)
         ("context_start", pa.int64()),  # offsets of the answer inside the context
         ("context_end", pa.int64()),
         ("answer_page_number", pa.int64()),
-        ("retrieval_score", pa.float64()),  # the BM25 score of the answer's document; null where none was retrieved
+        ("retrieval_score", pa.float64()),  # BM25 score of the answer's document (or passage); null if not retrieved
+        ("passage_id", pa.string()),  # the retrieved passage the answer was read in (split_length); else null
     ]
 )
 
@@ -44,6 +45,7 @@ QUESTIONS_SCHEMA = pa.schema(
         ("error", pa.string()),
         ("retrieved_document_ids", pa.list_(pa.string())),  # BM25's documents, best first; null if not retrieved
         ("retrieval_scores", pa.list_(pa.float64())),  # their BM25 scores (raw, as Haystack's retriever gives them)
+        ("retrieved_passage_ids", pa.list_(pa.string())),  # with split_length: the passages retrieved; else null
     ]
 )
 
@@ -65,12 +67,15 @@ def answer_rows(
     """
     One `ANSWERS_SCHEMA` row per answer, ranked in list order.
 
-    :param retrieval_scores: The retrieval score of each retrieved document, by id (None: nothing was retrieved).
+    :param retrieval_scores: The retrieval score of each retrieved document (passage, when split: the answers
+        name theirs in `meta["passage_id"]`), by id (None: nothing was retrieved).
     """
     retrieval_scores = retrieval_scores or {}
     rows = []
     for rank, answer in enumerate(answers, start=1):
         document_offset, context_offset = answer.document_offset, answer.context_offset
+        document_id = answer.document.id if answer.document is not None else None
+        passage_id = answer.meta.get("passage_id")
         rows.append(
             {
                 "question_id": question_id,
@@ -79,14 +84,15 @@ def answer_rows(
                 "answer": answer.data,
                 "score": answer.score,
                 "is_no_answer": answer.data is None,
-                "document_id": answer.document.id if answer.document is not None else None,
+                "document_id": document_id,
                 "document_start": document_offset.start if document_offset else None,
                 "document_end": document_offset.end if document_offset else None,
                 "context": answer.context,
                 "context_start": context_offset.start if context_offset else None,
                 "context_end": context_offset.end if context_offset else None,
                 "answer_page_number": answer.meta.get("answer_page_number"),
-                "retrieval_score": retrieval_scores.get(answer.document.id) if answer.document is not None else None,
+                "retrieval_score": retrieval_scores.get(passage_id or document_id),
+                "passage_id": passage_id,
             }
         )
     return rows

@@ -1,11 +1,15 @@
 """
 The tokenize stage (CPU tasks): pairs joined with their documents -> `sequence` rows, each carrying the window of
 document text its answers and contexts are cut from, or a `pair` note with the reason a pair cannot be read.
-Only this stage and the reader stage load a tokenizer, and only when they run.
+A pair of a retrieved passage reads only the passage's range of its document, as Haystack's reader reads the
+passage; its sequences' offsets are the document's. Only this stage and the reader stage load a tokenizer, and
+only when they run.
 """
 
+import dataclasses
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from jobs.bulk_qa.workers.rows import PAIR, SEQUENCES_SCHEMA, sequence_row, table
@@ -40,31 +44,48 @@ def tokenize(
             rows.append({**row, "error": f"unknown document id {row['document_id']!r}"})
         elif row.get("content") is not None:
             to_read.append(row)
-    sequences, failures = tokenize_each_pair(
-        tokenizer, [pair["query"] for pair in to_read], [pair["content"] for pair in to_read], tokenization
-    )
+    texts = [pair["content"][slice(*_read_range(pair))] for pair in to_read]
+    sequences, failures = tokenize_each_pair(tokenizer, [pair["query"] for pair in to_read], texts, tokenization)
     rows += [{**to_read[index], "kind": PAIR, "error": error} for index, error in failures.items()]
     sequence_index = 0
     for position, sequence in enumerate(sequences):
         previous = sequences[position - 1].pair_index if position else None
         sequence_index = sequence_index + 1 if previous == sequence.pair_index else 0
         pair = to_read[sequence.pair_index]
+        sequence = _in_document(sequence, _read_range(pair)[0])
         rows.append(sequence_row(pair, sequence_index, sequence, _window(pair, sequence, selection)))
     return table(rows, SEQUENCES_SCHEMA)
 
 
+def _read_range(pair: dict[str, Any]) -> tuple[int, int]:
+    """The character range of the document a pair reads: a retrieved passage's, else the whole content."""
+    if pair.get("passage_start") is None:
+        return 0, len(pair["content"])
+    return pair["passage_start"], pair["passage_end"]
+
+
+def _in_document(sequence: Sequence, start: int) -> Sequence:
+    """A sequence of the text starting at `start` in its document, its context tokens' offsets made the document's."""
+    if start == 0:
+        return sequence
+    shift = np.zeros_like(sequence.char_starts)  # offsets outside the context stay 0
+    shift[sequence.context_start : sequence.context_end] = start
+    return dataclasses.replace(sequence, char_starts=sequence.char_starts + shift, char_ends=sequence.char_ends + shift)
+
+
 def _window(pair: dict[str, Any], sequence: Sequence, selection: SelectionSettings) -> DocumentText:
-    """The document text a sequence's answers and their contexts are cut from (the context's word-boundary search
-    looks one character beyond the context window)."""
+    """The document text a sequence's answers and their contexts are cut from, within the range the pair reads (the
+    context's word-boundary search looks one character beyond the context window)."""
     content = pair["content"]
+    start, end = _read_range(pair)
     if sequence.context_end > sequence.context_start:
         first_char = int(sequence.char_starts[sequence.context_start])
         last_char = int(sequence.char_ends[sequence.context_end - 1])
     else:
-        first_char = last_char = 0
+        first_char = last_char = start
     margin = (selection.context_window_size or 0) + 1
-    offset = max(0, first_char - margin)
+    offset = max(start, first_char - margin)
     page_number = pair.get("page_number")
     first_page = None if page_number is None else page_number + content.count("\f", 0, offset)
     document = Document(content=None, id=pair["document_id"])
-    return DocumentText(document, content[offset : last_char + margin], offset, first_page)
+    return DocumentText(document, content[offset : min(end, last_char + margin)], offset, first_page)

@@ -22,6 +22,7 @@ VALUES: dict[str, Any] = {
     "bm25_parameters": {"k1": 1.2},
 }
 CHOICES = {"no_answer_source": ("haystack", "model")}  # the other choice than the default
+COMPANIONS = {"split_overlap": {"split_length": 5}}  # the options a field's other value needs beside it
 FIELDS = [(phase, name) for phase, settings in JobConfig().phases().items() for name in settings.types()]
 
 
@@ -61,11 +62,12 @@ def test_every_field_is_a_case() -> None:
 def test_field_settable_in_yaml_and_on_the_command_line(phase: str, name: str, tmp_path: Path) -> None:
     value = other_value(phase, name)
     assert getattr(JobConfig().phases()[phase], name) != value, "the test value must differ from the default"
+    required = {**REQUIRED, **COMPANIONS.get(name, {})}
     config_file = tmp_path / "job.yaml"
-    config_file.write_text(yaml.safe_dump({**REQUIRED, name: value}))
+    config_file.write_text(yaml.safe_dump({**required, name: value}))
     from_yaml = load_config(["--config", str(config_file)])
     assert getattr(getattr(from_yaml, phase), name) == value
-    base = [arg for key, item in REQUIRED.items() for arg in flag_args(key, item)]
+    base = [arg for key, item in required.items() for arg in flag_args(key, item)]
     from_flags = load_config([*base, *flag_args(name, value)])
     assert getattr(getattr(from_flags, phase), name) == value
     assert from_flags == from_yaml

@@ -180,9 +180,8 @@ def test_sharded_retrieval_stages_equal_one_index(tmp_path: Path) -> None:
     results = []
     for n_shards in (1, 3):
         settings = RetrievalSettings(index_shards=n_shards)
-        shards, record = build_index_from(tmp_path / f"docs{n_shards}.parquet", ids, texts, settings)
         location = str(tmp_path / f"index{n_shards}")
-        write_index(shards, record, location)
+        write_index(build_index_from(tmp_path / f"docs{n_shards}.parquet", ids, texts, settings), location)
         rows = batch
         for shard_location in shard_locations(location, n_shards):
             rows = RetrieveDocuments(shard_location, retriever_top_k=5)(rows)
