@@ -49,10 +49,14 @@ def test_submitted_job_reads_its_working_dir_and_s3_and_writes_s3(ray_head, s3_s
     """
     One submitted job (each costs a minute here) shows both halves: the sample's configuration, documents and
     replies are read from the job's uploaded working directory; its questions come from, and its tables go to,
-    the bucket.
+    the bucket. Its questions' and output's URIs carry the credentials themselves (`s3://KEY:SECRET@bucket/...`):
+    no file the job writes, and none of its output, shows the secret.
     """
     uris = upload_sample(s3_server, "inputs")
-    output = f"s3://{s3_server.bucket}/runs/run-1"
+    secret = s3_server.env["AWS_SECRET_ACCESS_KEY"]
+    credentials = f"{s3_server.env['AWS_ACCESS_KEY_ID']}:{secret}@"
+    output = f"s3://{credentials}{s3_server.bucket}/runs/run-1"
+    uris["questions"] = uris["questions"].replace("s3://", f"s3://{credentials}")
     result = submit(
         ray_head,
         # data/sample/job.yaml names the sample's tables; the command line wins over it for questions and output.
@@ -75,5 +79,19 @@ def test_submitted_job_reads_its_working_dir_and_s3_and_writes_s3(ray_head, s3_s
         assert path.endswith(f"data/sample/{table}.parquet") and not path.startswith(str(ROOT))
     generated = pq.read_table(f"{s3_server.bucket}/runs/run-1/generated_answers", filesystem=filesystem)
     assert generated.num_rows == 4  # the sample's four replies
-    # The credentials stayed in the cluster's environment: they did not travel with the job.
-    assert s3_server.env["AWS_SECRET_ACCESS_KEY"] not in str(job["runtime_env"])
+    # The credentials in the URIs are masked in every file the job wrote (_job.json, manifest.json, results,
+    # tables) and in all it printed (the summary included). Ray itself shows them once: its job log begins with the
+    # entrypoint as submitted (cluster/README.md says so). Those of the cluster's environment did not travel.
+    written = filesystem.get_file_info(pafs.FileSelector(f"{s3_server.bucket}/runs/run-1", recursive=True))
+    written = [info.path for info in written if info.type == pafs.FileType.File]
+    assert {path.rsplit("/", 1)[-1] for path in written} >= {"_job.json", "manifest.json", "predictions.json"}
+    with_secret = []
+    for path in written:
+        with filesystem.open_input_stream(path) as stream:
+            if secret.encode() in stream.read():
+                with_secret.append(path)
+    assert with_secret == []
+    shown = [line for line in (result.stdout + result.stderr).splitlines() if secret in line]
+    assert len(shown) == 1 and shown[0].startswith(f"Running entrypoint for job {submission_id(result)}: "), shown
+    assert manifest["config"]["output"] == f"s3://***@{s3_server.bucket}/runs/run-1"
+    assert secret not in str(job["runtime_env"])
