@@ -428,7 +428,11 @@ def test_secrets_never_reach_the_manifest_logs_or_outputs(
 ) -> None:
     assert safety_run["status"] == 0
     files = [path for path in safety_run["output"].rglob("*") if path.is_file()] + [safety_run["log"]]
-    assert len(files) > 5
+    assert sorted(str(path.relative_to(safety_run["output"].parent)) for path in files) == [
+        "job.log", "out/_job.json", "out/_shards/shard-00000.json", "out/annotated.squad.json",
+        "out/answers/shard-00000.parquet", "out/label_studio.json", "out/label_studio.xml", "out/manifest.json",
+        "out/na_probs.json", "out/predictions.json", "out/questions/shard-00000.parquet", "out/report.html",
+    ]  # every file the job writes, and its log  # fmt: skip
     assert [path for path in files if SECRET.encode() in path.read_bytes()] == []
 
     # A token passed in model_kwargs would be written to the manifest and sent to every worker: refused, unechoed.
