@@ -292,6 +292,13 @@ def test_model_that_is_not_a_usable_question_answering_model(
             {"id": ["q1", None], "query": ["a?", "b?"], "document_ids": [["d1"]] * 2},
             "column 'id' of the questions table has a null value (1 rows)",
         ),
+        (
+            "replies",
+            {"question_id": ["q1", "q1", None, "", "q2"], "replies": [["a"], ["b"], ["c"], ["d"], ["e"]]},
+            "column 'question_id' of the replies table has duplicate value 'q1' (2 rows)|"
+            "column 'question_id' of the replies table has a null value (1 rows)|"
+            "column 'question_id' of the replies table has an empty value (1 rows)",
+        ),
     ],
 )
 def test_duplicate_or_null_ids(
