@@ -21,11 +21,12 @@ import pyarrow as pa
 from jobs.bulk_qa import report
 from jobs.bulk_qa.config import JobConfig, RunSettings, load_config
 from jobs.bulk_qa.html_report import write_report
-from jobs.bulk_qa.ids import check_ids
+from jobs.bulk_qa.ids import DRIVER_CHECK_MAX_ROWS, check_ids, check_ids_in_driver, read_ids, table_rows
 from jobs.bulk_qa.inputs import (
     DOCUMENTS,
     QUESTIONS,
     REPLIES,
+    TableSpec,
     check_model,
     check_questions_schema,
     input_fingerprint,
@@ -86,6 +87,7 @@ def run(config: JobConfig) -> int:
     started = time.time()
     squad = load_squad_input(config.work.questions, config.work.allow_misaligned_gold)  # None unless a SQuAD file
     schemas = check_inputs(config, squad)
+    ids = check_small_ids(config, schemas, squad)  # before Ray starts, when the id columns are small
     identity = run_identity(config, schemas)
     output = OutputFolder(config.run.output)
     existing = output.check(identity, config.run.overwrite)  # refused before reading any input if it would be
@@ -94,7 +96,7 @@ def run(config: JobConfig) -> int:
         resuming = existing == identity and not config.run.overwrite
         index = prepare_index(config.retrieval, config.work.documents, output, resuming)
     cluster = start_ray(config.run)
-    inputs, n_questions, expected = read_inputs(config, schemas, squad)
+    inputs, n_questions, expected = read_inputs(config, schemas, squad, ids)
     output.claim(identity, config.run.overwrite)
     if index is not None:
         index = save_built_index(index)  # into the claimed output folder, so that a resumed run keeps it
@@ -218,18 +220,58 @@ def own_ray_config() -> dict[str, Any]:
     return {"worker_maximum_startup_concurrency": max(8, os.cpu_count() or 1)}
 
 
+@dataclass(frozen=True)
+class IdCheck:
+    """The id check's result: how many questions there are and how many each output shard holds."""
+
+    n_questions: int
+    num_shards: int
+    questions_per_shard: dict[int, int] | None  # None until checked (on the cluster, for large id columns)
+
+
+def input_tables(config: JobConfig, schemas: Schemas, squad: SquadInput | None) -> list[tuple[TableSpec, str]]:
+    """The Parquet tables the run reads, with their paths (a SQuAD file's questions are not one)."""
+    work = config.work
+    tables = [] if squad is not None else [(QUESTIONS, work.questions)]
+    if schemas.documents is not None:
+        tables.append((DOCUMENTS, work.documents))
+    if schemas.replies is not None:
+        tables.append((REPLIES, work.replies))
+    return tables
+
+
+def check_small_ids(config: JobConfig, schemas: Schemas, squad: SquadInput | None = None) -> IdCheck:
+    """
+    Counts the questions (from the Parquet footers) and, when the id columns hold at most `DRIVER_CHECK_MAX_ROWS`
+    rows in all, checks them here with pyarrow, reading the id columns only (`check_ids_in_driver`); larger ones
+    are checked on the cluster by `read_inputs`.
+
+    :raises InputError: When a small id column holds nulls, empty strings or duplicates.
+    """
+    tables = input_tables(config, schemas, squad)
+    rows = {spec.name: table_rows(path) for spec, path in tables}
+    n_questions = squad.table.num_rows if squad is not None else rows[QUESTIONS.name]
+    num_shards = max(1, math.ceil(n_questions / config.work.shard_size))
+    if sum(rows.values()) + (n_questions if squad is not None else 0) > DRIVER_CHECK_MAX_ROWS:
+        return IdCheck(n_questions, num_shards, None)
+    ids = [(spec, path, read_ids(path, spec)) for spec, path in tables]
+    if squad is not None:
+        ids.insert(0, (QUESTIONS, config.work.questions, squad.table["id"]))
+    return IdCheck(n_questions, num_shards, check_ids_in_driver(ids, num_shards))
+
+
 def read_inputs(
-    config: JobConfig, schemas: Schemas, squad: SquadInput | None = None
+    config: JobConfig, schemas: Schemas, squad: SquadInput | None, ids: IdCheck
 ) -> tuple[Inputs, int, dict[int, int]]:
     """
-    The input datasets, the number of questions and how many each shard holds (after the id check).
+    The input datasets, the number of questions and how many each shard holds (the id check run on the cluster
+    if `check_small_ids` left it).
 
     :raises InputError: When an id column holds nulls, empty strings or duplicates.
     """
     work = config.work
     listed = [name for name in ("context" if schemas.squad else "document_ids",) if name in schemas.questions.names]
     questions = squad.to_ray() if squad is not None else read_table(work.questions, ["id", "query", *listed])
-    n_questions = questions.count()
     checks = [(QUESTIONS, work.questions, questions)]
     documents = replies = None
     if schemas.documents is not None:
@@ -240,10 +282,12 @@ def read_inputs(
         meta = ["meta"] if "meta" in schemas.replies.names else []
         replies = read_table(work.replies, ["question_id", "replies", *meta])
         checks.append((REPLIES, work.replies, replies))
-    partitions = max(1, min(32, n_questions // 50_000))
-    num_shards = max(1, math.ceil(n_questions / work.shard_size))
-    expected = check_ids(checks, num_shards, partitions)
-    return Inputs(questions, documents, replies, schemas.squad, num_shards, partitions), n_questions, expected
+    partitions = max(1, min(32, ids.n_questions // 50_000))
+    expected = ids.questions_per_shard
+    if expected is None:
+        expected = check_ids(checks, ids.num_shards, partitions)
+    inputs = Inputs(questions, documents, replies, schemas.squad, ids.num_shards, partitions)
+    return inputs, ids.n_questions, expected
 
 
 def answer_pending_shards(

@@ -1,16 +1,23 @@
 """
-The id check, before any answering: every id column must hold unique, non-null, non-empty values. One Ray Data
-shuffle checks all the tables and counts how many questions each output shard holds.
+The id check, before any answering: every id column must hold unique, non-null, non-empty values, and how many
+questions each output shard holds is counted. Id columns of up to `DRIVER_CHECK_MAX_ROWS` rows in all are
+checked in the driver with pyarrow, before Ray starts (reading the id columns only); larger ones by one Ray Data
+shuffle over all the tables. Both give the same counts and the same messages.
 """
 
 from collections import Counter
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 
 from jobs.bulk_qa.inputs import TableSpec
 from jobs.bulk_qa.workers.rows import shard_of
-from jobs.bulk_qa.workers.storage import InputError, redact
+from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+
+# Id columns of at most this many rows in all (questions, documents and replies) are checked in the driver: tens
+# of MB of ids at most, read in about a second, where a shuffle on the cluster costs seconds of fixed overhead.
+DRIVER_CHECK_MAX_ROWS = 1_000_000
 
 # What the id check returns per batch of (table, id, count) groups: rows with a `shard` count the rows of `table`
 # that hash to that shard; rows without one are problem ids (and, without a `table`, how many were left out).
@@ -63,9 +70,45 @@ def check_ids(datasets: list[tuple[TableSpec, str, Any]], num_shards: int, parti
         .count()
         .map_batches(_summarise_ids, batch_format="pyarrow", fn_kwargs={"num_shards": num_shards})
     )
+    return _questions_per_shard(summary.iter_rows(), {spec.name: (path, spec.id_column) for spec, path, _ in datasets})
+
+
+def table_rows(path: str) -> int:
+    """The rows of a Parquet file or folder, from its footers."""
+    filesystem, inner = resolve_path(path)
+    return pads.dataset(inner, filesystem=filesystem, format="parquet").count_rows()
+
+
+def read_ids(path: str, spec: TableSpec) -> pa.ChunkedArray:
+    """The id column of a Parquet file or folder (no other column is read)."""
+    filesystem, inner = resolve_path(path)
+    return pads.dataset(inner, filesystem=filesystem, format="parquet").to_table(columns=[spec.id_column])[0]
+
+
+def check_ids_in_driver(tables: list[tuple[TableSpec, str, pa.ChunkedArray]], num_shards: int) -> dict[int, int]:
+    """
+    `check_ids` for id columns already in the driver (see `read_ids`): the same counts, the same messages.
+
+    :param tables: (what the table holds, its path, its id column) for each table.
+    """
+    counts = []
+    for spec, _, ids in tables:
+        grouped = pa.table({"id": ids.cast(pa.string())}).group_by("id").aggregate([([], "count_all")])
+        name = pa.array([spec.name] * grouped.num_rows, pa.string())
+        counts.append(pa.table({"table": name, "id": grouped["id"], "count()": grouped["count_all"]}))
+    summary = _summarise_ids(pa.concat_tables(counts), num_shards).to_pylist()
+    return _questions_per_shard(summary, {spec.name: (path, spec.id_column) for spec, path, _ in tables})
+
+
+def _questions_per_shard(summary: Any, where: dict[str, tuple[str, str]]) -> dict[int, int]:
+    """
+    The questions per shard of the summary rows (`_summarise_ids`'), or InputError naming every problem id.
+
+    :param where: Each table's path and id column, by table name.
+    """
     questions_per_shard: Counter[int] = Counter()
     problems, unshown = [], 0
-    for row in summary.iter_rows():
+    for row in summary:
         if row["shard"] is not None:
             questions_per_shard[row["shard"]] += row["rows"] if row["table"] == "questions" else 0
         elif row["table"] is None or len(problems) == _PROBLEMS_SHOWN:
@@ -74,7 +117,6 @@ def check_ids(datasets: list[tuple[TableSpec, str, Any]], num_shards: int, parti
             problems.append(row)
     if not problems:
         return dict(questions_per_shard)
-    where = {spec.name: (path, spec.id_column) for spec, path, _ in datasets}
     lines = []
     for row in problems:
         path, column = where[row["table"]]

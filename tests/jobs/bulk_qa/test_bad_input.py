@@ -309,6 +309,25 @@ def test_duplicate_or_null_ids(
         assert f"  - {path}: {line}\n" in error + "\n"
 
 
+def test_large_id_columns_are_checked_on_the_cluster_with_the_same_messages(
+    local_ray, capsys: pytest.CaptureFixture, tmp_path: Path, inputs: dict, tiny_bert_model, monkeypatch
+) -> None:
+    """Above `DRIVER_CHECK_MAX_ROWS` ids the check is one Ray Data shuffle (here: every table, the limit at 0)."""
+    monkeypatch.setattr("jobs.bulk_qa.driver.DRIVER_CHECK_MAX_ROWS", 0)
+    documents = write_table(tmp_path / "documents.parquet", {"id": ["d1", "d2", "d2", ""], "content": list("abcd")})
+    replies = write_table(tmp_path / "replies.parquet", {"question_id": ["q1", None], "replies": [["a"], ["b"]]})
+    error = fails_with_input_error(
+        capsys, tmp_path / "out", "--questions", inputs["questions"], "--documents", documents,
+        "--replies", replies, "--model", tiny_bert_model,
+    )  # fmt: skip
+    lines = sorted(error.splitlines()[1:])
+    assert lines == [
+        f"  - {documents}: column 'id' of the documents table has an empty value (1 rows)",
+        f"  - {documents}: column 'id' of the documents table has duplicate value 'd2' (2 rows)",
+        f"  - {replies}: column 'question_id' of the replies table has a null value (1 rows)",
+    ]
+
+
 # --- Rows: errors in the questions table, the job goes on -------------------------------------------------------
 
 
