@@ -774,7 +774,7 @@ BF16_BEST_SPAN_AGREEMENT = 0.9
 def test_bfloat16_answers_stay_within_the_stated_tolerance_of_fp32(minilm_model):
     names = sorted(TEXTS)[:14]
     queries = [f"What does {name} provide?" for name in names[:12]]
-    documents = [[Document(content=TEXTS[name][:1500]) for name in names[i : i + 3]] for i in range(12)]
+    documents = [[Document(content=TEXTS[name][:600]) for name in names[i : i + 3]] for i in range(12)]
     fp32 = ExtractiveReader(model=minilm_model, device="cpu", top_k=5)
     bf16 = ExtractiveReader(model=minilm_model, device="cpu", top_k=5, model_kwargs={"dtype": "torch.bfloat16"})
     fp32.warm_up()
