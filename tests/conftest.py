@@ -25,7 +25,7 @@ def _in_the_project_root() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def tiny_bert_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-layer random BERT QA model with a WordPiece tokenizer trained on data/text."""
+    """A 2-layer random BERT QA model with a WordPiece vocabulary counted from data/text (the same in every process)."""
     return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), seed=0)
 
 
