@@ -1,9 +1,10 @@
 """
 The bulk QA job's driver: `python -m jobs.bulk_qa --questions Q --documents D --output OUT [options]` (or `bulk-qa`).
 
-Checks the inputs and the model, reads the tables with Ray Data, checks the ids, answers the pending shards in
-waves (see `jobs.bulk_qa.waves`), then writes the manifest and prints the summary. Exit status: 0 when every
-question is accounted for, 2 for unusable input or configuration, 1 for any other failure.
+Checks the inputs, the model and the ids (small id columns here, before Ray starts; large ones on the cluster),
+reads the tables with Ray Data, answers the pending shards in waves (see `jobs.bulk_qa.waves`), then writes the
+manifest and prints the summary. Exit status: 0 when every question is accounted for, 2 for unusable input or
+configuration, 1 for any other failure.
 """
 
 import dataclasses
