@@ -22,7 +22,7 @@ import pyarrow as pa
 from jobs.bulk_qa import report
 from jobs.bulk_qa.config import JobConfig, RunSettings, load_config
 from jobs.bulk_qa.html_report import write_report
-from jobs.bulk_qa.ids import DRIVER_CHECK_MAX_ROWS, check_ids, check_ids_in_driver, read_ids, table_rows
+from jobs.bulk_qa.ids import DRIVER_CHECK_MAX_ROWS, check_ids, check_ids_in_driver
 from jobs.bulk_qa.inputs import (
     DOCUMENTS,
     QUESTIONS,
@@ -31,7 +31,9 @@ from jobs.bulk_qa.inputs import (
     check_model,
     check_questions_schema,
     input_fingerprint,
+    read_ids,
     read_table,
+    table_rows,
     table_schema,
 )
 from jobs.bulk_qa.output import OutputFolder

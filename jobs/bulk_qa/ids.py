@@ -9,11 +9,10 @@ from collections import Counter
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 
 from jobs.bulk_qa.inputs import TableSpec
 from jobs.bulk_qa.workers.rows import shard_of
-from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+from jobs.bulk_qa.workers.storage import InputError, redact
 
 # Id columns of at most this many rows in all (questions, documents and replies) are checked in the driver: tens
 # of MB of ids at most, read in about a second, where a shuffle on the cluster costs seconds of fixed overhead.
@@ -73,21 +72,9 @@ def check_ids(datasets: list[tuple[TableSpec, str, Any]], num_shards: int, parti
     return _questions_per_shard(summary.iter_rows(), {spec.name: (path, spec.id_column) for spec, path, _ in datasets})
 
 
-def table_rows(path: str) -> int:
-    """The rows of a Parquet file or folder, from its footers."""
-    filesystem, inner = resolve_path(path)
-    return pads.dataset(inner, filesystem=filesystem, format="parquet").count_rows()
-
-
-def read_ids(path: str, spec: TableSpec) -> pa.ChunkedArray:
-    """The id column of a Parquet file or folder (no other column is read)."""
-    filesystem, inner = resolve_path(path)
-    return pads.dataset(inner, filesystem=filesystem, format="parquet").to_table(columns=[spec.id_column])[0]
-
-
 def check_ids_in_driver(tables: list[tuple[TableSpec, str, pa.ChunkedArray]], num_shards: int) -> dict[int, int]:
     """
-    `check_ids` for id columns already in the driver (see `read_ids`): the same counts, the same messages.
+    `check_ids` for id columns already in the driver (see `inputs.read_ids`): the same counts, the same messages.
 
     :param tables: (what the table holds, its path, its id column) for each table.
     """

@@ -123,10 +123,21 @@ def check_questions_schema(path: str, has_documents: bool) -> pa.Schema:
         )
     if "document_ids" in schema.names and not has_documents:
         raise InputError(f"{redact(path)}: the questions name document_ids, so --documents is required.")
-    filesystem, inner = resolve_path(path)
-    if pads.dataset(inner, filesystem=filesystem, format="parquet").count_rows() == 0:  # footers only
+    if table_rows(path) == 0:
         raise InputError(f"{redact(path)}: the questions table has no rows: there is nothing to answer.")
     return schema
+
+
+def table_rows(path: str) -> int:
+    """The rows of a Parquet file or folder, from its footers."""
+    filesystem, inner = resolve_path(path)
+    return pads.dataset(inner, filesystem=filesystem, format="parquet").count_rows()
+
+
+def read_ids(path: str, spec: TableSpec) -> pa.ChunkedArray:
+    """The id column of a Parquet file or folder (no other column is read)."""
+    filesystem, inner = resolve_path(path)
+    return pads.dataset(inner, filesystem=filesystem, format="parquet").to_table(columns=[spec.id_column])[0]
 
 
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
