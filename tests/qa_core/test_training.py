@@ -37,7 +37,9 @@ SENTENCES = [
     "A deque is a list-like container with fast appends and pops on either end.",
 ]
 LONG_CONTEXT = " ".join(SENTENCES)
-WINDOWS = TokenizationSettings(max_seq_length=40, stride=8)  # LONG_CONTEXT takes several windows
+# LONG_CONTEXT (136 tokens) takes several windows; windows overlap by more than the longest answer (14 tokens),
+# so every answer lies whole in some window.
+WINDOWS = TokenizationSettings(max_seq_length=48, stride=16)
 
 
 def example(qid: str, question: str, context: str, answer: str | None, occurrence: int = 0) -> SquadExample:
@@ -144,7 +146,12 @@ def test_train_windows_are_the_readers_windows(tokenizer):
         )
     # ... which are the Hugging Face call's windows (`truncation="only_second"`, max_length, stride)
     encoded = tokenizer(
-        questions, contexts, truncation="only_second", max_length=40, stride=8, return_overflowing_tokens=True
+        questions,
+        contexts,
+        truncation="only_second",
+        max_length=WINDOWS.max_seq_length,
+        stride=WINDOWS.stride,
+        return_overflowing_tokens=True,
     )
     assert [f.sequence.input_ids.tolist() for f in features] == encoded["input_ids"]
 
