@@ -50,6 +50,15 @@ class Workload:
         return Workload(self.question_ids[start:stop], self.queries[start:stop], self.documents[start:stop])
 
 
+def _pick_pages(rng: random.Random, n_pages: int, docs_per_question: int) -> tuple[int, list[int]]:
+    """A question's subject page and its pages to read: the subject and `docs_per_question - 1` others, shuffled."""
+    subject = rng.randrange(n_pages)
+    others = rng.sample([i for i in range(n_pages) if i != subject], docs_per_question - 1)
+    picked = [subject, *others]
+    rng.shuffle(picked)
+    return subject, picked
+
+
 def make_workload(n_questions: int, docs_per_question: int = 5, seed: int = 0) -> Workload:
     """
     Real-text questions over the Python standard library documentation (`data/text/`): each asks about one
@@ -61,13 +70,44 @@ def make_workload(n_questions: int, docs_per_question: int = 5, seed: int = 0) -
     rng = random.Random(seed)
     queries, chosen = [], []
     for index in range(n_questions):
-        subject = rng.randrange(len(pages))
-        others = rng.sample([i for i in range(len(pages)) if i != subject], docs_per_question - 1)
-        picked = [subject, *others]
-        rng.shuffle(picked)
+        subject, picked = _pick_pages(rng, len(pages), docs_per_question)
         queries.append(TEMPLATES[index % len(TEMPLATES)].format(pages[subject]["title"]))
         chosen.append([documents[i] for i in picked])
     return Workload([f"q{index:07d}" for index in range(n_questions)], queries, chosen)
+
+
+def make_mixed_workload(
+    n_questions: int, docs_per_question: int = 5, seed: int = 0, min_chars: int = 150, max_chars: int = 3000
+) -> Workload:
+    """
+    Questions as `make_workload` asks them, over documents of mixed length: each of a question's documents starts
+    at the beginning of a page (the subject's page, and `docs_per_question - 1` others drawn at random) and runs
+    on through the pages after it for a length drawn uniformly from `[min_chars, max_chars]` characters, cut back
+    to a word boundary. With 384-token windows about half of the documents are split into two or three windows.
+    A document's id is its first page's title and its length, so equal ids mean equal texts. Deterministic for a
+    seed.
+    """
+    pages = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+    starts, pieces, position = [], [], 0
+    for page in pages:
+        starts.append(position)
+        pieces.append(page["text"])
+        position += len(page["text"]) + 2
+    text = "\n\n".join(pieces) * 2  # twice, so that a document that starts on a late page can run on into the first
+    rng = random.Random(seed)
+    queries, chosen = [], []
+    for index in range(n_questions):
+        subject, picked = _pick_pages(rng, len(pages), docs_per_question)
+        documents = []
+        for page in picked:
+            start = starts[page]
+            end = start + rng.randint(min_chars, max_chars)
+            cut = text.rfind(" ", start + min_chars, end)  # a word boundary, keeping at least `min_chars`
+            content = text[start : cut if cut > 0 else end].rstrip()
+            documents.append(Document(content=content, id=f"{pages[page]['title']}:{len(content)}"))
+        queries.append(TEMPLATES[index % len(TEMPLATES)].format(pages[subject]["title"]))
+        chosen.append(documents)
+    return Workload([f"m{index:07d}" for index in range(n_questions)], queries, chosen)
 
 
 def write_parquet(workload: Workload, folder: Path) -> tuple[str, str]:

@@ -1,7 +1,8 @@
 """
 Throughput benchmark: Haystack's reader against ours, in-process and on Ray, and the forward-pass limit.
 
-    python -m jobs.bench                 # 300 real-text questions x 5 documents, MiniLM-L6 QA model, CPU
+    python -m jobs.bench                 # 300 real-text questions x 5 documents, MiniLM-L6 QA model, CPU,
+                                         # and 100 questions x 5 documents of 150 to 3,000 characters
     python -m jobs.bench --scale         # the Ray job's peak memory at N and 10 N questions (tiny model)
 
 Rows, all on the same questions, documents and weights:
@@ -12,7 +13,11 @@ Rows, all on the same questions, documents and weights:
 - `ray`: the job `jobs.bulk_qa` end to end on a local Ray; Ray's start-up and a 4-question warm-up job
   (worker processes, imports) are reported apart as `startup_s`;
 - `limit`, `limit:DTYPE`: the model's forward pass alone over `run_batch`'s sequences, in its length-sorted
-  batches, with the inputs padded and on the device beforehand: no tokenization, decoding or answers.
+  batches, with the inputs padded and on the device beforehand: no tokenization, decoding or answers;
+- `run_batch@mixed`, `limit@mixed`: the same two rows on the mixed-length set (`--mixed-questions`, each
+  question with 5 documents of 150 to 3,000 characters: many documents split into several windows, most
+  sequences near `max_seq_length`), where the work around the forward pass (tokenizing long documents, decoding
+  spans of long sequences, ranking many candidates) weighs most.
 
 In-process rows run interleaved, over `--rounds` chunks of the questions and in a rotating order, so that a
 machine shared with other work slows all of them alike: the ratios between rows are the numbers to read.
@@ -43,6 +48,7 @@ from jobs.bench.data import (
     answer_table_keys,
     encoder_flops,
     local_model,
+    make_mixed_workload,
     make_workload,
     peak_flops,
     write_parquet,
@@ -257,14 +263,17 @@ class LimitRow:
             torch.cuda.synchronize(self.device)
 
 
-def measure_in_process(rows: list[Any], workload: Workload, rounds: int, config: Any) -> tuple[dict, dict]:
+def measure_in_process(
+    rows: list[Any], workload: Workload, rounds: int, config: Any, suffix: str = ""
+) -> tuple[dict, dict]:
     """
     Runs the rows interleaved: the questions in `rounds` chunks, every row on each chunk, the order rotating.
 
+    :param suffix: Appended to each row's name in the results (`"@mixed"` for the mixed-length set).
     :returns: Measurements and answers (`AnswerKey` lists, one per question) by row name.
     """
     sampler = MemorySampler(tree=False)
-    measurements = {row.name: Measurement(row.name) for row in rows}
+    measurements = {row.name: Measurement(row.name + suffix) for row in rows}
     answers: dict[str, list] = {row.name: [] for row in rows}
     bounds = [(len(workload) * i // rounds, len(workload) * (i + 1) // rounds) for i in range(rounds)]
     for round_index, (start, stop) in enumerate(bounds):
@@ -289,8 +298,11 @@ def measure_in_process(rows: list[Any], workload: Workload, rounds: int, config:
                 measurement.flops = (measurement.flops or 0.0) + encoder_flops(config, counts.lengths)
             if found is not None:
                 answers[row.name] += answer_keys(found)
-            print(f"  round {round_index + 1}/{rounds} {row.name}: {seconds:.1f} s", flush=True)
-    return measurements, answers
+            print(f"  round {round_index + 1}/{rounds} {row.name}{suffix}: {seconds:.1f} s", flush=True)
+    return (
+        {name + suffix: measurement for name, measurement in measurements.items()},
+        {name + suffix: found for name, found in answers.items()},
+    )
 
 
 def measure_ray(
@@ -355,8 +367,9 @@ def table(measurements: list[Measurement], peak: float | None = None) -> list[di
     """
     The table's rows: throughput, padding ratio, ratios to `haystack` and to the limit, MFU and memory.
 
-    A row's limit is `limit:DTYPE` for a `...:DTYPE` row when measured, else `limit`. Ratios compare
-    questions per second (all rows answer the same questions).
+    A row's limit is `limit:DTYPE` for a `...:DTYPE` row when measured, else `limit`; a row on another data set
+    (`run_batch@mixed`) is compared with the rows of the same set (`limit@mixed`, `haystack@mixed`). Ratios
+    compare questions per second (the rows of a set answer the same questions).
     """
     by_name = {m.name: m for m in measurements}
 
@@ -371,9 +384,10 @@ def table(measurements: list[Measurement], peak: float | None = None) -> list[di
 
     rows = []
     for m in measurements:
-        precision = m.name.split(":", 1)[1] if ":" in m.name else None
-        limit = by_name.get(f"limit:{precision}") or by_name.get("limit")
-        haystack, own_rate = by_name.get("haystack"), rate(m)
+        name, at, data_set = m.name.partition("@")
+        precision = name.split(":", 1)[1] if ":" in name else None
+        limit = by_name.get(f"limit:{precision}{at}{data_set}") or by_name.get(f"limit{at}{data_set}")
+        haystack, own_rate = by_name.get(f"haystack{at}{data_set}"), rate(m)
         found = m.agreement
         rows.append(
             {
@@ -437,12 +451,15 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             target.update(value_cpu=round(value_cpu, 4), met_cpu=value_cpu >= threshold)
         found.append(target)
 
-    run_batch, ray = by_name.get("run_batch"), by_name.get("ray")
+    run_batch, ray, mixed = by_name.get("run_batch"), by_name.get("ray"), by_name.get("run_batch@mixed")
     if run_batch:
         check("run_batch questions/s >= 1.5x haystack", run_batch["vs_haystack"], 1.5, run_batch["vs_haystack_cpu"])
         check("run_batch answers agree with haystack (scores within 1e-4)", run_batch["agreement_share"], 1.0)
         check("run_batch >= 90% of the forward-only limit", run_batch["vs_limit"], 0.9, run_batch["vs_limit_cpu"])
         check("run_batch padding ratio <= 1.1", run_batch["padding_ratio"], 1.1, least=False)
+    if mixed:
+        name = "run_batch >= 90% of the forward-only limit on the mixed-length set"
+        check(name, mixed["vs_limit"], 0.9, mixed["vs_limit_cpu"])
     if run_batch and ray and ray["questions_per_s"]:
         name = f"ray job (without start-up) >= 70% of run_batch (on {ray['questions']} questions; target: >= 2000)"
         value = ray["questions_per_s"] / run_batch["questions_per_s"]
@@ -487,6 +504,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--questions", type=int, default=300, help="questions (default 300)")
     parser.add_argument("--documents-per-question", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0, help="seed of the questions' draw")
+    parser.add_argument(
+        "--mixed-questions",
+        type=int,
+        default=100,
+        help="questions of the mixed-length set, 5 documents of 150 to 3,000 characters each (default 100): "
+        "run_batch and limit rows, when neither is skipped; 0 or --skip mixed leaves it out",
+    )
     parser.add_argument("--rounds", type=int, default=6, help="chunks the in-process rows are interleaved over")
     parser.add_argument("--skip", default="", help="rows to leave out, comma-separated (haystack,int8,ray,...)")
     parser.add_argument("--half", choices=["bfloat16", "float16"], help="add run_batch and limit rows in this dtype")
@@ -540,6 +564,12 @@ def compare(args: argparse.Namespace, settings: Settings, skip: set[str], folder
     ]
     rows = [row for key, build in candidates if key not in skip and (row := build()) is not None]
     measurements, answers = measure_in_process(rows, workload, args.rounds, config)
+    mixed_rows = [row for row in rows if row.name in ("run_batch", "limit")]  # the set is there for their ratio
+    if "mixed" not in skip and args.mixed_questions > 0 and len(mixed_rows) == 2:
+        mixed = make_mixed_workload(args.mixed_questions, args.documents_per_question, args.seed)
+        print(f"bench: {len(mixed)} questions x {args.documents_per_question} documents of mixed length", flush=True)
+        found, _ = measure_in_process(mixed_rows, mixed, args.rounds, config, suffix="@mixed")
+        measurements.update(found)
     # Full answer lists against Haystack; the faster modes' best answers against fp32 run_batch.
     references = {"run_batch": "haystack", "ray": "haystack", "run_batch:int8": "run_batch"}
     references[f"run_batch:{args.half}"] = "run_batch"
@@ -561,6 +591,7 @@ def compare(args: argparse.Namespace, settings: Settings, skip: set[str], folder
     if peak is None and settings.device.startswith("cuda"):
         peak = peak_flops(torch.cuda.get_device_name(torch.device(settings.device)))
     order = ["haystack", "run_batch", f"run_batch:{args.half}", "run_batch:int8", "ray", "limit", f"limit:{args.half}"]
+    order += ["run_batch@mixed", "limit@mixed"]
     rows_out = table([measurements[name] for name in order if name in measurements], peak)
     return {
         "mode": "compare",

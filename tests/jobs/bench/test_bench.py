@@ -1,11 +1,10 @@
 """The benchmark command: every row and column, ratios derived from the measured numbers, the GPU script on CPU.
 
-No timing is asserted: the numbers are whatever this machine gives; only their arithmetic is checked. The Ray job
-is replaced by a stand-in, so that the smoke run stays fast (starting a Ray and two jobs of its own cost the module
-about 5 minutes on a loaded 2-core machine): the stand-in returns run_batch's answers with one question's best score
-moved, so the tests show that the "ray" row's agreement is computed from what `measure_ray` returns, against
-run_batch's answers. That the Ray job's answers equal the reader's is tests/jobs/bulk_qa/test_bulk_qa.py's
-claim; how `measure_ray` reads them back from the answers table is `test_answer_table_keys_reads_the_job_tables`.
+No timing is asserted: the numbers are whatever this machine gives; only their arithmetic is checked. Here the Ray
+job is replaced by a stand-in, so that this smoke run stays fast: the stand-in returns run_batch's answers with one
+question's best score moved, so the tests show that the "ray" row's agreement is computed from what `measure_ray`
+returns, against run_batch's answers. The real `measure_ray` (its own Ray, the job end to end, its answers read
+back from the job's table) is tests/jobs/bench/test_bench_ray.py's.
 """
 
 import json
@@ -15,10 +14,20 @@ import pytest
 
 from jobs import gpu_check
 from jobs.bench import throughput as bench
-from jobs.bench.data import AnswerKey, agreement, answer_keys, answer_table_keys, encoder_flops, make_workload
+from jobs.bench.data import (
+    TEMPLATES,
+    AnswerKey,
+    agreement,
+    answer_keys,
+    answer_table_keys,
+    encoder_flops,
+    make_mixed_workload,
+    make_workload,
+)
 from tests.jobs.conftest import write_table
 
 ROWS = ["haystack", "run_batch", "run_batch:bfloat16", "run_batch:int8", "ray", "limit", "limit:bfloat16"]
+MIXED_ROWS = ["run_batch@mixed", "limit@mixed"]  # the mixed-length set: run_batch and the limit only
 COLUMNS = [
     "row", "questions", "sequences", "tokens", "padded_tokens", "seconds", "startup_s", "questions_per_s",
     "sequences_per_s", "tokens_per_s", "padding_ratio", "vs_haystack", "vs_limit", "cpu_seconds", "questions_per_cpu_s",
@@ -48,6 +57,7 @@ def result(tiny_bert_model: Path, tmp_path_factory: pytest.TempPathFactory) -> d
     patch.setattr(bench, "measure_ray", fake_ray)
     try:
         args = ["--model", tiny_bert_model, "--questions", 4, "--documents-per-question", 2, "--rounds", 2]
+        args += ["--mixed-questions", 3]
         args += ["--half", "bfloat16", "--max-seq-length", 128, "--stride", 32, "--output", output]
         found = bench.main([str(arg) for arg in args])
     finally:
@@ -57,13 +67,13 @@ def result(tiny_bert_model: Path, tmp_path_factory: pytest.TempPathFactory) -> d
 
 
 def test_every_row_and_column(result: dict) -> None:
-    assert [row["row"] for row in result["rows"]] == ROWS
+    assert [row["row"] for row in result["rows"]] == ROWS + MIXED_ROWS
     for row in result["rows"]:
         assert set(COLUMNS) <= set(row), row["row"]
-        assert row["questions"] == 4
+        assert row["questions"] == (3 if row["row"] in MIXED_ROWS else 4)
         assert row["seconds"] > 0 and row["peak_mib"] > 0
     table = bench.format_table(result["rows"])
-    for name in ROWS + ["x haystack", "x limit", "padding", "agreement"]:
+    for name in ROWS + MIXED_ROWS + ["x haystack", "x limit", "padding", "agreement"]:
         assert name in table
     assert result["machine"]["cpus"] >= 1 and "command" in result
 
@@ -71,21 +81,29 @@ def test_every_row_and_column(result: dict) -> None:
 def test_ratios_follow_from_the_measured_numbers(result: dict) -> None:
     rows = {row["row"]: row for row in result["rows"]}
     for row in rows.values():
+        mixed = row["row"] in MIXED_ROWS
         assert row["questions_per_s"] == pytest.approx(row["questions"] / row["seconds"])
         assert row["sequences_per_s"] == pytest.approx(row["sequences"] / row["seconds"])
-        assert row["vs_haystack"] == pytest.approx(row["questions_per_s"] / rows["haystack"]["questions_per_s"])
+        if mixed:  # compared with the limit on the same set; Haystack does not read it
+            assert row["vs_haystack"] is None and row["vs_haystack_cpu"] is None
+        else:
+            assert row["vs_haystack"] == pytest.approx(row["questions_per_s"] / rows["haystack"]["questions_per_s"])
         limit = rows["limit:bfloat16"] if row["row"].endswith("bfloat16") else rows["limit"]
+        limit = rows["limit@mixed"] if mixed else limit
         assert row["vs_limit"] == pytest.approx(row["questions_per_s"] / limit["questions_per_s"])
         if row["cpu_seconds"]:  # the same ratios by CPU time
             assert row["questions_per_cpu_s"] == pytest.approx(row["questions"] / row["cpu_seconds"])
-            haystack_cpu = rows["haystack"]["questions_per_cpu_s"]
-            assert row["vs_haystack_cpu"] == pytest.approx(row["questions_per_cpu_s"] / haystack_cpu)
+            if not mixed:
+                haystack_cpu = rows["haystack"]["questions_per_cpu_s"]
+                assert row["vs_haystack_cpu"] == pytest.approx(row["questions_per_cpu_s"] / haystack_cpu)
             assert row["vs_limit_cpu"] == pytest.approx(row["questions_per_cpu_s"] / limit["questions_per_cpu_s"])
         if row["padded_tokens"] is not None:
             assert row["padding_ratio"] == pytest.approx(row["padded_tokens"] / row["tokens"])
             assert row["tokens_per_s"] == pytest.approx(row["tokens"] / row["seconds"])
     # run_batch and the limit read the same sequences in the same batches; Haystack pads per question.
     assert rows["run_batch"]["padded_tokens"] == rows["limit"]["padded_tokens"]
+    assert rows["run_batch@mixed"]["padded_tokens"] == rows["limit@mixed"]["padded_tokens"]
+    assert rows["run_batch@mixed"]["sequences"] > 2 * 3  # mixed lengths: some documents read in several windows
     assert rows["haystack"]["padding_ratio"] >= 1.0 and rows["run_batch"]["padding_ratio"] >= 1.0
     assert rows["ray"]["startup_s"] == 3.0 and rows["ray"]["tokens"] == rows["run_batch"]["tokens"]
 
@@ -99,6 +117,7 @@ def test_agreement_is_reported(result: dict) -> None:
     assert rows["haystack"]["agreement"] is None and rows["limit"]["agreement"] is None
     names = [target["target"] for target in result["targets"]]
     assert any("1.5x haystack" in name for name in names) and any("70% of run_batch" in name for name in names)
+    assert any("limit on the mixed-length set" in name for name in names)
 
 
 def test_table_arithmetic_on_hand_built_measurements() -> None:
@@ -136,6 +155,26 @@ def test_agreement_and_flops_helpers() -> None:
     assert len(make_workload(7, 3)) == 7 and all(len(docs) == 3 for docs in make_workload(7, 3).documents)
 
 
+def test_mixed_workload_has_documents_of_150_to_3000_characters() -> None:
+    mixed = make_mixed_workload(200)
+    assert len(mixed) == 200 and all(len(docs) == 5 for docs in mixed.documents)
+    lengths = [len(doc.content) for docs in mixed.documents for doc in docs]
+    assert 150 <= min(lengths) < 300 and 2700 < max(lengths) <= 3000
+    assert 1200 < sorted(lengths)[len(lengths) // 2] < 1800  # drawn uniformly: a median near 1,575
+    # Deterministic for a seed; one id, one text (the Ray job's documents table keys them by id).
+    again = make_mixed_workload(200)
+    assert [[d.content for d in docs] for docs in mixed.documents] == [
+        [d.content for d in docs] for docs in again.documents
+    ]
+    texts = {doc.id: doc.content for docs in mixed.documents for doc in docs}
+    assert all(texts[doc.id] == doc.content for docs in mixed.documents for doc in docs)
+    # Each question's subject page opens one of its documents (ids are "title:length").
+    for index, (query, docs) in enumerate(zip(mixed.queries, mixed.documents, strict=True)):
+        prefix, suffix = TEMPLATES[index % len(TEMPLATES)].split("{}")
+        subject = query.removeprefix(prefix).removesuffix(suffix)
+        assert subject in {doc.id.rsplit(":", 1)[0] for doc in docs}
+
+
 def test_answer_table_keys_reads_the_job_tables(tmp_path: Path) -> None:
     """`measure_ray`'s answers: the job's answers table, all shards, by question in the given order and by rank."""
     columns = ["question_id", "rank", "answer", "document_id", "document_start", "document_end", "score"]
@@ -155,7 +194,8 @@ def test_answer_table_keys_reads_the_job_tables(tmp_path: Path) -> None:
 
 def test_gpu_check_runs_on_cpu(tiny_bert_model: Path, tmp_path: Path) -> None:
     args = ["--model", tiny_bert_model, "--questions", 3, "--max-batch-size", 8, "--output", tmp_path / "g.json"]
-    args += ["--skip", "haystack,ray,int8", "--documents-per-question", 2, "--max-seq-length", 128, "--stride", 32]
+    args += ["--skip", "haystack,ray,int8,mixed", "--documents-per-question", 2, "--max-seq-length", 128]
+    args += ["--stride", 32]
     found = gpu_check.main([str(arg) for arg in args])
     assert [row["row"] for row in found["rows"]] == ["run_batch", "run_batch:bfloat16", "limit", "limit:bfloat16"]
     half = found["rows"][1]
