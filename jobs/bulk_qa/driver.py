@@ -41,7 +41,7 @@ from jobs.bulk_qa.progress import Progress
 from jobs.bulk_qa.results import write_results
 from jobs.bulk_qa.retrieval import needs_retrieval, prepare_index, save_built_index
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
-from jobs.bulk_qa.waves import ActorResources, Inputs, actor_resources, answer_wave
+from jobs.bulk_qa.waves import ActorResources, Inputs, actor_resources, answer_wave, broadcast_documents
 from jobs.bulk_qa.workers.storage import InputError
 from qa_core.models import DEFAULT_TOKEN, model_fingerprint
 
@@ -113,6 +113,8 @@ def run(config: JobConfig) -> int:
     manifest = report.manifest(config, identity, markers, n_questions, expected, resumed, started, pipeline_s, cluster)
     if index is not None:
         manifest["index"] = index.record
+    if inputs.documents is not None:
+        manifest["documents_join"] = "shuffle" if inputs.document_table is None else "broadcast"
     if manifest["reconciled"]:
         manifest.update(write_results(output, sorted(markers), squad, config.work, config.refusal.no_answer_source))
         manifest["result_files"] += write_report(output, manifest)  # report.html; none without matplotlib
@@ -168,6 +170,9 @@ def run_identity(config: JobConfig, schemas: Schemas) -> dict[str, Any]:
     }
 
 
+RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
 def start_ray(run: RunSettings) -> dict[str, Any]:
     """
     Joins the cluster at `run.address`, or at `RAY_ADDRESS` (as `ray job submit` sets it), or else starts a Ray of
@@ -188,6 +193,9 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     level = logging.INFO if run.verbose else logging.WARNING
     if joins:
         options = {"_system_config": own_ray_config()} if started_here else {}
+        # With RAY_AUTH_MODE unset, Ray enables token authentication for a Ray it starts, as it should, and warns
+        # that it did on every run: the notice shows with --verbose only.
+        logging.getLogger(RAY_AUTH_SETUP_LOGGER).setLevel(level if run.verbose else logging.ERROR)
         ray.init(address=target, log_to_driver=run.verbose or target != "local", logging_level=level, **options)
     import ray.data
 
@@ -289,7 +297,8 @@ def read_inputs(
     expected = ids.questions_per_shard
     if expected is None:
         expected = check_ids(checks, ids.num_shards, partitions)
-    inputs = Inputs(questions, documents, replies, schemas.squad, ids.num_shards, partitions)
+    document_table = None if documents is None else broadcast_documents(work.documents)
+    inputs = Inputs(questions, documents, document_table, replies, schemas.squad, ids.num_shards, partitions)
     return inputs, ids.n_questions, expected
 
 

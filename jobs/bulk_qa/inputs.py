@@ -134,6 +134,17 @@ def table_rows(path: str) -> int:
     return pads.dataset(inner, filesystem=filesystem, format="parquet").count_rows()
 
 
+def table_bytes(path: str) -> int:
+    """The uncompressed size of a Parquet file or folder's data, from its footers."""
+    filesystem, inner = resolve_path(path)
+    dataset = pads.dataset(inner, filesystem=filesystem, format="parquet")
+    return sum(
+        fragment.metadata.row_group(index).total_byte_size
+        for fragment in dataset.get_fragments()
+        for index in range(fragment.metadata.num_row_groups)
+    )
+
+
 def read_ids(path: str, spec: TableSpec) -> pa.ChunkedArray:
     """The id column of a Parquet file or folder (no other column is read)."""
     filesystem, inner = resolve_path(path)

@@ -11,9 +11,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.bulk_qa.config import JobConfig, RunSettings
+from jobs.bulk_qa.inputs import table_bytes
 from jobs.bulk_qa.retrieval import IndexPlan, retrieved_questions
 from jobs.bulk_qa.workers.aggregate import aggregate_shard
-from jobs.bulk_qa.workers.explode import document_columns, explode_pairs, question_rows, replies_rows
+from jobs.bulk_qa.workers.explode import (
+    document_columns,
+    explode_pairs,
+    join_documents,
+    question_rows,
+    read_document_columns,
+    replies_rows,
+)
 from jobs.bulk_qa.workers.read import ReadSequences
 from jobs.bulk_qa.workers.tokenize import tokenize
 from qa_core.models import DEFAULT_TOKEN
@@ -21,6 +29,11 @@ from qa_core.models import DEFAULT_TOKEN
 # (question, document) pairs one tokenize call reads: a block holds a wave's pairs (the join's output), and whole
 # blocks at once held every sequence of the wave in one worker.
 PAIRS_PER_TOKENIZE_BATCH = 512
+# A documents table up to this size (uncompressed, from its Parquet footers) is joined by broadcast: its columns
+# are read once per run into the object store and every pair batch is joined with them in its own task. Larger
+# tables are joined by a hash shuffle, whose start (its aggregator actors) is the largest fixed cost of a small job.
+BROADCAST_DOCUMENTS_MAX_BYTES = 256 * 2**20
+BROADCAST_READ_CPUS = 0.25  # the broadcast read's task: reserving a whole CPU would hold back the first wave's tasks
 
 
 @dataclass(frozen=True)
@@ -29,6 +42,7 @@ class Inputs:
 
     questions: Any
     documents: Any | None  # None for SQuAD-style questions, which carry their document
+    document_table: Any | None  # a reference to the documents' columns in the object store, when joined by broadcast
     replies: Any | None
     squad: bool  # questions carry a `context` instead of `document_ids`
     num_shards: int
@@ -45,6 +59,19 @@ class ActorResources:
     gpus_per_actor: float
     cpus_per_actor: float
     cpu_threads: int  # torch threads of a CPU actor
+
+
+def broadcast_documents(path: str) -> Any | None:
+    """
+    Starts reading the documents' columns into the object store, in one task (the driver holds only the reference),
+    when the table is at most `BROADCAST_DOCUMENTS_MAX_BYTES`; else None, and the waves join by shuffle. The read
+    runs while the driver goes on: the tasks that join wait for it.
+    """
+    import ray
+
+    if table_bytes(path) > BROADCAST_DOCUMENTS_MAX_BYTES:
+        return None
+    return ray.remote(read_document_columns).options(num_cpus=BROADCAST_READ_CPUS).remote(path)
 
 
 def actor_resources(run: RunSettings, cluster: dict[str, Any]) -> ActorResources:
@@ -98,7 +125,11 @@ def answer_wave(
     if inputs.index is not None:  # questions without document_ids get them by BM25 first
         questions = retrieved_questions(questions, wave, config.retrieval, inputs.index, inputs.cluster_cpus)
     pairs = questions.map_batches(explode_pairs, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad})
-    if inputs.documents is not None:
+    if inputs.document_table is not None:
+        pairs = pairs.map_batches(
+            join_documents, batch_format="pyarrow", fn_kwargs={"documents": inputs.document_table}
+        )
+    elif inputs.documents is not None:
         pairs = pairs.join(
             inputs.documents.map_batches(document_columns, batch_format="pyarrow"),
             "left_outer",

@@ -1,12 +1,15 @@
 """
 The stages that turn input tables into work rows: a wave's questions into `question` rows and into one `pair` row
-per document to read, replies into `replies` rows, documents into the columns the pairs join.
+per document to read, replies into `replies` rows, documents into the columns the pairs join (and the join itself
+when the documents table is small enough for every task to hold).
 Questions and replies of other shards are dropped: another wave, or a resumed run's committed shards, answer them.
 """
 
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
 
 from jobs.bulk_qa.workers.rows import (
     AGGREGATION_SCHEMA,
@@ -18,6 +21,7 @@ from jobs.bulk_qa.workers.rows import (
     shard_of,
     table,
 )
+from jobs.bulk_qa.workers.storage import resolve_path
 from qa_core.document import Document
 
 
@@ -123,3 +127,26 @@ def document_columns(batch: pa.Table) -> pa.Table:
             "known": pa.array([True] * len(batch)),
         }
     )
+
+
+def read_document_columns(path: str) -> pa.Table:
+    """The documents' columns the pairs join (`document_columns`), read whole with pyarrow (a broadcast join's)."""
+    filesystem, inner = resolve_path(path)
+    dataset = pads.dataset(inner, filesystem=filesystem, format="parquet")
+    columns = [name for name in ("id", "content", "page_number") if name in dataset.schema.names]
+    table = document_columns(dataset.to_table(columns=columns))
+    return table.set_column(0, "id", table["id"].cast(pa.string()))
+
+
+def join_documents(pairs: pa.Table, documents: Any) -> pa.Table:
+    """
+    Pairs joined with their documents' columns held whole in the object store: the rows a left-outer join on the
+    document id gives (an unknown id: null content, `known` null), without a shuffle.
+
+    :param documents: A reference to `read_document_columns`' table, read zero-copy from the object store.
+    """
+    import ray
+
+    table = ray.get(documents)
+    wanted = table.filter(pc.is_in(table["id"], value_set=pairs["document_id"]))
+    return pairs.join(wanted, keys="document_id", right_keys="id", join_type="left outer")

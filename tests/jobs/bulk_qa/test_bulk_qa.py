@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.bulk_qa import waves
 from jobs.bulk_qa.config import load_config
 from jobs.bulk_qa.workers.storage import InputError
 from qa_core import AnswerBuilder, Document, ExtractiveReader
@@ -330,14 +331,21 @@ def test_unknown_yaml_key_is_refused(tmp_path: Path) -> None:
         load_config(["--config", str(config_file)])
 
 
-def test_sample_job_writes_the_recorded_tables(local_ray, tmp_path: Path, minilm_model: Path) -> None:
+@pytest.mark.parametrize("join", ["broadcast", "shuffle"])
+def test_sample_job_writes_the_recorded_tables(
+    local_ray, tmp_path: Path, minilm_model: Path, join: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """
     The quick start's job (data/sample/job.yaml, MiniLM with its seeded head) writes the rows recorded in
     tests/jobs/bulk_qa/data/sample_tables.json: every value equal, scores within 1e-6 (they were equal to the bit where
-    the record was made; other CPUs' kernels may differ in the last bits).
+    the record was made; other CPUs' kernels may differ in the last bits). Its documents are joined by broadcast
+    (a small table), and by the hash shuffle that larger tables take: the same rows, unknown document ids included.
     """
+    if join == "shuffle":
+        monkeypatch.setattr(waves, "BROADCAST_DOCUMENTS_MAX_BYTES", 0)
     output = tmp_path / "out"
     assert run_job("--config", "data/sample/job.yaml", "--model", minilm_model, "--output", output) == 0
+    assert json.loads((output / "manifest.json").read_text())["documents_join"] == join
     recorded = json.loads((Path(__file__).parent / "data" / "sample_tables.json").read_text())
     for table, expected in recorded.items():
         rows = read_output(output, table)
