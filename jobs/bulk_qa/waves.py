@@ -31,7 +31,7 @@ from qa_core.models import DEFAULT_TOKEN
 PAIRS_PER_TOKENIZE_BATCH = 512
 # A documents table up to this size (uncompressed, from its Parquet footers) is joined by broadcast: its columns
 # are read once per run into the object store and every pair batch is joined with them in its own task. Larger
-# tables are joined by a hash shuffle, whose start (its aggregator actors) is the largest fixed cost of a small job.
+# tables are joined by a hash shuffle in each wave, which also starts its own aggregator actors.
 BROADCAST_DOCUMENTS_MAX_BYTES = 256 * 2**20
 BROADCAST_READ_CPUS = 0.25  # the broadcast read's task: reserving a whole CPU would hold back the first wave's tasks
 
