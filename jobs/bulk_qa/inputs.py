@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact, resolve_path
 from qa_core.models import ModelSettings, load_config, load_tokenizer
 from qa_core.secret import Secret
 
@@ -130,25 +130,21 @@ def check_questions_schema(path: str, has_documents: bool) -> pa.Schema:
 
 def table_rows(path: str) -> int:
     """The rows of a Parquet file or folder, from its footers."""
-    filesystem, inner = resolve_path(path)
-    return pads.dataset(inner, filesystem=filesystem, format="parquet").count_rows()
+    return parquet_dataset(path).count_rows()
 
 
 def table_bytes(path: str) -> int:
     """The uncompressed size of a Parquet file or folder's data, from its footers."""
-    filesystem, inner = resolve_path(path)
-    dataset = pads.dataset(inner, filesystem=filesystem, format="parquet")
     return sum(
         fragment.metadata.row_group(index).total_byte_size
-        for fragment in dataset.get_fragments()
+        for fragment in parquet_dataset(path).get_fragments()
         for index in range(fragment.metadata.num_row_groups)
     )
 
 
 def read_ids(path: str, spec: TableSpec) -> pa.ChunkedArray:
     """The id column of a Parquet file or folder (no other column is read)."""
-    filesystem, inner = resolve_path(path)
-    return pads.dataset(inner, filesystem=filesystem, format="parquet").to_table(columns=[spec.id_column])[0]
+    return parquet_dataset(path).to_table(columns=[spec.id_column])[0]
 
 
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")

@@ -17,13 +17,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from jobs.bulk_qa.config import WorkSettings
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.squad_input import SquadInput
-from jobs.bulk_qa.workers.storage import resolve_path
+from jobs.bulk_qa.workers.storage import parquet_dataset
 from qa_core.annotation import (
     LABEL_STUDIO_CONFIG,
     UNREAD_NO_ANSWER_PROBABILITY,
@@ -188,11 +187,11 @@ def dataset_from_tables(
     An unlabelled SQuAD v2.0 dataset from the run's Parquet questions (with a `context` column, or with documents),
     and the predictions with only the spans in each question's context (see the module's documentation).
     """
-    names = _parquet_dataset(work.questions).schema.names
+    names = parquet_dataset(work.questions).schema.names
     with_context = "context" in names
     # Questions retrieved for have no document_ids: their span's document is their context.
     columns = ["id", "query", *[name for name in ("context" if with_context else "document_ids",) if name in names]]
-    questions = _parquet_dataset(work.questions).to_table(columns=columns).to_pydict()
+    questions = parquet_dataset(work.questions).to_table(columns=columns).to_pydict()
     if with_context:
         contexts = dict(zip(questions["id"], questions["context"], strict=True))
         chosen = {qid: (None, context) for qid, context in contexts.items() if context}
@@ -203,7 +202,7 @@ def dataset_from_tables(
             for qid, document_ids in zip(questions["id"], listed, strict=True)
         }
         needed = sorted({document_id for ids in candidates.values() for document_id in ids})
-        documents = _parquet_dataset(work.documents).to_table(
+        documents = parquet_dataset(work.documents).to_table(
             columns=["id", "content"], filter=pc.field("id").isin(needed)
         )
         contents = {key: text for key, text in zip(*documents.to_pydict().values(), strict=True) if text}
@@ -227,11 +226,6 @@ def dataset_from_tables(
         examples.append(SquadExample(id=qid, title=document_id, question=query, context=context))
         kept[qid] = dataclasses.replace(prediction, spans=spans)
     return SquadDataset(examples=examples, version="2.0", has_gold=False), kept
-
-
-def _parquet_dataset(path: str) -> pads.Dataset:
-    filesystem, inner = resolve_path(path)
-    return pads.dataset(inner, filesystem=filesystem, format="parquet")
 
 
 def _json(value: Any, indent: int | None = None) -> bytes:

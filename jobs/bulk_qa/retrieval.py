@@ -27,14 +27,13 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
 from jobs.bulk_qa.inputs import input_fingerprint
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.workers.passages import Passages, split_batch
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments, wave_questions
-from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact, resolve_path
 from qa_core.retrieval.corpus import update_fingerprint
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.index_io import HEADER_FILE
@@ -99,9 +98,7 @@ def needs_retrieval(questions_path: str, schema: pa.Schema) -> bool:
     """
     if "document_ids" not in schema.names:
         return "context" not in schema.names
-    filesystem, inner = resolve_path(questions_path)
-    dataset = pads.dataset(inner, filesystem=filesystem, format="parquet")
-    return dataset.count_rows(filter=pc.field("document_ids").is_null()) > 0
+    return parquet_dataset(questions_path).count_rows(filter=pc.field("document_ids").is_null()) > 0
 
 
 def prepare_index(settings: RetrievalSettings, documents: str, output: OutputFolder, resuming: bool) -> IndexPlan:
@@ -300,9 +297,7 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
 
 def _documents_with_content(documents: str):
     """The documents' ids and contents, batch by batch in table order, skipping documents without content."""
-    filesystem, inner = resolve_path(documents)
-    dataset = pads.dataset(inner, filesystem=filesystem, format="parquet")
-    scanner = dataset.scanner(
+    scanner = parquet_dataset(documents).scanner(
         columns=["id", "content"], filter=pc.field("content").is_valid(), batch_size=_DOCUMENTS_PER_READ
     )
     for batch in scanner.to_batches():

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 
-from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact
 from qa_core.squad import SquadDataset, SquadFormatError, read_squad
 
 # Rows per block of the questions dataset handed to Ray Data (the unit of its read-side parallelism).
@@ -59,9 +58,8 @@ def is_squad_file(path: str) -> bool:
     """
     if path.endswith((".json", ".jsonl")):
         return True
-    filesystem, inner = resolve_path(path)
     try:
-        names = pads.dataset(inner, filesystem=filesystem, format="parquet").schema.names
+        names = parquet_dataset(path).schema.names
     except (FileNotFoundError, pa.ArrowInvalid, OSError):
         return False  # the questions-table check reports it
     return {"question", "context"} <= set(names) and "query" not in names

@@ -9,7 +9,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 
 from jobs.bulk_qa.workers.rows import (
     AGGREGATION_SCHEMA,
@@ -21,7 +20,7 @@ from jobs.bulk_qa.workers.rows import (
     shard_of,
     table,
 )
-from jobs.bulk_qa.workers.storage import resolve_path
+from jobs.bulk_qa.workers.storage import parquet_dataset
 from qa_core.document import Document
 
 
@@ -131,8 +130,7 @@ def document_columns(batch: pa.Table) -> pa.Table:
 
 def read_document_columns(path: str) -> pa.Table:
     """The documents' columns the pairs join (`document_columns`), read whole with pyarrow (a broadcast join's)."""
-    filesystem, inner = resolve_path(path)
-    dataset = pads.dataset(inner, filesystem=filesystem, format="parquet")
+    dataset = parquet_dataset(path)
     columns = [name for name in ("id", "content", "page_number") if name in dataset.schema.names]
     table = document_columns(dataset.to_table(columns=columns))
     return table.set_column(0, "id", table["id"].cast(pa.string()))

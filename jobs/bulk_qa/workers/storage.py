@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -51,6 +52,12 @@ def resolve_path(path: str) -> tuple[pafs.FileSystem, str]:
         return pafs.FileSystem.from_uri(path)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
         raise InputError(f"{redact(path)}: unsupported path or filesystem: {error}") from None
+
+
+def parquet_dataset(path: str) -> pads.Dataset:
+    """A Parquet file or folder, local or at a URI, opened lazily (footers are read on demand)."""
+    filesystem, inner = resolve_path(path)
+    return pads.dataset(inner, filesystem=filesystem, format="parquet")
 
 
 class ShardStore:
