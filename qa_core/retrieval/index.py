@@ -29,20 +29,51 @@ class CorpusStats:
     fingerprint: str
 
 
+# A term in at least this share of the documents also keeps its weights as a dense row, added to the scores in
+# one vector operation: for 750k postings of 1M documents that takes 0.44 ms where scattering them takes 1.8 ms,
+# and such common terms hold most of the postings a query touches (85% on the benchmark's passages).
+DENSE_TERM_SHARE = 0.25
+
+
 @dataclass(frozen=True)
 class PostingLists:
     """
     The weights, term-major: term `t`'s documents are `doc_indices[starts[t]:starts[t + 1]]`.
 
     :param starts: `(terms + 1,)` int64 offsets (a CSC matrix's `indptr`).
-    :param doc_indices: `(pairs,)` int64 document index within the index, ascending within a term (int64, not
-        int32: `np.bincount` takes only that, and converting on every query costs a fifth of the scoring time).
+    :param doc_indices: `(pairs,)` int64 document index within the index, ascending within a term.
     :param weights: `(pairs,)` float64 `idf * tfc` of the pair.
+    :param dense_terms: `(common terms,)` int64 ids of the terms in at least `DENSE_TERM_SHARE` of the documents,
+        ascending.
+    :param dense_weights: `(common terms, documents)` float64: row `i` is `dense_terms[i]`'s weight in every
+        document, 0 where it is missing (the same values as its postings).
     """
 
     starts: np.ndarray
     doc_indices: np.ndarray
     weights: np.ndarray
+    dense_terms: np.ndarray
+    dense_weights: np.ndarray
+
+
+def _dense_rows(
+    starts: np.ndarray, doc_indices: np.ndarray, weights: np.ndarray, n_docs: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """
+    The `PostingLists.dense_terms` and `dense_weights` of term-major postings.
+
+    :param starts: As in `PostingLists`.
+    :param doc_indices: As in `PostingLists`.
+    :param weights: As in `PostingLists`.
+    :param n_docs: Documents in the index.
+    :returns: `(common terms,)` int64 term ids and their `(common terms, n_docs)` float64 rows.
+    """
+    terms = np.flatnonzero(np.diff(starts) >= DENSE_TERM_SHARE * n_docs).astype(np.int64)
+    rows = np.zeros((terms.size, n_docs))
+    for row, term_id in enumerate(terms):
+        span = slice(int(starts[term_id]), int(starts[term_id + 1]))
+        rows[row, doc_indices[span]] = weights[span]
+    return terms, rows
 
 
 class BM25Index:
@@ -96,6 +127,7 @@ class BM25Index:
         self.corpus = corpus
         self.postings = postings
         self._term_ids = {term: term_id for term_id, term in enumerate(vocabulary)}
+        self._dense_row_of_term = {int(term_id): row for row, term_id in enumerate(postings.dense_terms)}
 
     @classmethod
     def build(
@@ -157,11 +189,11 @@ class BM25Index:
             shape = (stop - start, used_terms.size)
             rows = sp.csr_matrix((rows.data, local_term[rows.indices], rows.indptr), shape=shape)
         by_term = rows.tocsc()  # (shard docs, shard terms), documents ascending within a term
-        postings = PostingLists(
-            starts=by_term.indptr.astype(np.int64, copy=False),
-            doc_indices=by_term.indices.astype(np.int64),
-            weights=by_term.data.astype(np.float64, copy=False),
-        )
+        starts = by_term.indptr.astype(np.int64, copy=False)
+        doc_indices = by_term.indices.astype(np.int64)
+        weights = by_term.data.astype(np.float64, copy=False)
+        dense_terms, dense_weights = _dense_rows(starts, doc_indices, weights, stop - start)
+        postings = PostingLists(starts, doc_indices, weights, dense_terms, dense_weights)
         return cls(
             algorithm=algorithm,
             parameters=parameters,
@@ -201,8 +233,12 @@ class BM25Index:
         positions = np.full((len(queries), k), NO_POSITION, dtype=np.int64)
         scores = np.full((len(queries), k), NO_SCORE, dtype=np.float64)
         drop_non_positive = self.algorithm != "BM25Okapi"
+        # One score array for all the queries: a fresh one per query costs more in page faults than the scoring.
+        doc_scores = np.empty(self.n_docs)
         for row, query in enumerate(queries):
-            hits, hit_scores = top_k(self.score(query), k, drop_non_positive)
+            doc_scores.fill(0.0)
+            self._add_scores(query, doc_scores)
+            hits, hit_scores = top_k(doc_scores, k, drop_non_positive)
             positions[row, : hits.size] = hits + self.doc_offset
             scores[row, : hits.size] = hit_scores
         return positions, scores
@@ -214,19 +250,25 @@ class BM25Index:
         :param query: The query.
         :returns: `(n_docs,)` float64 scores, by index within this index.
         """
-        terms = dict.fromkeys(self.tokenizer.tokenize(query))  # distinct, in order of first occurrence
-        spans = [self._span(self._term_ids[term]) for term in terms if term in self._term_ids]
-        # Concatenated in query order, so each document sums its terms in Haystack's order.
-        doc_indices = np.concatenate([self.postings.doc_indices[span] for span in spans] or [np.zeros(0, np.int64)])
-        weights = np.concatenate([self.postings.weights[span] for span in spans] or [np.zeros(0)])
-        scores = np.bincount(doc_indices, weights=weights, minlength=self.n_docs)
-        if scores.size != self.n_docs:
-            raise ValueError(f"The index's posting lists name documents beyond its {self.n_docs}: it is corrupt.")
+        scores = np.zeros(self.n_docs)
+        self._add_scores(query, scores)
         return scores
 
-    def _span(self, term_id: int) -> slice:
-        """Where a term's documents and weights lie in the posting arrays."""
-        return slice(int(self.postings.starts[term_id]), int(self.postings.starts[term_id + 1]))
+    def _add_scores(self, query: str, scores: np.ndarray) -> None:
+        """
+        Adds each of the query's distinct terms' weights to `scores`, term by term in query order, so that every
+        document sums its terms in Haystack's order (adding a dense row's 0 leaves a score as it is).
+        """
+        for term in dict.fromkeys(self.tokenizer.tokenize(query)):  # distinct, in order of first occurrence
+            term_id = self._term_ids.get(term)
+            if term_id is None:
+                continue
+            dense_row = self._dense_row_of_term.get(term_id)
+            if dense_row is not None:
+                scores += self.postings.dense_weights[dense_row]
+            else:
+                span = slice(int(self.postings.starts[term_id]), int(self.postings.starts[term_id + 1]))
+                np.add.at(scores, self.postings.doc_indices[span], self.postings.weights[span])
 
     def save(self, directory: str | Path) -> None:
         """
@@ -267,15 +309,7 @@ class BM25Index:
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"{directory} has an incomplete or malformed index header: {error!r}.") from error
-        starts = arrays["starts"]
-        n_pairs = arrays["doc_indices"].size
-        if (
-            starts.size != len(files.vocabulary) + 1
-            or starts[0] != 0
-            or starts[-1] != n_pairs
-            or arrays["weights"].size != n_pairs
-        ):
-            raise ValueError(f"{directory}: the posting arrays do not match each other or the vocabulary.")
+        _check_postings(directory, arrays, len(files.vocabulary), len(files.doc_ids))
         return cls(
             algorithm=algorithm,
             parameters=parameters,
@@ -287,3 +321,20 @@ class BM25Index:
             corpus=corpus,
             postings=PostingLists(**arrays),
         )
+
+
+def _check_postings(directory: Path, arrays: dict[str, np.ndarray], n_terms: int, n_docs: int) -> None:
+    """:raises ValueError: If the loaded arrays do not fit each other, the vocabulary and the documents."""
+    starts, doc_indices, dense_terms = arrays["starts"], arrays["doc_indices"], arrays["dense_terms"]
+    if (
+        starts.size != n_terms + 1
+        or starts[0] != 0
+        or starts[-1] != doc_indices.size
+        or arrays["weights"].size != doc_indices.size
+        or arrays["dense_weights"].shape != (dense_terms.size, n_docs)
+    ):
+        raise ValueError(f"{directory}: the posting arrays do not match each other or the vocabulary.")
+    if doc_indices.size and not 0 <= doc_indices.min() <= doc_indices.max() < n_docs:
+        raise ValueError(f"{directory}: the posting lists name documents beyond the index's {n_docs}: it is corrupt.")
+    if dense_terms.size and not 0 <= dense_terms.min() <= dense_terms.max() < n_terms:
+        raise ValueError(f"{directory}: the dense rows name terms beyond the vocabulary: it is corrupt.")

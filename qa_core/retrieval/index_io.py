@@ -7,12 +7,18 @@ from typing import Any
 
 import numpy as np
 
-FORMAT = "qa_core.retrieval.bm25/1"
+FORMAT = "qa_core.retrieval.bm25/2"
 HEADER_FILE = "index.json"
 VOCABULARY_FILE = "vocabulary.json"
 DOC_IDS_FILE = "doc_ids.json"
-# The arrays and the dtype each must have.
-ARRAY_DTYPES = {"starts": np.dtype(np.int64), "doc_indices": np.dtype(np.int64), "weights": np.dtype(np.float64)}
+# The arrays, and the dtype and number of dimensions each must have.
+ARRAY_SHAPES = {
+    "starts": (np.dtype(np.int64), 1),
+    "doc_indices": (np.dtype(np.int64), 1),
+    "weights": (np.dtype(np.float64), 1),
+    "dense_terms": (np.dtype(np.int64), 1),
+    "dense_weights": (np.dtype(np.float64), 2),
+}
 
 
 @dataclass
@@ -23,7 +29,7 @@ class IndexFiles:
     :param header: Parameters and statistics (`index.json`), without its `format` entry.
     :param vocabulary: The terms, by term id.
     :param doc_ids: The document ids, by document index.
-    :param arrays: `ARRAY_DTYPES`' arrays, one-dimensional, memory-mapped or in memory.
+    :param arrays: `ARRAY_SHAPES`' arrays, memory-mapped or in memory.
     """
 
     header: dict[str, Any]
@@ -37,10 +43,10 @@ def write_index_files(directory: Path, files: IndexFiles) -> None:
     Writes an index folder, creating the directory if needed.
 
     :param directory: The folder.
-    :param files: What to write; each array is converted to its `ARRAY_DTYPES` dtype.
+    :param files: What to write; each array is converted to its `ARRAY_SHAPES` dtype.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    for name, dtype in ARRAY_DTYPES.items():
+    for name, (dtype, _) in ARRAY_SHAPES.items():
         np.save(directory / f"{name}.npy", np.ascontiguousarray(files.arrays[name], dtype=dtype), allow_pickle=False)
     _write_json(directory / VOCABULARY_FILE, files.vocabulary)
     _write_json(directory / DOC_IDS_FILE, files.doc_ids)
@@ -54,28 +60,32 @@ def read_index_files(directory: Path, mmap: bool) -> IndexFiles:
     :param directory: The folder.
     :param mmap: Memory-map the arrays read-only instead of reading them.
     :returns: Its contents.
-    :raises ValueError: If a file is missing or malformed, the format is another, or an array is not a
-        one-dimensional array of its dtype (object arrays, which need pickle, included).
+    :raises ValueError: If a file is missing or malformed, the format is another (an index saved by an earlier
+        version must be built again), or an array has another dtype or number of dimensions (object arrays,
+        which need pickle, included).
     """
     header = _read_json(directory / HEADER_FILE, dict)
     if header.pop("format", None) != FORMAT:
-        raise ValueError(f"{directory / HEADER_FILE} is not a {FORMAT} index header.")
+        raise ValueError(
+            f"{directory / HEADER_FILE} is not a {FORMAT} index header (an index saved by another version of "
+            "qa_core must be built again)."
+        )
     vocabulary = _read_json(directory / VOCABULARY_FILE, list)
     doc_ids = _read_json(directory / DOC_IDS_FILE, list)
     for name, values in ((VOCABULARY_FILE, vocabulary), (DOC_IDS_FILE, doc_ids)):
         if not all(isinstance(value, str) for value in values):
             raise ValueError(f"{directory / name} must hold a list of strings.")
-    arrays = {name: _read_array(directory / f"{name}.npy", dtype, mmap) for name, dtype in ARRAY_DTYPES.items()}
+    arrays = {name: _read_array(directory / f"{name}.npy", *shape, mmap) for name, shape in ARRAY_SHAPES.items()}
     return IndexFiles(header=header, vocabulary=vocabulary, doc_ids=doc_ids, arrays=arrays)
 
 
-def _read_array(path: Path, dtype: np.dtype, mmap: bool) -> np.ndarray:
+def _read_array(path: Path, dtype: np.dtype, ndim: int, mmap: bool) -> np.ndarray:
     try:
         array = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
     except (OSError, ValueError) as error:  # ValueError: an object array, which only pickle could load
         raise ValueError(f"Cannot load {path} as a plain array: {error}") from error
-    if not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != 1:
-        raise ValueError(f"{path} must be a one-dimensional {dtype} array.")
+    if not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != ndim:
+        raise ValueError(f"{path} must be a {ndim}-dimensional {dtype} array.")
     return array
 
 

@@ -25,6 +25,7 @@ from qa_core.retrieval import (
 )
 from qa_core.retrieval import corpus as corpus_module
 from qa_core.retrieval import counts as counts_module
+from qa_core.retrieval import index as index_module
 from qa_core.retrieval.topk import top_k
 
 REPO = Path(__file__).resolve().parents[2]
@@ -218,6 +219,23 @@ def test_counting_and_weighing_in_steps_equal_doing_it_at_once(monkeypatch: pyte
         np.testing.assert_array_equal(getattr(chunked.postings, name), array)
 
 
+@pytest.mark.parametrize("algorithm", HAYSTACK_ALGORITHMS)
+def test_dense_rows_of_common_terms_score_exactly_as_their_postings(
+    algorithm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids, texts, queries = _search_grid()
+    with_rows = BM25Index.build(ids, texts, algorithm=algorithm)
+    n_common = with_rows.postings.dense_terms.size
+    assert 0 < n_common < len(with_rows.vocabulary) // 10  # both paths are taken by the grid's queries
+    monkeypatch.setattr(index_module, "DENSE_TERM_SHARE", 2.0)  # no term is in twice the documents
+    without_rows = BM25Index.build(ids, texts, algorithm=algorithm)
+    assert without_rows.postings.dense_terms.size == 0
+    for query in queries:  # bit for bit: the same sums in the same order
+        assert with_rows.score(query).tobytes() == without_rows.score(query).tobytes()
+    for left, right in zip(with_rows.search(queries, 10), without_rows.search(queries, 10), strict=True):
+        assert left.tobytes() == right.tobytes()
+
+
 def test_search_pads_rows_with_fewer_hits() -> None:
     texts, _ = CORPORA["empty_and_none"]
     present = [text for text in texts if text is not None]
@@ -285,6 +303,10 @@ def test_load_refuses_a_malformed_folder(tmp_path: Path) -> None:
         BM25Index.load(tmp_path)
     np.save(tmp_path / "weights.npy", np.zeros(7, dtype=np.float64))
     with pytest.raises(ValueError, match="do not match"):
+        BM25Index.load(tmp_path)
+    np.save(tmp_path / "weights.npy", np.zeros(3, dtype=np.float64))
+    np.save(tmp_path / "doc_indices.npy", np.array([0, 2, 1]))  # document 2 of 2
+    with pytest.raises(ValueError, match="documents beyond the index's 2: it is corrupt"):
         BM25Index.load(tmp_path)
     (tmp_path / "index.json").write_text('{"format": "something else"}')
     with pytest.raises(ValueError, match="index header"):
