@@ -41,7 +41,14 @@ from jobs.bulk_qa.progress import Progress
 from jobs.bulk_qa.results import write_results
 from jobs.bulk_qa.retrieval import needs_retrieval, prepare_index, save_built_index
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
-from jobs.bulk_qa.waves import ActorResources, Inputs, actor_resources, answer_wave, broadcast_documents
+from jobs.bulk_qa.waves import (
+    ActorResources,
+    Inputs,
+    actor_resources,
+    answer_wave,
+    partition_documents,
+    plan_documents_join,
+)
 from jobs.bulk_qa.workers.storage import InputError
 from qa_core.models import DEFAULT_TOKEN, model_fingerprint
 
@@ -107,14 +114,22 @@ def run(config: JobConfig) -> int:
     resumed = output.committed_shards()
     pipeline_started = time.time()
     pool = actor_resources(config.run, cluster)
+    partitioned = inputs.document_parts is not None and len(resumed) < len(expected)
+    if partitioned:  # once per run, before its first wave
+        partition_documents(inputs, config.run.output)
+    parts_s = time.time() - pipeline_started
     markers = {**resumed, **answer_pending_shards(config, inputs, expected, resumed, pool)}
+    if partitioned:  # a run that fails leaves them; the next one writes them again
+        output.delete_document_parts()
     pipeline_s = time.time() - pipeline_started
     cluster = {**cluster, "reader_actors": dataclasses.asdict(pool)}
     manifest = report.manifest(config, identity, markers, n_questions, expected, resumed, started, pipeline_s, cluster)
     if index is not None:
         manifest["index"] = index.record
     if inputs.documents is not None:
-        manifest["documents_join"] = "shuffle" if inputs.document_table is None else "broadcast"
+        manifest["documents_join"] = "partitioned" if inputs.document_table is None else "broadcast"
+        manifest["document_parts"] = inputs.document_parts
+        manifest["timings"]["document_parts_s"] = round(parts_s, 3) if partitioned else None
     if manifest["reconciled"]:
         manifest.update(write_results(output, sorted(markers), squad, config.work, config.refusal.no_answer_source))
         manifest["result_files"] += write_report(output, manifest)  # report.html; none without matplotlib
@@ -297,8 +312,10 @@ def read_inputs(
     expected = ids.questions_per_shard
     if expected is None:
         expected = check_ids(checks, ids.num_shards, partitions)
-    document_table = None if documents is None else broadcast_documents(work.documents)
-    inputs = Inputs(questions, documents, document_table, replies, schemas.squad, ids.num_shards, partitions)
+    document_table, document_parts = (None, None) if documents is None else plan_documents_join(work.documents)
+    inputs = Inputs(
+        questions, documents, document_table, document_parts, replies, schemas.squad, ids.num_shards, partitions
+    )
     return inputs, ids.n_questions, expected
 
 

@@ -15,14 +15,19 @@ from jobs.bulk_qa.inputs import table_bytes
 from jobs.bulk_qa.retrieval import IndexPlan, retrieved_questions
 from jobs.bulk_qa.workers.aggregate import aggregate_shard
 from jobs.bulk_qa.workers.explode import (
+    PART,
     document_columns,
     explode_pairs,
+    join_document_part,
     join_documents,
     question_rows,
     read_document_columns,
     replies_rows,
+    with_document_part,
+    write_document_part,
 )
 from jobs.bulk_qa.workers.read import ReadSequences
+from jobs.bulk_qa.workers.storage import ShardStore
 from jobs.bulk_qa.workers.tokenize import tokenize
 from qa_core.models import DEFAULT_TOKEN
 
@@ -30,10 +35,13 @@ from qa_core.models import DEFAULT_TOKEN
 # blocks at once held every sequence of the wave in one worker.
 PAIRS_PER_TOKENIZE_BATCH = 512
 # A documents table up to this size (uncompressed, from its Parquet footers) is joined by broadcast: its columns
-# are read once per run into the object store and every pair batch is joined with them in its own task. Larger
-# tables are joined by a hash shuffle in each wave, which also starts its own aggregator actors.
+# are read once per run into the object store and every pair batch is joined with them in its own task.
 BROADCAST_DOCUMENTS_MAX_BYTES = 256 * 2**20
 BROADCAST_READ_CPUS = 0.25  # the broadcast read's task: reserving a whole CPU would hold back the first wave's tasks
+# A larger table is split by id into parts of about this size (uncompressed) in the run's folder, once per run
+# (`partition_documents`); each wave shuffles only its pairs by part, and each part's pairs read that part's file.
+DOCUMENT_PART_BYTES = 64 * 2**20
+MAX_SHUFFLE_PARTITIONS = 32  # hash partitions of a shuffle by document part
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class Inputs:
     questions: Any
     documents: Any | None  # None for SQuAD-style questions, which carry their document
     document_table: Any | None  # a reference to the documents' columns in the object store, when joined by broadcast
+    document_parts: int | None  # the parts the documents are split into, when too large to broadcast
     replies: Any | None
     squad: bool  # questions carry a `context` instead of `document_ids`
     num_shards: int
@@ -61,17 +70,38 @@ class ActorResources:
     cpu_threads: int  # torch threads of a CPU actor
 
 
-def broadcast_documents(path: str) -> Any | None:
+def plan_documents_join(path: str) -> tuple[Any | None, int | None]:
     """
-    Starts reading the documents' columns into the object store, in one task (the driver holds only the reference),
-    when the table is at most `BROADCAST_DOCUMENTS_MAX_BYTES`; else None, and the waves join by shuffle. The read
-    runs while the driver goes on: the tasks that join wait for it.
+    How the waves join pairs with the documents table: up to `BROADCAST_DOCUMENTS_MAX_BYTES`, a reference to
+    its columns, which one task starts reading into the object store now (the driver holds only the reference; the
+    tasks that join wait for the read); a larger table, the number of parts `partition_documents` splits it into.
+
+    :returns: `(reference, None)` for a broadcast join, `(None, parts)` for a partitioned one.
     """
     import ray
 
-    if table_bytes(path) > BROADCAST_DOCUMENTS_MAX_BYTES:
-        return None
-    return ray.remote(read_document_columns).options(num_cpus=BROADCAST_READ_CPUS).remote(path)
+    size = table_bytes(path)
+    if size > BROADCAST_DOCUMENTS_MAX_BYTES:
+        return None, math.ceil(size / DOCUMENT_PART_BYTES)
+    return ray.remote(read_document_columns).options(num_cpus=BROADCAST_READ_CPUS).remote(path), None
+
+
+def partition_documents(inputs: Inputs, output: str) -> None:
+    """
+    Writes the documents into the run's folder split by id into `inputs.document_parts` parts, in one pass (one
+    shuffle of the corpus per run, whatever the number of waves); a part's file holds the documents of its ids.
+    """
+    ShardStore(output).delete_document_parts()  # a part another run left could hold other documents
+    written = (
+        inputs.documents.map_batches(document_columns, batch_format="pyarrow")
+        .map_batches(
+            with_document_part, batch_format="pyarrow", fn_kwargs={"column": "id", "n_parts": inputs.document_parts}
+        )
+        .groupby(PART, num_partitions=min(inputs.document_parts, MAX_SHUFFLE_PARTITIONS))
+        .map_groups(write_document_part, batch_format="pyarrow", fn_kwargs={"output": output})
+    )
+    for _ in written.iter_rows():
+        pass
 
 
 def actor_resources(run: RunSettings, cluster: dict[str, Any]) -> ActorResources:
@@ -129,13 +159,15 @@ def answer_wave(
         pairs = pairs.map_batches(
             join_documents, batch_format="pyarrow", fn_kwargs={"documents": inputs.document_table}
         )
-    elif inputs.documents is not None:
-        pairs = pairs.join(
-            inputs.documents.map_batches(document_columns, batch_format="pyarrow"),
-            "left_outer",
-            num_partitions=inputs.partitions,
-            on=("document_id",),
-            right_on=("id",),
+    elif inputs.documents is not None:  # each part's pairs meet in one task, which reads that part's documents
+        pairs = (
+            pairs.map_batches(
+                with_document_part,
+                batch_format="pyarrow",
+                fn_kwargs={"column": "document_id", "n_parts": inputs.document_parts},
+            )
+            .groupby(PART, num_partitions=min(inputs.document_parts, MAX_SHUFFLE_PARTITIONS))
+            .map_groups(join_document_part, batch_format="pyarrow", fn_kwargs={"output": config.run.output})
         )
     sequences = pairs.map_batches(
         tokenize,

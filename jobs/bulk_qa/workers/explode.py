@@ -1,7 +1,8 @@
 """
 The stages that turn input tables into work rows: a wave's questions into `question` rows and into one `pair` row
-per document to read, replies into `replies` rows, documents into the columns the pairs join (and the join itself
-when the documents table is small enough for every task to hold).
+per document to read, replies into `replies` rows, documents into the columns the pairs join, and the joins: with
+the whole documents table when every task can hold it, else with the one part of it (`DocumentParts`) that holds
+a group of pairs' documents.
 Questions and replies of other shards are dropped: another wave, or a resumed run's committed shards, answer them.
 """
 
@@ -20,7 +21,7 @@ from jobs.bulk_qa.workers.rows import (
     shard_of,
     table,
 )
-from jobs.bulk_qa.workers.storage import parquet_dataset
+from jobs.bulk_qa.workers.storage import ShardStore, parquet_dataset
 from qa_core.document import Document
 
 
@@ -115,16 +116,22 @@ def replies_rows(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> pa
     return table(rows, AGGREGATION_SCHEMA)
 
 
+DOCUMENTS_SCHEMA = pa.schema([("id", pa.string()), *DOCUMENT_COLUMNS])
+# The column that names a document's part (`DocumentParts`), on documents and on pairs.
+PART = "document_part"
+
+
 def document_columns(batch: pa.Table) -> pa.Table:
     """Documents as the pairs join them: content, page_number (int64 or null) and a marker that the id is known."""
     page_number = batch["page_number"] if "page_number" in batch.column_names else pa.nulls(len(batch), pa.int64())
     return pa.table(
         {
-            "id": batch["id"],
+            "id": batch["id"].cast(pa.string()),
             "content": batch["content"],
             "page_number": page_number.cast(pa.int64()),
             "known": pa.array([True] * len(batch)),
-        }
+        },
+        schema=DOCUMENTS_SCHEMA,
     )
 
 
@@ -132,19 +139,44 @@ def read_document_columns(path: str) -> pa.Table:
     """The documents' columns the pairs join (`document_columns`), read whole with pyarrow (a broadcast join's)."""
     dataset = parquet_dataset(path)
     columns = [name for name in ("id", "content", "page_number") if name in dataset.schema.names]
-    table = document_columns(dataset.to_table(columns=columns))
-    return table.set_column(0, "id", table["id"].cast(pa.string()))
+    return document_columns(dataset.to_table(columns=columns))
+
+
+def _join(pairs: pa.Table, documents: pa.Table) -> pa.Table:
+    """The rows a left-outer join of pairs and documents on the document id gives (unknown: null content)."""
+    wanted = documents.filter(pc.is_in(documents["id"], value_set=pairs["document_id"]))
+    return pairs.join(wanted, keys="document_id", right_keys="id", join_type="left outer")
 
 
 def join_documents(pairs: pa.Table, documents: Any) -> pa.Table:
     """
-    Pairs joined with their documents' columns held whole in the object store: the rows a left-outer join on the
-    document id gives (an unknown id: null content, `known` null), without a shuffle.
+    Pairs joined with their documents' columns held whole in the object store (unknown ids: null content,
+    `known` null), without a shuffle.
 
     :param documents: A reference to `read_document_columns`' table, read zero-copy from the object store.
     """
     import ray
 
-    table = ray.get(documents)
-    wanted = table.filter(pc.is_in(table["id"], value_set=pairs["document_id"]))
-    return pairs.join(wanted, keys="document_id", right_keys="id", join_type="left outer")
+    return _join(pairs, ray.get(documents))
+
+
+def with_document_part(batch: pa.Table, column: str, n_parts: int) -> pa.Table:
+    """The batch with a `PART` column: the part of `DocumentParts` that holds the document named in `column`."""
+    parts = [shard_of(document_id, n_parts) for document_id in batch[column].to_pylist()]
+    return batch.append_column(PART, pa.array(parts, pa.int64()))
+
+
+def write_document_part(group: pa.Table, output: str) -> pa.Table:
+    """Writes one part's documents (a `with_document_part` group) into the run's folder; returns its size."""
+    part = group[PART][0].as_py()
+    ShardStore(output).write_document_part(part, group.drop_columns([PART]))
+    return pa.table({"part": [part], "documents": [len(group)]})
+
+
+def join_document_part(pairs: pa.Table, output: str) -> pa.Table:
+    """
+    A group of pairs whose documents lie in one part (`with_document_part`) joined with that part, read from the
+    run's folder (no part file: none of its documents exist): the rows of a left-outer join on the document id.
+    """
+    part = ShardStore(output).read_document_part(pairs[PART][0].as_py())
+    return _join(pairs.drop_columns([PART]), DOCUMENTS_SCHEMA.empty_table() if part is None else part)

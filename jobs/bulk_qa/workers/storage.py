@@ -6,6 +6,8 @@ Layout under `--output`:
 - `answers/`, `questions/`, `generated_answers/`: one Parquet file per shard, `shard-00042.parquet`;
 - `_shards/shard-00042.json`: the shard's completion marker and counts, written after its tables;
 - `_tmp/`: files being written (a file is renamed into place only when complete);
+- `_documents/part-00003.parquet`: while a run answers, a documents table too large to broadcast, split by id into
+  parts (`jobs.bulk_qa.waves.partition_documents`); deleted when the run has answered every shard;
 - `_job.json` and `manifest.json`: the run's identity and its manifest (see `jobs.bulk_qa.output`).
 
 A shard counts as done only when its marker exists: a rerun recomputes shards without one and overwrites
@@ -22,6 +24,9 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+# The folder of a run's documents split into parts by id.
+DOCUMENT_PARTS = "_documents"
 
 
 class InputError(Exception):
@@ -110,6 +115,25 @@ class ShardStore:
         self._write_bytes(
             json.dumps({**marker, "shard": shard}, sort_keys=True).encode("utf-8"), "_shards", f"{name}.json"
         )
+
+    def write_document_part(self, part: int, documents: pa.Table) -> None:
+        """Writes (atomically) part `part` of the run's documents."""
+        sink = pa.BufferOutputStream()
+        pq.write_table(documents, sink)
+        self._write_bytes(sink.getvalue().to_pybytes(), DOCUMENT_PARTS, f"part-{part:05d}.parquet")
+
+    def read_document_part(self, part: int) -> pa.Table | None:
+        """Part `part` of the run's documents, or None when it holds none (no file)."""
+        try:
+            with self.filesystem.open_input_file(self._path(DOCUMENT_PARTS, f"part-{part:05d}.parquet")) as file:
+                return pq.read_table(file)
+        except FileNotFoundError:
+            return None
+
+    def delete_document_parts(self) -> None:
+        """Deletes the run's document parts, if any."""
+        if self.filesystem.get_file_info(self._path(DOCUMENT_PARTS)).type != pafs.FileType.NotFound:
+            self.filesystem.delete_dir(self._path(DOCUMENT_PARTS))
 
     def table_path(self, table_name: str) -> str:
         """Where a table's files are (a URI for remote filesystems, credentials masked)."""

@@ -1,12 +1,14 @@
 """The bulk job end to end on a local Ray: its tables equal ExtractiveReader.run per question, whatever the sharding."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from jobs.bulk_qa import waves
 from jobs.bulk_qa.config import load_config
+from jobs.bulk_qa.inputs import table_bytes
 from jobs.bulk_qa.workers.storage import InputError
 from qa_core import AnswerBuilder, Document, ExtractiveReader
 from tests.jobs.conftest import TEXTS, by_question, read_output, run_job, write_table
@@ -94,13 +96,15 @@ DRIVER_READS = DriverReads()
 def job_output(local_ray, corpus: dict, tiny_bert_model: Path) -> Path:
     """
     One run over the corpus, with generator replies, two reader actors and small actor batches, so that both
-    actors get work; what reaches its driver is recorded in `DRIVER_READS`. Its documents are joined by the hash
-    shuffle that tables above `BROADCAST_DOCUMENTS_MAX_BYTES` take (the sample job's test takes the broadcast join).
+    actors get work; what reaches its driver is recorded in `DRIVER_READS`. Its documents are joined as tables
+    above `BROADCAST_DOCUMENTS_MAX_BYTES` are, split into parts (three here) in the run's folder (the sample job's
+    test takes the broadcast join).
     """
     output = corpus["root"] / "out"
     patch = pytest.MonkeyPatch()
     DRIVER_READS.install(patch)
     patch.setattr(waves, "BROADCAST_DOCUMENTS_MAX_BYTES", 0)
+    patch.setattr(waves, "DOCUMENT_PART_BYTES", math.ceil(table_bytes(str(corpus["paths"]["documents"])) / 3))
     try:
         status = run_job(
             "--questions", corpus["paths"]["questions"], "--documents", corpus["paths"]["documents"],
@@ -112,7 +116,9 @@ def job_output(local_ray, corpus: dict, tiny_bert_model: Path) -> Path:
     finally:
         patch.undo()
     assert status == 0
-    assert json.loads((output / "manifest.json").read_text())["documents_join"] == "shuffle"
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert (manifest["documents_join"], manifest["document_parts"]) == ("partitioned", 3)
+    assert not (output / "_documents").exists()  # the parts live only while the run answers
     return output
 
 

@@ -4,14 +4,22 @@ import dataclasses
 import zlib
 from pathlib import Path
 
-import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from jobs.bulk_qa.workers.aggregate import RefusalSettings, aggregate_shard
-from jobs.bulk_qa.workers.explode import document_columns, explode_pairs, question_rows
+from jobs.bulk_qa.workers.explode import (
+    PART,
+    document_columns,
+    explode_pairs,
+    join_document_part,
+    question_rows,
+    with_document_part,
+    write_document_part,
+)
 from jobs.bulk_qa.workers.read import ReadSequences
-from jobs.bulk_qa.workers.rows import DOCUMENT_COLUMNS, shard_of
+from jobs.bulk_qa.workers.rows import shard_of
 from jobs.bulk_qa.workers.tokenize import tokenize
 from qa_core import Document, ExtractiveReader
 from qa_core.inference import InferenceSettings
@@ -40,15 +48,31 @@ def aggregate(work: pa.Table, output: Path, selection: SelectionSettings = SELEC
     return aggregate_shard(pa.concat_tables([work, questions]), selection, RefusalSettings(), None, str(output))
 
 
+N_PARTS = 16  # parts of the documents: "zz" (no such document) falls in a part that holds none
+
+
+def _groups(table: pa.Table) -> list[pa.Table]:
+    """The table's rows grouped by `PART`, as `groupby(PART).map_groups` hands them over."""
+    return [table.filter(pc.equal(table[PART], part)) for part in sorted(set(table[PART].to_pylist()))]
+
+
 @pytest.fixture(scope="module")
-def candidates(tiny_roberta_model: Path) -> pa.Table:
-    """The work rows of the questions, through every stage up to the reader (in-process)."""
+def candidates(tiny_roberta_model: Path, tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
+    """The work rows of the questions, through every stage up to the reader (in-process), the documents joined
+    as a documents table too large to broadcast is: split into parts in the run's folder, each part's pairs
+    joined with that part's file."""
     documents = pa.table({"id": list(CONTENTS), "content": list(CONTENTS.values()), "page_number": [None, 7, None]})
-    work = explode_pairs(QUESTIONS, num_shards=1, shards=frozenset({0}), squad=False)
-    # Ray Data's join runs on polars: join the same way here.
-    joined = pl.from_arrow(work).join(pl.from_arrow(document_columns(documents)), left_on="document_id",
-                                      right_on="id", how="left")  # fmt: skip
-    work = joined.to_arrow().cast(pa.schema([(f.name, f.type) for f in work.schema] + DOCUMENT_COLUMNS))
+    output = str(tmp_path_factory.mktemp("run"))
+    parts = with_document_part(document_columns(documents), column="id", n_parts=N_PARTS)
+    written = pa.concat_tables(write_document_part(group, output) for group in _groups(parts))
+    assert sorted(written["documents"].to_pylist()) == [1, 1, 1]  # a, b and c each fall in a part of their own
+    assert shard_of("zz", N_PARTS) not in written["part"].to_pylist()
+    pairs = explode_pairs(QUESTIONS, num_shards=1, shards=frozenset({0}), squad=False)
+    pairs = with_document_part(pairs, column="document_id", n_parts=N_PARTS)
+    work = pa.concat_tables(join_document_part(group, output) for group in _groups(pairs))
+    assert sorted(zip(work["document_id"].to_pylist(), work["known"].to_pylist(), strict=True)) == [
+        ("a", True), ("b", True), ("b", True), ("c", True), ("c", True), ("zz", None)
+    ]  # fmt: skip
     model = ModelSettings(str(tiny_roberta_model))
     sequences = tokenize(work, model, None, TOKENIZATION, SELECTION)
     return ReadSequences(model, InferenceSettings(), SELECTION, None, cpu_threads=1)(sequences)
