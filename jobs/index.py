@@ -16,31 +16,23 @@ import sys
 
 import pyarrow.fs as pafs
 
-from jobs.bulk_qa.config import _yaml_value
+from jobs.bulk_qa.config import add_options, with_values
 from jobs.bulk_qa.inputs import DOCUMENTS, table_schema
 from jobs.bulk_qa.retrieval import build_index, write_index
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
 from qa_core.retrieval.index_io import HEADER_FILE
 
+# The retrieval settings an index is built with (the job's others only apply to searching it).
+INDEX_OPTIONS = frozenset({"bm25_algorithm", "bm25_parameters", "index_shards", "split_length", "split_overlap"})
+
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line; the BM25 options are documented by `RetrievalSettings`' fields."""
-    docs, defaults = RetrievalSettings.docs(), RetrievalSettings.defaults()
+    """The command line: the BM25 options are `RetrievalSettings`' fields, as the job's."""
     parser = argparse.ArgumentParser(prog="python -m jobs.index", description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("--documents", required=True, help="documents Parquet: id, content (as for the job)")
     parser.add_argument("--output", required=True, help="folder to write the index into (an index there is replaced)")
-    parser.add_argument(
-        "--bm25-algorithm",
-        default=defaults["bm25_algorithm"],
-        help=f"{docs['bm25_algorithm']} (default: {defaults['bm25_algorithm']})",
-    )
-    parser.add_argument(
-        "--bm25-parameters", type=_yaml_value, default={}, metavar="YAML", help=f"{docs['bm25_parameters']}"
-    )
-    parser.add_argument("--index-shards", type=int, default=1, help=f"{docs['index_shards']} (default: 1)")
-    parser.add_argument("--split-length", type=int, default=None, help=f"{docs['split_length']} (default: None)")
-    parser.add_argument("--split-overlap", type=int, default=0, help=f"{docs['split_overlap']} (default: 0)")
+    add_options(parser, {"retrieval": RetrievalSettings()}, only=INDEX_OPTIONS)
     return parser
 
 
@@ -48,13 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        settings = RetrievalSettings(
-            bm25_algorithm=args.bm25_algorithm,
-            bm25_parameters=args.bm25_parameters,
-            index_shards=args.index_shards,
-            split_length=args.split_length,
-            split_overlap=args.split_overlap,
-        )
+        settings = with_values({"retrieval": RetrievalSettings()}, vars(args))["retrieval"]
         problems = settings.problems()
         if problems:
             raise InputError("Invalid options:\n  - " + "\n  - ".join(problems))

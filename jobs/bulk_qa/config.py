@@ -171,16 +171,22 @@ def _yaml_value(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"not valid YAML: {error}") from None
 
 
-def add_options(parser: argparse.ArgumentParser, phases: dict[str, Settings]) -> None:
+def add_options(
+    parser: argparse.ArgumentParser, phases: dict[str, Settings], only: frozenset[str] | None = None
+) -> None:
     """
     One flag per field of each phase's settings (dashes for underscores), in a group per phase, documented by the
     field's comment and showing the given settings' value as the default. Flags not given are absent from the
     parsed namespace, so that they keep their default.
+
+    :param only: The fields to offer (default: all of them).
     """
     for phase in phases.values():
         group = parser.add_argument_group(type(phase).__doc__.splitlines()[0].rstrip("."))
         docs, values = phase.docs(), phase.as_dict()
         for name, annotation in phase.types().items():
+            if only is not None and name not in only:
+                continue
             flag = "--" + name.replace("_", "-")
             kind = _base_type(annotation)
             help_text = f"{docs.get(name, '')} (default: {values[name]})"
