@@ -95,9 +95,6 @@ class OutputFolder(ShardStore):
             self.clear()
         self._write_bytes(json.dumps(identity, sort_keys=True, indent=2).encode("utf-8"), "_job.json")
 
-    def _exists(self, name: str) -> bool:
-        return self.filesystem.get_file_info(self._path(name)).type != pafs.FileType.NotFound
-
     def clear(self) -> None:
         """Deletes this job's own files and folders in the output folder (nothing else)."""
         for name in _OWN_NAMES:

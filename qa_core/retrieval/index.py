@@ -71,9 +71,14 @@ def _dense_rows(
     terms = np.flatnonzero(np.diff(starts) >= DENSE_TERM_SHARE * n_docs).astype(np.int64)
     rows = np.zeros((terms.size, n_docs))
     for row, term_id in enumerate(terms):
-        span = slice(int(starts[term_id]), int(starts[term_id + 1]))
+        span = _span(starts, term_id)
         rows[row, doc_indices[span]] = weights[span]
     return terms, rows
+
+
+def _span(starts: np.ndarray, term_id: int) -> slice:
+    """Where a term's documents and weights lie in the posting arrays."""
+    return slice(int(starts[term_id]), int(starts[term_id + 1]))
 
 
 class BM25Index:
@@ -267,7 +272,7 @@ class BM25Index:
             if dense_row is not None:
                 scores += self.postings.dense_weights[dense_row]
             else:
-                span = slice(int(self.postings.starts[term_id]), int(self.postings.starts[term_id + 1]))
+                span = _span(self.postings.starts, term_id)
                 np.add.at(scores, self.postings.doc_indices[span], self.postings.weights[span])
 
     def save(self, directory: str | Path) -> None:

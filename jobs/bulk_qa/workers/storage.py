@@ -65,6 +65,11 @@ def parquet_dataset(path: str) -> pads.Dataset:
     return pads.dataset(inner, filesystem=filesystem, format="parquet")
 
 
+def _document_part_file(part: int) -> str:
+    """The file name of part `part` of a run's documents."""
+    return f"part-{part:05d}.parquet"
+
+
 class ShardStore:
     """The job's output folder on any pyarrow filesystem, shard by shard; never writes outside it."""
 
@@ -88,6 +93,15 @@ class ShardStore:
             stream.write(data)
         self.filesystem.move(temporary, self._path(*parts))
 
+    def _write_table(self, table: pa.Table, *parts: str) -> None:
+        """Writes a table as one Parquet file, atomically (`_write_bytes`)."""
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        self._write_bytes(sink.getvalue().to_pybytes(), *parts)
+
+    def _exists(self, *parts: str) -> bool:
+        return self.filesystem.get_file_info(self._path(*parts)).type != pafs.FileType.NotFound
+
     def _read_json(self, *parts: str) -> Any | None:
         try:
             with self.filesystem.open_input_stream(self._path(*parts)) as stream:
@@ -109,30 +123,26 @@ class ShardStore:
         """Writes a shard's tables, each atomically, then its completion marker."""
         name = f"shard-{shard:05d}"
         for table_name, table in tables.items():
-            sink = pa.BufferOutputStream()
-            pq.write_table(table, sink)
-            self._write_bytes(sink.getvalue().to_pybytes(), table_name, f"{name}.parquet")
+            self._write_table(table, table_name, f"{name}.parquet")
         self._write_bytes(
             json.dumps({**marker, "shard": shard}, sort_keys=True).encode("utf-8"), "_shards", f"{name}.json"
         )
 
     def write_document_part(self, part: int, documents: pa.Table) -> None:
         """Writes (atomically) part `part` of the run's documents."""
-        sink = pa.BufferOutputStream()
-        pq.write_table(documents, sink)
-        self._write_bytes(sink.getvalue().to_pybytes(), DOCUMENT_PARTS, f"part-{part:05d}.parquet")
+        self._write_table(documents, DOCUMENT_PARTS, _document_part_file(part))
 
     def read_document_part(self, part: int) -> pa.Table | None:
         """Part `part` of the run's documents, or None when it holds none (no file)."""
         try:
-            with self.filesystem.open_input_file(self._path(DOCUMENT_PARTS, f"part-{part:05d}.parquet")) as file:
+            with self.filesystem.open_input_file(self._path(DOCUMENT_PARTS, _document_part_file(part))) as file:
                 return pq.read_table(file)
         except FileNotFoundError:
             return None
 
     def delete_document_parts(self) -> None:
         """Deletes the run's document parts, if any."""
-        if self.filesystem.get_file_info(self._path(DOCUMENT_PARTS)).type != pafs.FileType.NotFound:
+        if self._exists(DOCUMENT_PARTS):
             self.filesystem.delete_dir(self._path(DOCUMENT_PARTS))
 
     def table_path(self, table_name: str) -> str:
