@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from jobs.bulk_qa.engines import ENGINES, IN_PROCESS_ENGINE
 from jobs.bulk_qa.workers.aggregate import RefusalSettings
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError, redact
@@ -49,6 +50,7 @@ class RunSettings(Settings):
     output: str | None = None  # folder that receives answers/, questions/, generated_answers/, manifest.json
     overwrite: bool = False  # replace the output of an earlier run made with other inputs or settings
     address: str | None = None  # Ray cluster to join (e.g. ray://head:10001 or auto); None: start a local Ray
+    engine: str = "auto"  # ray; in-process: in this process, no Ray; auto: in-process for a small local job, else ray
     num_actors: int | None = None  # reader actors; None: one per GPU, or one on a CPU-only cluster
     gpus_per_actor: float | None = None  # GPUs each reader actor holds when the cluster has GPUs; None: 1
     cpus_per_actor: float = 0.5  # logical CPUs each reader actor reserves; the pool takes at most 1/4 of the cluster
@@ -59,6 +61,15 @@ class RunSettings(Settings):
 
     def problems(self) -> list[str]:
         problems = [] if self.output else ["--output is required"]
+        if self.engine not in ENGINES:
+            problems.append(f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+        if self.engine == IN_PROCESS_ENGINE and self.address:
+            address = redact(self.address)
+            problems.append(f"engine {IN_PROCESS_ENGINE} runs without Ray: it cannot join --address {address}")
+        if self.engine == IN_PROCESS_ENGINE and (self.num_actors or 1) > 1:
+            problems.append(
+                f"engine {IN_PROCESS_ENGINE} reads with one reader: num_actors must be 1, not {self.num_actors}"
+            )
         problems += at_least("num_actors", self.num_actors, 1, optional=True)
         if self.gpus_per_actor is not None and not self.gpus_per_actor > 0:
             problems.append(f"gpus_per_actor must be > 0, not {self.gpus_per_actor}")

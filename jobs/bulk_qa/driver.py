@@ -2,8 +2,8 @@
 The bulk QA job's driver: `python -m jobs.bulk_qa --questions Q --documents D --output OUT [options]` (or `bulk-qa`).
 
 Checks the inputs, the model and the ids (small id columns here, before Ray starts; large ones on the cluster),
-reads the tables with Ray Data, answers the pending shards in waves (see `jobs.bulk_qa.waves`), then writes the
-manifest and prints the summary. Exit status: 0 when every question is accounted for, 2 for unusable input or
+chooses the engine (a small local job runs in this process, any other on Ray: `choose_engine`), reads the tables,
+answers the pending shards in waves (see `jobs.bulk_qa.waves`), then writes the manifest and prints the summary. Exit status: 0 when every question is accounted for, 2 for unusable input or
 configuration, 1 for any other failure.
 """
 
@@ -21,6 +21,14 @@ import pyarrow as pa
 
 from jobs.bulk_qa import report
 from jobs.bulk_qa.config import JobConfig, RunSettings, load_config
+from jobs.bulk_qa.engines import (
+    IN_PROCESS_ENGINE,
+    IN_PROCESS_MAX_QUESTIONS,
+    RAY_ENGINE,
+    Engine,
+    InProcessEngine,
+    RayEngine,
+)
 from jobs.bulk_qa.html_report import write_report
 from jobs.bulk_qa.ids import DRIVER_CHECK_MAX_ROWS, check_ids, check_ids_in_driver
 from jobs.bulk_qa.inputs import (
@@ -32,7 +40,7 @@ from jobs.bulk_qa.inputs import (
     check_questions_schema,
     input_fingerprint,
     read_ids,
-    read_table,
+    table_bytes,
     table_rows,
     table_schema,
 )
@@ -42,6 +50,7 @@ from jobs.bulk_qa.results import write_results
 from jobs.bulk_qa.retrieval import needs_retrieval, prepare_index, save_built_index
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
 from jobs.bulk_qa.waves import (
+    BROADCAST_DOCUMENTS_MAX_BYTES,
     ActorResources,
     Inputs,
     actor_resources,
@@ -58,20 +67,29 @@ def main(argv: list[str] | None = None) -> int:
     Command-line entry point; returns the exit status: 2 for unusable input or settings, 1 when the run could not
     account for every question (a Ray actor of the job that died for good, e.g. a reader whose constructor failed).
     """
-    from ray.exceptions import ActorDiedError
-
     try:
         return run(load_config(argv))
     except InputError as error:
         print(f"bulk-qa: error: {error}", file=sys.stderr)
         return 2
-    except ActorDiedError as error:  # Ray Data restarts a dead actor, but not one that failed in its constructor
+    except Exception as error:
+        if not actor_died(error):
+            raise
         print(
             f"bulk-qa: error: a Ray actor of the job could not run: {actor_failure(error)} "
             "Shards committed so far are kept: fix the cause and run the same command again to resume.",
             file=sys.stderr,
         )
         return 1
+
+
+def actor_died(error: Exception) -> bool:
+    """
+    Whether a Ray actor of the job died for good (Ray Data restarts a dead actor, but not one that failed in its
+    constructor). Only a run on Ray has actors: an in-process run never imports Ray.
+    """
+    exceptions = sys.modules.get("ray.exceptions")
+    return exceptions is not None and isinstance(error, exceptions.ActorDiedError)
 
 
 def actor_failure(error: Exception) -> str:
@@ -97,7 +115,8 @@ def run(config: JobConfig) -> int:
     started = time.time()
     squad = load_squad_input(config.work.questions, config.work.allow_misaligned_gold)  # None unless a SQuAD file
     schemas = check_inputs(config, squad)
-    ids = check_small_ids(config, schemas, squad)  # before Ray starts, when the id columns are small
+    engine = choose_engine(config, squad)
+    ids = check_small_ids(config, schemas, squad, engine)  # before Ray starts, when the id columns are small
     identity = run_identity(config, schemas)
     output = OutputFolder(config.run.output)
     existing = output.check(identity, config.run.overwrite)  # refused before reading any input if it would be
@@ -105,8 +124,8 @@ def run(config: JobConfig) -> int:
     if schemas.retrieval:  # built (or checked) before Ray starts: an unusable corpus fails at once
         resuming = existing == identity and not config.run.overwrite
         index = prepare_index(config.retrieval, config.work.documents, output, resuming)
-    cluster = start_ray(config.run)
-    inputs, n_questions, expected = read_inputs(config, schemas, squad, ids)
+    cluster = start_ray(config.run) if engine.name == RAY_ENGINE else engine.cluster()
+    inputs, n_questions, expected = read_inputs(config, schemas, squad, ids, engine)
     output.claim(identity, config.run.overwrite)
     if index is not None:
         index = save_built_index(index)  # into the claimed output folder, so that a resumed run keeps it
@@ -223,6 +242,7 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     context.shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     resources = ray.cluster_resources()
     cluster = {
+        "engine": RAY_ENGINE,
         "address": ray.get_runtime_context().gcs_address,
         "started_by_job": started_here,
         "nodes": sum(1 for node in ray.nodes() if node["Alive"]),
@@ -266,19 +286,45 @@ def input_tables(config: JobConfig, schemas: Schemas, squad: SquadInput | None) 
     return tables
 
 
-def check_small_ids(config: JobConfig, schemas: Schemas, squad: SquadInput | None = None) -> IdCheck:
+def count_questions(config: JobConfig, squad: SquadInput | None) -> int:
+    """The questions of the run, from the Parquet footers (a SQuAD file's are in the driver)."""
+    return squad.table.num_rows if squad is not None else table_rows(config.work.questions)
+
+
+def choose_engine(config: JobConfig, squad: SquadInput | None) -> Engine:
+    """
+    The engine the run's `engine` setting names; for `auto`, in-process when the job joins no Ray (no `--address`,
+    no `RAY_ADDRESS`, no Ray already running in this process), asks for one reader (`num_actors` unset or 1),
+    its questions are at most `IN_PROCESS_MAX_QUESTIONS` and its documents can be joined by broadcast; else Ray.
+    """
+    run = config.run
+    if run.engine != "auto":
+        return InProcessEngine() if run.engine == IN_PROCESS_ENGINE else RayEngine()
+    ray_module = sys.modules.get("ray")  # imported by the job only to start or join a Ray
+    joins = run.address or os.environ.get("RAY_ADDRESS") or (ray_module is not None and ray_module.is_initialized())
+    documents = config.work.documents if squad is None else None
+    small = (
+        count_questions(config, squad) <= IN_PROCESS_MAX_QUESTIONS
+        and (run.num_actors or 1) == 1
+        and (documents is None or table_bytes(documents) <= BROADCAST_DOCUMENTS_MAX_BYTES)
+    )
+    return InProcessEngine() if small and not joins else RayEngine()
+
+
+def check_small_ids(config: JobConfig, schemas: Schemas, squad: SquadInput | None, engine: Engine) -> IdCheck:
     """
     Counts the questions (from the Parquet footers) and, when the id columns hold at most `DRIVER_CHECK_MAX_ROWS`
-    rows in all, checks them here with pyarrow, reading the id columns only (`check_ids_in_driver`); larger ones
-    are checked on the cluster by `read_inputs`.
+    rows in all (or the run is in-process), checks them here with pyarrow, reading the id columns only
+    (`check_ids_in_driver`); larger ones are checked on the cluster by `read_inputs`.
 
     :raises InputError: When a small id column holds nulls, empty strings or duplicates.
     """
     tables = input_tables(config, schemas, squad)
     rows = {spec.name: table_rows(path) for spec, path in tables}
-    n_questions = squad.table.num_rows if squad is not None else rows[QUESTIONS.name]
+    n_questions = count_questions(config, squad)
     num_shards = max(1, math.ceil(n_questions / config.work.shard_size))
-    if sum(rows.values()) + (n_questions if squad is not None else 0) > DRIVER_CHECK_MAX_ROWS:
+    total = sum(rows.values()) + (n_questions if squad is not None else 0)
+    if engine.name == RAY_ENGINE and total > DRIVER_CHECK_MAX_ROWS:
         return IdCheck(n_questions, num_shards, None)
     ids = [(spec, path, read_ids(path, spec)) for spec, path in tables]
     if squad is not None:
@@ -287,34 +333,37 @@ def check_small_ids(config: JobConfig, schemas: Schemas, squad: SquadInput | Non
 
 
 def read_inputs(
-    config: JobConfig, schemas: Schemas, squad: SquadInput | None, ids: IdCheck
+    config: JobConfig, schemas: Schemas, squad: SquadInput | None, ids: IdCheck, engine: Engine
 ) -> tuple[Inputs, int, dict[int, int]]:
     """
-    The input datasets, the number of questions and how many each shard holds (the id check run on the cluster
-    if `check_small_ids` left it).
+    The input datasets (the engine's), the number of questions and how many each shard holds (the id check run
+    on the cluster if `check_small_ids` left it).
 
     :raises InputError: When an id column holds nulls, empty strings or duplicates.
     """
     work = config.work
     listed = [name for name in ("context" if schemas.squad else "document_ids",) if name in schemas.questions.names]
-    questions = squad.to_ray() if squad is not None else read_table(work.questions, ["id", "query", *listed])
+    if squad is not None:
+        questions = engine.from_arrow(squad.blocks())
+    else:
+        questions = engine.read_parquet(work.questions, ["id", "query", *listed])
     checks = [(QUESTIONS, work.questions, questions)]
     documents = replies = None
     if schemas.documents is not None:
         page = ["page_number"] if "page_number" in schemas.documents.names else []
-        documents = read_table(work.documents, ["id", "content", *page])
+        documents = engine.read_parquet(work.documents, ["id", "content", *page])
         checks.append((DOCUMENTS, work.documents, documents))
     if schemas.replies is not None:
         meta = ["meta"] if "meta" in schemas.replies.names else []
-        replies = read_table(work.replies, ["question_id", "replies", *meta])
+        replies = engine.read_parquet(work.replies, ["question_id", "replies", *meta])
         checks.append((REPLIES, work.replies, replies))
     partitions = max(1, min(32, ids.n_questions // 50_000))
     expected = ids.questions_per_shard
     if expected is None:
         expected = check_ids(checks, ids.num_shards, partitions)
-    document_table, document_parts = (None, None) if documents is None else plan_documents_join(work.documents)
+    document_table, document_parts = (None, None) if documents is None else plan_documents_join(work.documents, engine)
     inputs = Inputs(
-        questions, documents, document_table, document_parts, replies, schemas.squad, ids.num_shards, partitions
+        engine, questions, documents, document_table, document_parts, replies, schemas.squad, ids.num_shards, partitions
     )
     return inputs, ids.n_questions, expected
 

@@ -220,11 +220,3 @@ def input_fingerprint(path: str) -> list[list[Any]]:
     info = filesystem.get_file_info(inner)
     infos = [info] if info.type == pafs.FileType.File else filesystem.get_file_info(pafs.FileSelector(inner, True))
     return sorted([i.path, i.size, i.mtime_ns] for i in infos if i.type == pafs.FileType.File)
-
-
-def read_table(path: str, columns: list[str]) -> Any:
-    """A Parquet input as a Ray Data dataset of `columns` (read lazily, by the cluster's tasks)."""
-    import ray.data
-
-    filesystem, inner = resolve_path(path)
-    return ray.data.read_parquet(inner, filesystem=filesystem).select_columns(columns)

@@ -4,6 +4,7 @@ import time
 from typing import Any
 
 from jobs.bulk_qa.config import JobConfig
+from jobs.bulk_qa.engines import IN_PROCESS_ENGINE
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.workers.tables import QUESTION_STATUSES
 
@@ -77,6 +78,13 @@ def idle_readers(manifest: dict[str, Any]) -> str:
     )
 
 
+def engine_line(manifest: dict[str, Any]) -> str:
+    """Where the run ran, for the summary's throughput line."""
+    if manifest["cluster"]["engine"] == IN_PROCESS_ENGINE:
+        return "in-process, no Ray"
+    return f"Ray start {manifest['timings']['ray_start_s']} s"
+
+
 def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
     """Prints the run's summary (from its manifest) on stdout: the last thing the job prints there."""
     outputs, statuses = manifest["outputs"], manifest["outputs"]["statuses"]
@@ -89,7 +97,7 @@ def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
         + (f", {outputs['generated_answers']} generated answers" if outputs["generated_answers"] else ""),
         f"  throughput  {manifest['throughput']['questions_per_s']} questions/s, "
         f"{manifest['throughput']['sequences_per_s']} sequences/s "
-        f"(pipeline {manifest['timings']['pipeline_s']} s, Ray start {manifest['timings']['ray_start_s']} s)",
+        f"(pipeline {manifest['timings']['pipeline_s']} s, {engine_line(manifest)})",
         idle_readers(manifest),
         f"  shards      {manifest['shards']['committed']}/{manifest['shards']['total']} committed"
         f" ({manifest['shards']['resumed']} from an earlier run)",

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from jobs.bulk_qa.engines import Engine
 from jobs.bulk_qa.inputs import input_fingerprint
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.workers.passages import Passages, split_batch
@@ -265,7 +266,12 @@ def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, 
 
 
 def retrieved_questions(
-    questions: Any, wave: dict[str, Any], settings: RetrievalSettings, plan: IndexPlan, cluster_cpus: float
+    questions: Any,
+    wave: dict[str, Any],
+    settings: RetrievalSettings,
+    plan: IndexPlan,
+    cluster_cpus: float,
+    engine: Engine,
 ) -> Any:
     """
     The wave's questions, those without `document_ids` given their retrieved documents (see
@@ -274,8 +280,6 @@ def retrieved_questions(
     merges its hits into the earlier shards'); like the reader actors, the actors reserve a fraction of a CPU,
     together at most a quarter of the cluster's, so that the tasks around them always find CPUs.
     """
-    import ray.data
-
     locations = plan.shard_locations
     retrieved = questions.map_batches(wave_questions, batch_format="pyarrow", fn_kwargs=wave)
     for location in locations:
@@ -283,7 +287,7 @@ def retrieved_questions(
             RetrieveDocuments,
             batch_format="pyarrow",
             batch_size=QUESTIONS_PER_RETRIEVAL_BATCH,
-            compute=ray.data.ActorPoolStrategy(size=1),
+            compute=engine.actor_pool(1),
             fn_constructor_kwargs={"location": location, "retriever_top_k": settings.retriever_top_k},
             num_cpus=min(0.5, (cluster_cpus or 1) / (4 * len(locations))),
         )

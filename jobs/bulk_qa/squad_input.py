@@ -34,12 +34,9 @@ class SquadInput:
     dataset: SquadDataset
     table: pa.Table  # QUESTIONS_TABLE_SCHEMA: the dataset's ids, questions and contexts, in dataset order
 
-    def to_ray(self) -> Any:
-        """The questions as a Ray Data dataset (blocks of `ROWS_PER_BLOCK` rows)."""
-        import ray.data
-
-        blocks = [self.table.slice(start, ROWS_PER_BLOCK) for start in range(0, self.table.num_rows, ROWS_PER_BLOCK)]
-        return ray.data.from_arrow(blocks)
+    def blocks(self) -> list[pa.Table]:
+        """The questions table in blocks of `ROWS_PER_BLOCK` rows, as the run's dataset is made of them."""
+        return [self.table.slice(start, ROWS_PER_BLOCK) for start in range(0, self.table.num_rows, ROWS_PER_BLOCK)]
 
     def gold_summary(self) -> dict[str, Any]:
         """What the manifest records of the dataset: version, whether it has gold, misaligned answers left out."""

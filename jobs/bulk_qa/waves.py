@@ -1,7 +1,8 @@
 """
 One wave of the bulk job: the questions of some shards answered by one Ray Data pipeline (explode, join, tokenize,
-read, aggregate), each shard committed by its aggregation task. Waves bound memory: a wave's candidates are
-shuffled together, the next wave's later. Ray Data's defaults retry what fails: a map task whose worker dies
+read, aggregate), each shard committed by its aggregation task; the run's engine (`jobs.bulk_qa.engines`) runs it
+on Ray or in this process. Waves bound memory: a wave's candidates are shuffled together, the next wave's later.
+On Ray, Ray Data's defaults retry what fails: a map task whose worker dies
 (`max_retries=-1`), a dead reader actor (restarted, its batch read again: `max_restarts=-1, max_task_retries=-1`).
 """
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.bulk_qa.config import JobConfig, RunSettings
+from jobs.bulk_qa.engines import IN_PROCESS_ENGINE, Engine
 from jobs.bulk_qa.inputs import table_bytes
 from jobs.bulk_qa.retrieval import IndexPlan, retrieved_questions
 from jobs.bulk_qa.workers.aggregate import aggregate_shard
@@ -21,7 +23,6 @@ from jobs.bulk_qa.workers.explode import (
     join_document_part,
     join_documents,
     question_rows,
-    read_document_columns,
     replies_rows,
     with_document_part,
     write_document_part,
@@ -37,7 +38,6 @@ PAIRS_PER_TOKENIZE_BATCH = 512
 # A documents table up to this size (uncompressed, from its Parquet footers) is joined by broadcast: its columns
 # are read once per run into the object store and every pair batch is joined with them in its own task.
 BROADCAST_DOCUMENTS_MAX_BYTES = 256 * 2**20
-BROADCAST_READ_CPUS = 0.25  # the broadcast read's task: reserving a whole CPU would hold back the first wave's tasks
 # A larger table is split by id into parts of about this size (uncompressed) in the run's folder, once per run
 # (`partition_documents`); each wave shuffles only its pairs by part, and each part's pairs read that part's file.
 DOCUMENT_PART_BYTES = 64 * 2**20
@@ -46,11 +46,12 @@ MAX_SHUFFLE_PARTITIONS = 32  # hash partitions of a shuffle by document part
 
 @dataclass(frozen=True)
 class Inputs:
-    """The run's input datasets (Ray Data, read lazily), and what the questions table holds."""
+    """The run's input datasets (the engine's: Ray Data's read lazily, or in-process tables), and what they hold."""
 
+    engine: Engine
     questions: Any
     documents: Any | None  # None for SQuAD-style questions, which carry their document
-    document_table: Any | None  # a reference to the documents' columns in the object store, when joined by broadcast
+    document_table: Any | None  # the documents' columns when joined by broadcast (on Ray, a reference to them)
     document_parts: int | None  # the parts the documents are split into, when too large to broadcast
     replies: Any | None
     squad: bool  # questions carry a `context` instead of `document_ids`
@@ -70,20 +71,17 @@ class ActorResources:
     cpu_threads: int  # torch threads of a CPU actor
 
 
-def plan_documents_join(path: str) -> tuple[Any | None, int | None]:
+def plan_documents_join(path: str, engine: Engine) -> tuple[Any | None, int | None]:
     """
-    How the waves join pairs with the documents table: up to `BROADCAST_DOCUMENTS_MAX_BYTES`, a reference to
-    its columns, which one task starts reading into the object store now (the driver holds only the reference; the
-    tasks that join wait for the read); a larger table, the number of parts `partition_documents` splits it into.
+    How the waves join pairs with the documents table: up to `BROADCAST_DOCUMENTS_MAX_BYTES`, its columns (see
+    `Engine.broadcast_documents`); a larger table, the number of parts `partition_documents` splits it into.
 
-    :returns: `(reference, None)` for a broadcast join, `(None, parts)` for a partitioned one.
+    :returns: `(columns, None)` for a broadcast join, `(None, parts)` for a partitioned one.
     """
-    import ray
-
     size = table_bytes(path)
     if size > BROADCAST_DOCUMENTS_MAX_BYTES:
         return None, math.ceil(size / DOCUMENT_PART_BYTES)
-    return ray.remote(read_document_columns).options(num_cpus=BROADCAST_READ_CPUS).remote(path), None
+    return engine.broadcast_documents(path), None
 
 
 def partition_documents(inputs: Inputs, output: str) -> None:
@@ -108,10 +106,12 @@ def actor_resources(run: RunSettings, cluster: dict[str, Any]) -> ActorResources
     """
     The reader pool for a cluster's resources. It never reserves more than a quarter of the cluster's CPUs, so
     that the read, join, tokenize and write tasks always find CPUs: a pool that claims them starves those tasks
-    and the job hangs.
+    and the job hangs. In-process, the one reader has the machine's CPUs (or its GPU) while it reads.
     """
     gpus = cluster["gpus"]
     cpus = cluster["cpus"] or 1
+    if cluster["engine"] == IN_PROCESS_ENGINE:
+        return ActorResources(1, float(gpus), cpus, 1 if gpus else int(cpus))
     if gpus:
         gpus_per_actor, threads = run.gpus_per_actor or 1.0, 1
         num_actors = run.num_actors or max(1, int(gpus // gpus_per_actor))
@@ -148,12 +148,12 @@ def answer_wave(
     """
     import json
 
-    import ray.data
-
     wave = {"num_shards": inputs.num_shards, "shards": shards}
     questions = inputs.questions
     if inputs.index is not None:  # questions without document_ids get them by BM25 first
-        questions = retrieved_questions(questions, wave, config.retrieval, inputs.index, inputs.cluster_cpus)
+        questions = retrieved_questions(
+            questions, wave, config.retrieval, inputs.index, inputs.cluster_cpus, inputs.engine
+        )
     pairs = questions.map_batches(explode_pairs, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad})
     if inputs.document_table is not None:
         pairs = pairs.map_batches(
@@ -186,13 +186,14 @@ def answer_wave(
         ReadSequences,
         batch_format="pyarrow",
         batch_size=batch_size,
-        compute=ray.data.ActorPoolStrategy(size=pool.num_actors),
+        compute=inputs.engine.actor_pool(pool.num_actors),
         fn_constructor_kwargs={
             "model": config.model,
             "inference": config.inference,
             "selection": config.selection,
             "token": DEFAULT_TOKEN,
             "cpu_threads": pool.cpu_threads,
+            "device": inputs.engine.reader_device(),
         },
         num_gpus=pool.gpus_per_actor,
         num_cpus=pool.cpus_per_actor,

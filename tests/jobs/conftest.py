@@ -76,6 +76,31 @@ def read_output(output: Path, table: str) -> list[dict]:
     return sorted(rows, key=lambda row: [row[key] for key in keys])
 
 
+def assert_rows_match(rows: list[dict], expected: list[dict], what: str, tolerance: float = 1e-6) -> None:
+    """
+    Rows equal the expected ones: every value equal, floats (and lists of floats) within `tolerance` (a batch's
+    other sequences change the last bits of a score).
+    """
+    assert len(rows) == len(expected), what
+    for row, expected_row in zip(rows, expected, strict=True):
+        floats = {key for key, value in expected_row.items() if _is_float(value)}
+        assert {key: row[key] for key in row if key not in floats} == {
+            key: value for key, value in expected_row.items() if key not in floats
+        }, what
+        for key in sorted(floats):
+            assert row[key] == pytest.approx(expected_row[key], abs=tolerance), (what, key)
+
+
+def _is_float(value) -> bool:
+    return isinstance(value, float) or (isinstance(value, list) and any(isinstance(item, float) for item in value))
+
+
+def assert_same_outputs(output: Path, expected: Path, tables: tuple[str, ...]) -> None:
+    """Two runs' output tables hold the same rows (see `assert_rows_match`)."""
+    for table in tables:
+        assert_rows_match(read_output(output, table), read_output(expected, table), table)
+
+
 def by_question(rows: list[dict]) -> dict[str, list[dict]]:
     """Rows grouped by question id, in order."""
     grouped: dict[str, list[dict]] = {}

@@ -150,14 +150,17 @@ def _join(pairs: pa.Table, documents: pa.Table) -> pa.Table:
 
 def join_documents(pairs: pa.Table, documents: Any) -> pa.Table:
     """
-    Pairs joined with their documents' columns held whole in the object store (unknown ids: null content,
-    `known` null), without a shuffle.
+    Pairs joined with their documents' columns held whole (unknown ids: null content, `known` null), without a
+    shuffle.
 
-    :param documents: A reference to `read_document_columns`' table, read zero-copy from the object store.
+    :param documents: `read_document_columns`' table, or on Ray a reference to it, read zero-copy from the object
+        store.
     """
-    import ray
+    if not isinstance(documents, pa.Table):
+        import ray
 
-    return _join(pairs, ray.get(documents))
+        documents = ray.get(documents)
+    return _join(pairs, documents)
 
 
 def with_document_part(batch: pa.Table, column: str, n_parts: int) -> pa.Table:

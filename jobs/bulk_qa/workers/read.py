@@ -34,14 +34,21 @@ class ReadSequences:
         selection: SelectionSettings,
         token: Secret | None,
         cpu_threads: int | None = None,
+        device: str | None = None,
     ) -> None:
-        import ray
+        """
+        :param device: Where the reader runs; None: the GPU Ray assigned to this actor, or the CPU without one.
+        """
         import torch
 
         from qa_core.reader import ExtractiveReader
 
-        gpu_ids = ray.get_gpu_ids() if ray.is_initialized() else []
-        device = "cuda:0" if gpu_ids and torch.cuda.is_available() else "cpu"
+        gpu_ids = []  # the GPUs Ray assigned to this actor
+        if device is None:
+            import ray
+
+            gpu_ids = ray.get_gpu_ids() if ray.is_initialized() else []
+            device = "cuda:0" if gpu_ids and torch.cuda.is_available() else "cpu"
         if device == "cpu" and cpu_threads:
             torch.set_num_threads(cpu_threads)
         self.reader = ExtractiveReader.from_settings(model, inference, device=device, token=token)

@@ -22,12 +22,14 @@ def test_a_small_wave_makes_at_least_one_batch_per_actor() -> None:
 
 
 def test_resources_are_those_of_the_cluster() -> None:
-    cpu_only = actor_resources(RunSettings(num_actors=2), {"gpus": 0, "cpus": 4})
+    cpu_only = actor_resources(RunSettings(num_actors=2), {"engine": "ray", "gpus": 0, "cpus": 4})
     assert (cpu_only.num_actors, cpu_only.gpus_per_actor, cpu_only.cpu_threads) == (2, 0.0, 2)
-    gpus = actor_resources(RunSettings(), {"gpus": 4, "cpus": 16})
+    gpus = actor_resources(RunSettings(), {"engine": "ray", "gpus": 4, "cpus": 16})
     assert (gpus.num_actors, gpus.gpus_per_actor) == (4, 1.0)  # gpus_per_actor unset: one GPU each
-    halves = actor_resources(RunSettings(gpus_per_actor=0.5), {"gpus": 2, "cpus": 16})
+    halves = actor_resources(RunSettings(gpus_per_actor=0.5), {"engine": "ray", "gpus": 2, "cpus": 16})
     assert (halves.num_actors, halves.gpus_per_actor) == (4, 0.5)
+    alone = actor_resources(RunSettings(), {"engine": "in-process", "gpus": 0, "cpus": 2.0})
+    assert alone == ActorResources(1, 0.0, 2.0, 2)  # in-process: one reader with the machine's threads
 
 
 def test_two_actors_both_read_the_sample(local_ray, tmp_path: Path, tiny_bert_model: Path) -> None:

@@ -137,11 +137,10 @@ def direct_model_no_answer(model_dir: Path, question: str, context: str) -> floa
     return 1 / (1 + math.exp(max(bests) - min(nulls)))
 
 
-def test_model_no_answer_source_refuses_by_the_null_span(
-    local_ray, output: Path, tiny_bert_model: Path, tmp_path: Path
-) -> None:
+def test_model_no_answer_source_refuses_by_the_null_span(output: Path, tiny_bert_model: Path, tmp_path: Path) -> None:
+    """Run in-process, the SQuAD file's questions read from memory: the Ray run's scores, to the bit."""
     model_run = tmp_path / "model-source"
-    args = ["--questions", SAMPLE, "--output", model_run, "--model", tiny_bert_model, *FLAGS]
+    args = ["--questions", SAMPLE, "--output", model_run, "--model", tiny_bert_model, *FLAGS, "--engine", "in-process"]
     assert run_job(*args, "--no-answer-source", "model") == 0
     questions = {row["question_id"]: row for row in read_output(model_run, "questions")}
     haystack_run = {row["question_id"]: row for row in read_output(output, "questions")}

@@ -73,6 +73,9 @@ def fails_with_table(
         ("reference_pattern: '\\[(\\d+)(x)?\\]'\n", "reference_pattern: Pattern '\\[(\\d+)(x)?\\]' contains 2 capture"),
         ("model_kwargs: [1, 2]\n", "job.yaml: model_kwargs must be dict, not list"),
         ("model_kwargs: {trust_remote_code: 'yes'}\n", "model_kwargs.trust_remote_code must be true or false"),
+        ("engine: spark\n", "engine must be one of auto, ray, in-process, not 'spark'"),
+        ("engine: in-process\naddress: auto\n", "engine in-process runs without Ray: it cannot join --address auto"),
+        ("engine: in-process\nnum_actors: 2\n", "engine in-process reads with one reader: num_actors must be 1, not 2"),
     ],
 )
 def test_configuration_errors(

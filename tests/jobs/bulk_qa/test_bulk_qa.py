@@ -2,6 +2,9 @@
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,16 @@ from jobs.bulk_qa.config import load_config
 from jobs.bulk_qa.inputs import table_bytes
 from jobs.bulk_qa.workers.storage import InputError
 from qa_core import AnswerBuilder, Document, ExtractiveReader
-from tests.jobs.conftest import TEXTS, by_question, read_output, run_job, write_table
+from tests.jobs.conftest import (
+    ROOT,
+    TEXTS,
+    assert_rows_match,
+    assert_same_outputs,
+    by_question,
+    read_output,
+    run_job,
+    write_table,
+)
 from tests.jobs.driver_reads import DriverReads
 
 SETTINGS = {"top_k": 4, "max_seq_length": 64, "stride": 16, "context_window_size": 60}
@@ -103,16 +115,8 @@ def job_output(local_ray, corpus: dict, tiny_bert_model: Path) -> Path:
     output = corpus["root"] / "out"
     patch = pytest.MonkeyPatch()
     DRIVER_READS.install(patch)
-    patch.setattr(waves, "BROADCAST_DOCUMENTS_MAX_BYTES", 0)
-    patch.setattr(waves, "DOCUMENT_PART_BYTES", math.ceil(table_bytes(str(corpus["paths"]["documents"])) / 3))
     try:
-        status = run_job(
-            "--questions", corpus["paths"]["questions"], "--documents", corpus["paths"]["documents"],
-            "--replies", corpus["paths"]["replies"], "--output", output, "--model", tiny_bert_model, *SETTING_FLAGS,
-            "--answer-pattern", ANSWER_BUILDER["pattern"], "--reference-pattern", ANSWER_BUILDER["reference_pattern"],
-            "--expand-reference-ranges",
-            "--num-actors", "2", "--cpus-per-actor", "0.25", "--sequences-per-actor-batch", "4", "--shard-size", "5",
-        )  # fmt: skip
+        status = run_partitioned_corpus_job(patch, corpus, tiny_bert_model, output, "--num-actors", "2")
     finally:
         patch.undo()
     assert status == 0
@@ -120,6 +124,36 @@ def job_output(local_ray, corpus: dict, tiny_bert_model: Path) -> Path:
     assert (manifest["documents_join"], manifest["document_parts"]) == ("partitioned", 3)
     assert not (output / "_documents").exists()  # the parts live only while the run answers
     return output
+
+
+def run_partitioned_corpus_job(patch: pytest.MonkeyPatch, corpus: dict, model: Path, output: Path, *flags) -> int:
+    """The corpus's job with replies, small actor batches, three shards and its documents split into 3 parts."""
+    patch.setattr(waves, "BROADCAST_DOCUMENTS_MAX_BYTES", 0)
+    patch.setattr(waves, "DOCUMENT_PART_BYTES", math.ceil(table_bytes(str(corpus["paths"]["documents"])) / 3))
+    return run_job(
+        "--questions", corpus["paths"]["questions"], "--documents", corpus["paths"]["documents"],
+        "--replies", corpus["paths"]["replies"], "--output", output, "--model", model, *SETTING_FLAGS,
+        "--answer-pattern", ANSWER_BUILDER["pattern"], "--reference-pattern", ANSWER_BUILDER["reference_pattern"],
+        "--expand-reference-ranges", "--cpus-per-actor", "0.25", "--sequences-per-actor-batch", "4",
+        "--shard-size", "5", *flags,
+    )  # fmt: skip
+
+
+def test_the_in_process_engine_writes_the_ray_runs_tables(
+    job_output: Path, corpus: dict, tiny_bert_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    The same job in this process, without Ray (the stage functions on `InProcessDataset`): the same rows in every
+    table, the documents split into the same parts and joined part by part, the parts deleted afterwards.
+    """
+    output = corpus["root"] / "in-process"
+    assert run_partitioned_corpus_job(monkeypatch, corpus, tiny_bert_model, output, "--engine", "in-process") == 0
+    assert_same_outputs(output, job_output, ("answers", "questions", "generated_answers"))
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert (manifest["cluster"]["engine"], manifest["documents_join"], manifest["document_parts"]) == (
+        "in-process", "partitioned", 3
+    )  # fmt: skip
+    assert manifest["reconciled"] and not (output / "_documents").exists()
 
 
 def test_no_step_loads_the_documents_table_into_the_driver(job_output: Path) -> None:
@@ -348,20 +382,37 @@ def test_sample_job_writes_the_recorded_tables(local_ray, tmp_path: Path, minilm
     broadcast, unknown document ids included (`job_output`'s run takes the shuffle join).
     """
     output = tmp_path / "out"
-    assert run_job("--config", "data/sample/job.yaml", "--model", minilm_model, "--output", output) == 0
-    assert json.loads((output / "manifest.json").read_text())["documents_join"] == "broadcast"
+    args = ["--config", "data/sample/job.yaml", "--model", minilm_model, "--output", output, "--engine", "ray"]
+    assert run_job(*args) == 0
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert (manifest["documents_join"], manifest["cluster"]["engine"]) == ("broadcast", "ray")
+    assert_recorded_sample_tables(output)
+
+
+def assert_recorded_sample_tables(output: Path) -> None:
+    """The sample job's tables hold the rows recorded in tests/jobs/bulk_qa/data/sample_tables.json."""
     recorded = json.loads((Path(__file__).parent / "data" / "sample_tables.json").read_text())
     for table, expected in recorded.items():
-        rows = read_output(output, table)
-        assert len(rows) == len(expected) > 0, table
-        for row, expected_row in zip(rows, expected, strict=True):
-            floats = {key for key, value in expected_row.items() if isinstance(value, float)}
-            assert {key: row[key] for key in row if key not in floats} == {
-                key: value for key, value in expected_row.items() if key not in floats
-            }
-            assert [row[key] for key in sorted(floats)] == pytest.approx(
-                [expected_row[key] for key in sorted(floats)], abs=1e-6
-            )
+        assert expected, table
+        assert_rows_match(read_output(output, table), expected, table)
+
+
+def test_the_sample_job_runs_in_process_by_default_without_importing_ray(tmp_path: Path, minilm_model: Path) -> None:
+    """
+    The quick start's command: 12 questions on this machine run in-process, in a process where Ray cannot even be
+    imported, and write the recorded tables.
+    """
+    output = tmp_path / "out"
+    code = "import sys; sys.modules['ray'] = None; from jobs.bulk_qa import main; sys.exit(main(sys.argv[1:]))"
+    result = subprocess.run(
+        [sys.executable, "-c", code, "--config", "data/sample/job.yaml", "--model", str(minilm_model),
+         "--output", str(output), "--quiet"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "RAY_ADDRESS": ""},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "in-process, no Ray" in result.stdout
+    assert json.loads((output / "manifest.json").read_text())["cluster"]["engine"] == "in-process"
+    assert_recorded_sample_tables(output)
 
 
 def test_results_of_a_documents_run_predictions_and_annotated_squad(job_output: Path, corpus: dict) -> None:

@@ -1,4 +1,4 @@
-"""Which Ray the job runs on: its own local Ray unless told to join one (`--address`, or `RAY_ADDRESS`)."""
+"""Which Ray the job runs on: its own local Ray unless told to join one (`--address`, or `RAY_ADDRESS`); or none."""
 
 import logging
 
@@ -52,3 +52,37 @@ def test_the_job_starts_its_own_ray_unless_told_to_join_one(
 
 def test_its_own_ray_keeps_the_worker_count_warning_away_on_small_machines() -> None:
     assert driver.own_ray_config()["worker_maximum_startup_concurrency"] >= 8
+
+
+SAMPLE = {"questions": "data/sample/questions.parquet", "documents": "data/sample/documents.parquet", "output": "o"}
+
+
+@pytest.mark.parametrize(
+    ("values", "patches", "expected"),
+    [
+        ({}, {}, "in-process"),  # the sample: 12 questions, a small documents table, no cluster named
+        ({"address": "auto"}, {}, "ray"),
+        ({}, {"RAY_ADDRESS": "10.0.0.5:6379"}, "ray"),  # as `ray job submit` runs the driver
+        ({}, {"ray_initialized": True}, "ray"),  # a Ray this process already runs (the tests' own)
+        ({"num_actors": 2}, {}, "ray"),
+        ({}, {"IN_PROCESS_MAX_QUESTIONS": 11}, "ray"),
+        ({}, {"BROADCAST_DOCUMENTS_MAX_BYTES": 0}, "ray"),  # documents too large to hold whole
+        ({"engine": "ray"}, {}, "ray"),
+        ({"engine": "in-process"}, {"IN_PROCESS_MAX_QUESTIONS": 11}, "in-process"),
+    ],
+)
+def test_auto_runs_small_local_jobs_in_process(
+    monkeypatch: pytest.MonkeyPatch, values: dict, patches: dict, expected: str
+) -> None:
+    import ray
+
+    from jobs.bulk_qa.config import JobConfig
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: patches.get("ray_initialized", False))
+    for name, value in patches.items():
+        if name == "RAY_ADDRESS":
+            monkeypatch.setenv(name, value)
+        elif name != "ray_initialized":
+            monkeypatch.setattr(driver, name, value)
+    assert driver.choose_engine(JobConfig.from_values({**SAMPLE, **values}), None).name == expected

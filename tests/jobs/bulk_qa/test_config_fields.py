@@ -21,7 +21,7 @@ VALUES: dict[str, Any] = {
     "bm25_algorithm": "BM25Okapi",
     "bm25_parameters": {"k1": 1.2},
 }
-CHOICES = {"no_answer_source": ("haystack", "model")}  # the other choice than the default
+CHOICES = {"no_answer_source": ("haystack", "model"), "engine": ("auto", "ray")}  # the other choice than the default
 COMPANIONS = {"split_overlap": {"split_length": 5}}  # the options a field's other value needs beside it
 FIELDS = [(phase, name) for phase, settings in JobConfig().phases().items() for name in settings.types()]
 

@@ -141,10 +141,13 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return write_corpus(tmp_path_factory.mktemp("foreign"), documents, questions)
 
 
-def run_job_beside(head: ForeignHead, corpus: dict[str, str], model: Path, output: Path):
-    """The job as a user runs it, with no --address, on a machine whose default Ray folder is the head's."""
+def run_job_beside(head: ForeignHead, corpus: dict[str, str], model: Path, output: Path, engine: str = "ray"):
+    """
+    The job as a user runs it, with no --address, on a machine whose default Ray folder is the head's (on Ray:
+    these three questions would run in-process by default).
+    """
     args = ["-m", "jobs.bulk_qa", "--questions", corpus["questions"], "--documents", corpus["documents"],
-            "--model", str(model), "--output", str(output), *SETTINGS]  # fmt: skip
+            "--model", str(model), "--output", str(output), "--engine", engine, *SETTINGS]  # fmt: skip
     return run_command(args, env={"RAY_TMPDIR": str(head.base), "RAY_AUTH_MODE": None}, timeout_s=TIMEOUT_S)
 
 
@@ -179,3 +182,16 @@ def test_a_dead_foreign_cluster_with_its_address_file_left_is_not_waited_for(
     assert foreign_head.address_file.exists(), "killed without clean-up, the head leaves its address file"
     result = run_job_beside(foreign_head, corpus, tiny_bert_model, tmp_path / "out")
     check_own_ray(result, tmp_path / "out", foreign)
+
+
+def test_an_in_process_run_beside_a_dead_foreign_cluster_uses_no_ray(
+    foreign_head: ForeignHead, corpus: dict[str, str], tiny_bert_model: Path, tmp_path: Path
+) -> None:
+    """A small job runs in-process by default and never reaches Ray, which would find the address file and wait."""
+    foreign_head.kill()
+    assert foreign_head.address_file.exists()
+    result = run_job_beside(foreign_head, corpus, tiny_bert_model, tmp_path / "out", engine="auto")
+    assert result.returncode == 0, explain(result)
+    assert result.stdout.lstrip().startswith("bulk-qa: done"), explain(result)
+    assert "in-process, no Ray" in result.stdout
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["cluster"]["engine"] == "in-process"

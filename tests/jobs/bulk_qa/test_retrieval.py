@@ -19,7 +19,15 @@ from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.retrieval import INDEX_FOLDER, build_index, prepare_index, shard_locations, write_index
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments
 from qa_core import Document, ExtractiveReader
-from tests.jobs.conftest import TEXTS, by_question, read_output, run_job, write_corpus, write_table
+from tests.jobs.conftest import (
+    TEXTS,
+    assert_same_outputs,
+    by_question,
+    read_output,
+    run_job,
+    write_corpus,
+    write_table,
+)
 
 TOP_K = 3
 SETTINGS = {"top_k": 3, "max_seq_length": 64, "stride": 16, "context_window_size": 40}
@@ -169,6 +177,22 @@ def test_an_index_from_jobs_index_gives_the_same_output(
             assert row.keys() == expected_row.keys()
             for key, value in row.items():
                 assert value == pytest.approx(expected_row[key], abs=1e-6), (table, row["question_id"], key)
+
+
+def test_the_in_process_engine_retrieves_and_answers_as_the_ray_run(
+    job_output: Path, corpus: dict, tiny_bert_model: Path
+) -> None:
+    """The same job in this process, without Ray, its index built in 3 shards (searched one after the other)."""
+    output = corpus["root"] / "out-in-process"
+    paths = corpus["paths"]
+    status = run_job(
+        "--questions", paths["questions"], "--documents", paths["documents"], "--output", output,
+        "--model", tiny_bert_model, *FLAGS, "--index-shards", "3", "--engine", "in-process",
+    )  # fmt: skip
+    assert status == 0
+    assert_same_outputs(output, job_output, ("questions", "answers"))
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert (manifest["cluster"]["engine"], manifest["index"]["shards"]) == ("in-process", 3)
 
 
 def test_sharded_retrieval_stages_equal_one_index(tmp_path: Path) -> None:

@@ -1,0 +1,104 @@
+"""
+Where a run's pipelines execute. `RayEngine`: Ray Data datasets, read and mapped by the cluster's tasks, the reader
+and retrieval stages in actor pools. `InProcessEngine`: the same pipelines on `InProcessDataset`, in the driver's
+own process, for a small job on this machine, where Ray's start and its worker processes' imports would cost most
+of a minute on two cores. Both run the same stage functions on the same tables: the outputs are the same.
+"""
+
+import os
+from typing import Any
+
+import pyarrow as pa
+
+from jobs.bulk_qa.in_process import InProcessDataset
+from jobs.bulk_qa.workers.explode import read_document_columns
+from jobs.bulk_qa.workers.storage import resolve_path
+
+RAY_ENGINE, IN_PROCESS_ENGINE = "ray", "in-process"
+ENGINES = ("auto", RAY_ENGINE, IN_PROCESS_ENGINE)  # the job's `engine` setting
+# auto runs in-process a job of at most this many questions that joins no Ray cluster (see `driver.choose_engine`)
+IN_PROCESS_MAX_QUESTIONS = 1_000
+BROADCAST_READ_CPUS = 0.25  # the broadcast read's task: reserving a whole CPU would hold back the first wave's tasks
+
+
+class RayEngine:
+    """The pipelines as Ray Data datasets, run by the Ray the driver started or joined."""
+
+    name = RAY_ENGINE
+
+    def read_parquet(self, path: str, columns: list[str]) -> Any:
+        """A Parquet input's `columns` as a Ray Data dataset (read lazily, by the cluster's tasks)."""
+        import ray.data
+
+        filesystem, inner = resolve_path(path)
+        return ray.data.read_parquet(inner, filesystem=filesystem).select_columns(columns)
+
+    def from_arrow(self, blocks: list[pa.Table]) -> Any:
+        """Tables in the driver's memory as a Ray Data dataset, a block each."""
+        import ray.data
+
+        return ray.data.from_arrow(blocks)
+
+    def broadcast_documents(self, path: str) -> Any:
+        """
+        A reference to the documents' columns the pairs join (`read_document_columns`), which one task starts
+        reading into the object store now: the driver holds only the reference, the tasks that join wait for it.
+        """
+        import ray
+
+        return ray.remote(read_document_columns).options(num_cpus=BROADCAST_READ_CPUS).remote(path)
+
+    def actor_pool(self, size: int) -> Any:
+        """The `compute` of a stage run by `size` actors."""
+        import ray.data
+
+        return ray.data.ActorPoolStrategy(size=size)
+
+    def reader_device(self) -> str | None:
+        """None: a reader actor takes the GPU Ray assigned it, or the CPU."""
+        return None
+
+
+class InProcessEngine:
+    """The pipelines as `InProcessDataset`s, run in this process: no Ray, the reader on this machine's GPU or CPU."""
+
+    name = IN_PROCESS_ENGINE
+
+    def read_parquet(self, path: str, columns: list[str]) -> InProcessDataset:
+        """A Parquet input's `columns`, read whole into this process."""
+        return InProcessDataset.read_parquet(path, columns)
+
+    def from_arrow(self, blocks: list[pa.Table]) -> InProcessDataset:
+        """Tables in this process's memory as a dataset."""
+        return InProcessDataset(blocks)
+
+    def broadcast_documents(self, path: str) -> pa.Table:
+        """The documents' columns the pairs join (`read_document_columns`), read now."""
+        return read_document_columns(path)
+
+    def actor_pool(self, size: int) -> None:
+        """Nothing: each stage runs in this process."""
+        return None
+
+    def reader_device(self) -> str:
+        """This machine's first GPU if torch sees one, else the CPU."""
+        import torch
+
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+    def cluster(self) -> dict[str, Any]:
+        """What the manifest records of where the run ran: this machine, no Ray."""
+        import torch
+
+        return {
+            "engine": self.name,
+            "address": None,
+            "started_by_job": False,
+            "nodes": 1,
+            "cpus": float(os.cpu_count() or 1),
+            "gpus": 1 if torch.cuda.is_available() else 0,  # the reader uses one
+            "start_s": 0.0,
+        }
+
+
+Engine = RayEngine | InProcessEngine

@@ -1,0 +1,114 @@
+"""
+The in-process engine's dataset: the part of Ray Data's `Dataset` API that the job's pipelines use, run in the
+driver's own process, operator by operator, on pyarrow tables. The waves build the same pipeline on it as on Ray
+Data, from the same stage functions; a small job pays no Ray start and no worker processes (see
+`jobs.bulk_qa.engines`).
+
+An input table is read when first used; each operator then runs when it is called and holds its whole output, so
+that a wave's memory is its tables. A callable class is instantiated once per `map_batches` call, as one actor of
+a pool would be.
+"""
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs.bulk_qa.workers.storage import parquet_dataset
+
+
+class InProcessDataset:
+    """Blocks of rows (pyarrow tables) and the Ray Data operators the job uses, run eagerly in this process."""
+
+    def __init__(self, blocks: list[pa.Table] | Callable[[], list[pa.Table]]) -> None:
+        """:param blocks: The blocks, or what reads them when the dataset is first used."""
+        self._source = blocks
+
+    @property
+    def _blocks(self) -> list[pa.Table]:
+        if callable(self._source):
+            self._source = self._source()
+        return [block for block in self._source if block.num_rows]
+
+    @classmethod
+    def read_parquet(cls, path: str, columns: list[str]) -> "InProcessDataset":
+        """A Parquet table's `columns` (a local path or URI), read whole with pyarrow when first used."""
+        return cls(lambda: [parquet_dataset(path).to_table(columns=columns)])
+
+    def map_batches(
+        self,
+        fn: Callable[..., pa.Table] | type,
+        *,
+        batch_format: str = "pyarrow",
+        batch_size: int | None = None,
+        fn_kwargs: dict[str, Any] | None = None,
+        fn_constructor_kwargs: dict[str, Any] | None = None,
+        compute: Any = None,
+        num_cpus: float | None = None,
+        num_gpus: float | None = None,
+    ) -> "InProcessDataset":
+        """
+        `fn` over batches of `batch_size` rows (None: block by block), as Ray Data's `map_batches`. A class is
+        instantiated once, with `fn_constructor_kwargs`, when there is a batch to call it on; `compute`,
+        `num_cpus` and `num_gpus` place Ray's workers and mean nothing here.
+        """
+        if batch_format != "pyarrow":
+            raise ValueError(f"batch_format {batch_format!r}: the in-process engine passes pyarrow tables only.")
+        batches = self._blocks if batch_size is None else self._rows_per_block(batch_size)
+        if isinstance(fn, type) and batches:
+            fn = fn(**(fn_constructor_kwargs or {}))
+        return InProcessDataset([fn(batch, **(fn_kwargs or {})) for batch in batches])
+
+    def repartition(self, *, target_num_rows_per_block: int) -> "InProcessDataset":
+        """The same rows in blocks of `target_num_rows_per_block` (the last one smaller)."""
+        return InProcessDataset(self._rows_per_block(target_num_rows_per_block))
+
+    def union(self, *others: "InProcessDataset") -> "InProcessDataset":
+        """This dataset's blocks, then the others'."""
+        return InProcessDataset([*self._blocks, *(block for other in others for block in other._blocks)])
+
+    def groupby(self, key: str, num_partitions: int | None = None) -> "InProcessGroups":
+        """The rows grouped by the value of `key` (`num_partitions` sizes Ray's shuffle and means nothing here)."""
+        return InProcessGroups(self, key)
+
+    def materialize(self) -> "InProcessDataset":
+        """The dataset itself: its blocks are already computed."""
+        return self
+
+    def iter_rows(self) -> Iterator[dict[str, Any]]:
+        """The rows, block by block, as dicts."""
+        for block in self._blocks:
+            yield from block.to_pylist()
+
+    def to_table(self) -> pa.Table:
+        """Every row in one table (blocks whose columns differ are unified, missing columns null)."""
+        if not self._blocks:
+            return pa.table({})
+        return pa.concat_tables(self._blocks, promote_options="default")
+
+    def _rows_per_block(self, rows: int) -> list[pa.Table]:
+        """The rows in slices of `rows`."""
+        whole = self.to_table()
+        return [whole.slice(start, rows) for start in range(0, whole.num_rows, rows)]
+
+
+class InProcessGroups:
+    """A dataset's rows grouped by one column's value, as Ray Data's `GroupedData`."""
+
+    def __init__(self, dataset: InProcessDataset, key: str) -> None:
+        self._dataset = dataset
+        self._key = key
+
+    def map_groups(
+        self, fn: Callable[..., pa.Table], *, batch_format: str = "pyarrow", fn_kwargs: dict[str, Any] | None = None
+    ) -> InProcessDataset:
+        """`fn` over each group's rows (one table per value of the key, in the key's order), as `map_groups`."""
+        if batch_format != "pyarrow":
+            raise ValueError(f"batch_format {batch_format!r}: the in-process engine passes pyarrow tables only.")
+        whole = self._dataset.to_table()
+        if not whole.num_rows:
+            return InProcessDataset([])
+        column = whole[self._key]
+        groups = [whole.filter(pc.equal(column, value)) for value in pc.unique(column).sort()]
+        return InProcessDataset([fn(group, **(fn_kwargs or {})) for group in groups])
