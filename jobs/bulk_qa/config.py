@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from jobs.bulk_qa.engines import ENGINES, IN_PROCESS_ENGINE
+from jobs.bulk_qa.engines import AUTO_ENGINE, ENGINES, IN_PROCESS_ENGINE
 from jobs.bulk_qa.workers.aggregate import RefusalSettings
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError, redact
@@ -50,7 +50,7 @@ class RunSettings(Settings):
     output: str | None = None  # folder that receives answers/, questions/, generated_answers/, manifest.json
     overwrite: bool = False  # replace the output of an earlier run made with other inputs or settings
     address: str | None = None  # Ray cluster to join (e.g. ray://head:10001 or auto); None: start a local Ray
-    engine: str = "auto"  # ray; in-process: in this process, no Ray; auto: in-process for a small local job, else ray
+    engine: str = AUTO_ENGINE  # ray; in-process: in this process, no Ray; auto: in-process for small local jobs
     num_actors: int | None = None  # reader actors; None: one per GPU, or one on a CPU-only cluster
     gpus_per_actor: float | None = None  # GPUs each reader actor holds when the cluster has GPUs; None: 1
     cpus_per_actor: float = 0.5  # logical CPUs each reader actor reserves; the pool takes at most 1/4 of the cluster

@@ -3,8 +3,9 @@ The bulk QA job's driver: `python -m jobs.bulk_qa --questions Q --documents D --
 
 Checks the inputs, the model and the ids (small id columns here, before Ray starts; large ones on the cluster),
 chooses the engine (a small local job runs in this process, any other on Ray: `choose_engine`), reads the tables,
-answers the pending shards in waves (see `jobs.bulk_qa.waves`), then writes the manifest and prints the summary. Exit status: 0 when every question is accounted for, 2 for unusable input or
-configuration, 1 for any other failure.
+answers the pending shards in waves (see `jobs.bulk_qa.waves`), then writes the manifest and prints the summary.
+Exit status: 0 when every question is accounted for, 2 for unusable input or configuration, 1 for any other
+failure.
 """
 
 import dataclasses
@@ -22,6 +23,7 @@ import pyarrow as pa
 from jobs.bulk_qa import report
 from jobs.bulk_qa.config import JobConfig, RunSettings, load_config
 from jobs.bulk_qa.engines import (
+    AUTO_ENGINE,
     IN_PROCESS_ENGINE,
     IN_PROCESS_MAX_QUESTIONS,
     RAY_ENGINE,
@@ -124,7 +126,7 @@ def run(config: JobConfig) -> int:
     if schemas.retrieval:  # built (or checked) before Ray starts: an unusable corpus fails at once
         resuming = existing == identity and not config.run.overwrite
         index = prepare_index(config.retrieval, config.work.documents, output, resuming)
-    cluster = start_ray(config.run) if engine.name == RAY_ENGINE else engine.cluster()
+    cluster = engine.cluster() if isinstance(engine, InProcessEngine) else start_ray(config.run)
     inputs, n_questions, expected = read_inputs(config, schemas, squad, ids, engine)
     output.claim(identity, config.run.overwrite)
     if index is not None:
@@ -226,7 +228,8 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     started_here = joins and target == "local"
     level = logging.INFO if run.verbose else logging.WARNING
     if joins:
-        options = {"_system_config": own_ray_config()} if started_here else {}
+        # Its own Ray has no dashboard: nothing submits jobs to it, and its ten processes would start with the job.
+        options = {"_system_config": own_ray_config(), "include_dashboard": False} if started_here else {}
         # With RAY_AUTH_MODE unset, Ray enables token authentication for a Ray it starts, as it should, and warns
         # that it did on every run: the notice shows with --verbose only.
         logging.getLogger(RAY_AUTH_SETUP_LOGGER).setLevel(level if run.verbose else logging.ERROR)
@@ -298,10 +301,11 @@ def choose_engine(config: JobConfig, squad: SquadInput | None) -> Engine:
     its questions are at most `IN_PROCESS_MAX_QUESTIONS` and its documents can be joined by broadcast; else Ray.
     """
     run = config.run
-    if run.engine != "auto":
+    if run.engine != AUTO_ENGINE:
         return InProcessEngine() if run.engine == IN_PROCESS_ENGINE else RayEngine()
     ray_module = sys.modules.get("ray")  # imported by the job only to start or join a Ray
-    joins = run.address or os.environ.get("RAY_ADDRESS") or (ray_module is not None and ray_module.is_initialized())
+    running = ray_module is not None and ray_module.is_initialized()
+    joins = bool(run.address or os.environ.get("RAY_ADDRESS")) or running
     documents = config.work.documents if squad is None else None
     small = (
         count_questions(config, squad) <= IN_PROCESS_MAX_QUESTIONS
@@ -321,7 +325,7 @@ def check_small_ids(config: JobConfig, schemas: Schemas, squad: SquadInput | Non
     """
     tables = input_tables(config, schemas, squad)
     rows = {spec.name: table_rows(path) for spec, path in tables}
-    n_questions = count_questions(config, squad)
+    n_questions = squad.table.num_rows if squad is not None else rows[QUESTIONS.name]
     num_shards = max(1, math.ceil(n_questions / config.work.shard_size))
     total = sum(rows.values()) + (n_questions if squad is not None else 0)
     if engine.name == RAY_ENGINE and total > DRIVER_CHECK_MAX_ROWS:

@@ -14,8 +14,8 @@ from jobs.bulk_qa.in_process import InProcessDataset
 from jobs.bulk_qa.workers.explode import read_document_columns
 from jobs.bulk_qa.workers.storage import resolve_path
 
-RAY_ENGINE, IN_PROCESS_ENGINE = "ray", "in-process"
-ENGINES = ("auto", RAY_ENGINE, IN_PROCESS_ENGINE)  # the job's `engine` setting
+AUTO_ENGINE, RAY_ENGINE, IN_PROCESS_ENGINE = "auto", "ray", "in-process"
+ENGINES = (AUTO_ENGINE, RAY_ENGINE, IN_PROCESS_ENGINE)  # the job's `engine` setting
 # auto runs in-process a job of at most this many questions that joins no Ray cluster (see `driver.choose_engine`)
 IN_PROCESS_MAX_QUESTIONS = 1_000
 BROADCAST_READ_CPUS = 0.25  # the broadcast read's task: reserving a whole CPU would hold back the first wave's tasks
@@ -95,10 +95,17 @@ class InProcessEngine:
             "address": None,
             "started_by_job": False,
             "nodes": 1,
-            "cpus": float(os.cpu_count() or 1),
+            "cpus": float(usable_cpus()),
             "gpus": 1 if torch.cuda.is_available() else 0,  # the reader uses one
-            "start_s": 0.0,
+            "start_s": None,  # no Ray started
         }
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, which a container's CPU set limits), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 Engine = RayEngine | InProcessEngine

@@ -10,10 +10,11 @@ a pool would be.
 """
 
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from jobs.bulk_qa.workers.storage import parquet_dataset
 
@@ -40,7 +41,7 @@ class InProcessDataset:
         self,
         fn: Callable[..., pa.Table] | type,
         *,
-        batch_format: str = "pyarrow",
+        batch_format: str,
         batch_size: int | None = None,
         fn_kwargs: dict[str, Any] | None = None,
         fn_constructor_kwargs: dict[str, Any] | None = None,
@@ -49,12 +50,15 @@ class InProcessDataset:
         num_gpus: float | None = None,
     ) -> "InProcessDataset":
         """
-        `fn` over batches of `batch_size` rows (None: block by block), as Ray Data's `map_batches`. A class is
-        instantiated once, with `fn_constructor_kwargs`, when there is a batch to call it on; `compute`,
-        `num_cpus` and `num_gpus` place Ray's workers and mean nothing here.
+        `fn` over batches of `batch_size` rows (None: block by block), as Ray Data's `map_batches`; the batches are
+        cut from all rows in order (Ray Data cuts them from the blocks each of its tasks bundles, so that one may
+        be shorter: the stages do not depend on it). A class is instantiated once, with `fn_constructor_kwargs`,
+        when there is a batch to call it on (Ray starts its actors either way); `compute`, `num_cpus` and
+        `num_gpus` place Ray's workers and mean nothing here.
         """
-        if batch_format != "pyarrow":
-            raise ValueError(f"batch_format {batch_format!r}: the in-process engine passes pyarrow tables only.")
+        _check_format(batch_format)
+        if fn_constructor_kwargs is not None and not isinstance(fn, type):
+            raise ValueError("fn_constructor_kwargs is for a callable class, not a function.")
         batches = self._blocks if batch_size is None else self._rows_per_block(batch_size)
         if isinstance(fn, type) and batches:
             fn = fn(**(fn_constructor_kwargs or {}))
@@ -101,14 +105,21 @@ class InProcessGroups:
         self._key = key
 
     def map_groups(
-        self, fn: Callable[..., pa.Table], *, batch_format: str = "pyarrow", fn_kwargs: dict[str, Any] | None = None
+        self, fn: Callable[..., pa.Table], *, batch_format: str, fn_kwargs: dict[str, Any] | None = None
     ) -> InProcessDataset:
         """`fn` over each group's rows (one table per value of the key, in the key's order), as `map_groups`."""
-        if batch_format != "pyarrow":
-            raise ValueError(f"batch_format {batch_format!r}: the in-process engine passes pyarrow tables only.")
+        _check_format(batch_format)
         whole = self._dataset.to_table()
         if not whole.num_rows:
             return InProcessDataset([])
-        column = whole[self._key]
-        groups = [whole.filter(pc.equal(column, value)) for value in pc.unique(column).sort()]
+        ordered = whole.sort_by(self._key)  # stable: a group's rows keep their order
+        keys = ordered[self._key].to_numpy(zero_copy_only=False)
+        bounds = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), len(keys)]
+        groups = [ordered.slice(start, end - start) for start, end in pairwise(bounds)]
         return InProcessDataset([fn(group, **(fn_kwargs or {})) for group in groups])
+
+
+def _check_format(batch_format: str) -> None:
+    """The in-process engine passes pyarrow tables only."""
+    if batch_format != "pyarrow":
+        raise ValueError(f"batch_format {batch_format!r}: the in-process engine passes pyarrow tables only.")

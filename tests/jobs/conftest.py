@@ -98,6 +98,7 @@ def _is_float(value) -> bool:
 def assert_same_outputs(output: Path, expected: Path, tables: tuple[str, ...]) -> None:
     """Two runs' output tables hold the same rows (see `assert_rows_match`)."""
     for table in tables:
+        assert read_output(expected, table), table
         assert_rows_match(read_output(output, table), read_output(expected, table), table)
 
 

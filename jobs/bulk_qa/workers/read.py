@@ -43,7 +43,7 @@ class ReadSequences:
 
         from qa_core.reader import ExtractiveReader
 
-        gpu_ids = []  # the GPUs Ray assigned to this actor
+        gpu_ids: list[int] = []  # the GPUs Ray assigned to this actor
         if device is None:
             import ray
 

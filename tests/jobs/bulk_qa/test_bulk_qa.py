@@ -154,6 +154,11 @@ def test_the_in_process_engine_writes_the_ray_runs_tables(
         "in-process", "partitioned", 3
     )  # fmt: skip
     assert manifest["reconciled"] and not (output / "_documents").exists()
+    # The same command again resumes: every shard kept, nothing computed.
+    assert run_partitioned_corpus_job(monkeypatch, corpus, tiny_bert_model, output, "--engine", "in-process") == 0
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert (manifest["shards"]["resumed"], manifest["throughput"]["questions"]) == (3, 0)
+    assert_same_outputs(output, job_output, ("answers", "questions", "generated_answers"))
 
 
 def test_no_step_loads_the_documents_table_into_the_driver(job_output: Path) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from jobs.bulk_qa import driver
 from jobs.bulk_qa.config import RunSettings
+from jobs.bulk_qa.squad_input import load_squad_input
 
 
 class Joined(Exception):
@@ -44,7 +45,8 @@ def test_the_job_starts_its_own_ray_unless_told_to_join_one(
         monkeypatch.setenv("RAY_ADDRESS", environment)
     with pytest.raises(Joined):
         driver.start_ray(RunSettings(address=address))
-    own = {"_system_config": driver.own_ray_config()} if expected == "local" else {}  # settings only for its own
+    # settings only for its own
+    own = {"_system_config": driver.own_ray_config(), "include_dashboard": False} if expected == "local" else {}
     assert init_calls == [
         {"address": expected, "log_to_driver": expected != "local", "logging_level": logging.WARNING, **own}
     ]
@@ -69,6 +71,8 @@ SAMPLE = {"questions": "data/sample/questions.parquet", "documents": "data/sampl
         ({}, {"BROADCAST_DOCUMENTS_MAX_BYTES": 0}, "ray"),  # documents too large to hold whole
         ({"engine": "ray"}, {}, "ray"),
         ({"engine": "in-process"}, {"IN_PROCESS_MAX_QUESTIONS": 11}, "in-process"),
+        ({"questions": "data/sample/squad_sample.json"}, {}, "in-process"),  # 12 SQuAD questions, no documents
+        ({"questions": "data/sample/squad_sample.json"}, {"IN_PROCESS_MAX_QUESTIONS": 11}, "ray"),
     ],
 )
 def test_auto_runs_small_local_jobs_in_process(
@@ -85,4 +89,6 @@ def test_auto_runs_small_local_jobs_in_process(
             monkeypatch.setenv(name, value)
         elif name != "ray_initialized":
             monkeypatch.setattr(driver, name, value)
-    assert driver.choose_engine(JobConfig.from_values({**SAMPLE, **values}), None).name == expected
+    config = JobConfig.from_values({**SAMPLE, **values})
+    squad = load_squad_input(config.work.questions, False)  # None unless a SQuAD file
+    assert driver.choose_engine(config, squad).name == expected

@@ -27,12 +27,19 @@ def sizes(batch: pa.Table) -> pa.Table:
     return pa.table({"rows": [batch.num_rows]})
 
 
-def test_batches_span_blocks_as_ray_data_bundles_them() -> None:
+def test_batches_are_cut_from_the_rows_in_order_or_block_by_block() -> None:
     dataset = numbers(3, 0, 4)
-    assert [row["rows"] for row in dataset.map_batches(sizes, batch_size=3).iter_rows()] == [3, 3, 1]
-    assert [row["rows"] for row in dataset.map_batches(sizes).iter_rows()] == [3, 4]  # no batch_size: per block
+    assert [row["rows"] for row in dataset.map_batches(sizes, batch_format="pyarrow", batch_size=3).iter_rows()] == [
+        3,
+        3,
+        1,
+    ]
+    assert [row["rows"] for row in dataset.map_batches(sizes, batch_format="pyarrow").iter_rows()] == [
+        3,
+        4,
+    ]  # no batch_size: per block
     repartitioned = dataset.repartition(target_num_rows_per_block=5)
-    assert [row["rows"] for row in repartitioned.map_batches(sizes).iter_rows()] == [5, 2]
+    assert [row["rows"] for row in repartitioned.map_batches(sizes, batch_format="pyarrow").iter_rows()] == [5, 2]
     assert [row["n"] for row in repartitioned.union(numbers(1)).iter_rows()] == [0, 1, 2, 3, 4, 5, 6, 0]
 
 
@@ -51,24 +58,36 @@ class Counter:
 
 def test_a_stage_class_is_made_once_and_only_when_there_are_rows() -> None:
     Counter.made = []
-    out = numbers(2, 2).map_batches(Counter, batch_size=1, fn_constructor_kwargs={"offset": 10}, fn_kwargs={"scale": 2})
+    out = numbers(2, 2).map_batches(
+        Counter, batch_format="pyarrow", batch_size=1, fn_constructor_kwargs={"offset": 10}, fn_kwargs={"scale": 2}
+    )
     assert [row["n"] for row in out.iter_rows()] == [20, 22, 24, 26]
     assert Counter.made == [10]
-    assert list(numbers(0).map_batches(Counter, fn_constructor_kwargs={"offset": 1}, fn_kwargs={"scale": 1})
+    assert list(numbers(0).map_batches(Counter, batch_format="pyarrow", fn_constructor_kwargs={"offset": 1},
+                                       fn_kwargs={"scale": 1})
                 .iter_rows()) == []  # fmt: skip
     assert Counter.made == [10]
 
 
 def test_groups_hold_every_row_of_their_key_in_key_order() -> None:
     def summary(group: pa.Table, label: str) -> pa.Table:
-        return pa.table({"label": [label], "key": [group["key"][0].as_py()], "n": [sorted(group["n"].to_pylist())]})
+        return pa.table({"label": [label], "key": [group["key"][0].as_py()], "n": [group["n"].to_pylist()]})
 
-    grouped = numbers(3, 4).groupby("key", num_partitions=4).map_groups(summary, fn_kwargs={"label": "g"})
+    grouped = (
+        numbers(3, 4)
+        .groupby("key", num_partitions=4)
+        .map_groups(summary, batch_format="pyarrow", fn_kwargs={"label": "g"})
+    )
     assert list(grouped.iter_rows()) == [
         {"label": "g", "key": 0, "n": [0, 2, 4, 6]},
         {"label": "g", "key": 1, "n": [1, 3, 5]},
     ]
-    assert list(numbers(0).groupby("key").map_groups(summary, fn_kwargs={"label": "g"}).iter_rows()) == []
+    assert (
+        list(
+            numbers(0).groupby("key").map_groups(summary, batch_format="pyarrow", fn_kwargs={"label": "g"}).iter_rows()
+        )
+        == []
+    )
 
 
 def test_a_parquet_input_is_read_when_first_used(tmp_path: Path) -> None:
@@ -78,6 +97,14 @@ def test_a_parquet_input_is_read_when_first_used(tmp_path: Path) -> None:
     assert list(dataset.iter_rows()) == [{"id": "a"}, {"id": "b"}]
 
 
-def test_other_batch_formats_are_refused() -> None:
+def test_string_keys_group_in_their_order() -> None:
+    table = pa.table({"id": ["b", "a", "b", "c", "a"], "n": [0, 1, 2, 3, 4]})
+    grouped = InProcessDataset([table]).groupby("id").map_groups(lambda group: group, batch_format="pyarrow")
+    assert [(row["id"], row["n"]) for row in grouped.iter_rows()] == [("a", 1), ("a", 4), ("b", 0), ("b", 2), ("c", 3)]
+
+
+def test_what_ray_data_would_do_otherwise_is_refused() -> None:
     with pytest.raises(ValueError, match="batch_format 'pandas': the in-process engine passes pyarrow tables only"):
         numbers(1).map_batches(sizes, batch_format="pandas")
+    with pytest.raises(ValueError, match="fn_constructor_kwargs is for a callable class, not a function"):
+        numbers(1).map_batches(sizes, batch_format="pyarrow", fn_constructor_kwargs={"offset": 1})
