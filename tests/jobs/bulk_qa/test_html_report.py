@@ -39,7 +39,8 @@ CHROMIUM = next(
 
 
 @pytest.fixture(scope="module")
-def run(local_ray, tiny_bert_model: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+def run(tiny_bert_model: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The SQuAD sample's run, in-process (no Ray in this module): the report is written from its output."""
     output = tmp_path_factory.mktemp("report-run") / "out"
     args = [str(arg) for arg in ["--questions", SAMPLE, "--output", output, "--model", tiny_bert_model, *FLAGS]]
     assert run_job(*args) == 0

@@ -24,8 +24,9 @@ def rewrite_weights(model: Path) -> None:
 
 
 def test_changed_weights_are_refused_unless_overwrite(
-    local_ray, tmp_path: Path, tiny_bert_model: Path, capsys: pytest.CaptureFixture
+    tmp_path: Path, tiny_bert_model: Path, capsys: pytest.CaptureFixture
 ) -> None:
+    """The runs are in-process (no Ray in this module): the output folder's identity is the driver's, either way."""
     model = tmp_path / "model"
     shutil.copytree(tiny_bert_model, model)
     paths = write_corpus(
