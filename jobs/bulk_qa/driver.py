@@ -52,11 +52,11 @@ from jobs.bulk_qa.results import write_results
 from jobs.bulk_qa.retrieval import needs_retrieval, prepare_index, save_built_index
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
 from jobs.bulk_qa.waves import (
-    BROADCAST_DOCUMENTS_MAX_BYTES,
     ActorResources,
     Inputs,
     actor_resources,
     answer_wave,
+    joins_by_broadcast,
     partition_documents,
     plan_documents_join,
 )
@@ -310,7 +310,7 @@ def choose_engine(config: JobConfig, squad: SquadInput | None) -> Engine:
     small = (
         count_questions(config, squad) <= IN_PROCESS_MAX_QUESTIONS
         and (run.num_actors or 1) == 1
-        and (documents is None or table_bytes(documents) <= BROADCAST_DOCUMENTS_MAX_BYTES)
+        and (documents is None or joins_by_broadcast(table_bytes(documents)))
     )
     return InProcessEngine() if small and not joins else RayEngine()
 

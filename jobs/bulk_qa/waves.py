@@ -79,9 +79,14 @@ def plan_documents_join(path: str, engine: Engine) -> tuple[Any | None, int | No
     :returns: `(columns, None)` for a broadcast join, `(None, parts)` for a partitioned one.
     """
     size = table_bytes(path)
-    if size > BROADCAST_DOCUMENTS_MAX_BYTES:
+    if not joins_by_broadcast(size):
         return None, math.ceil(size / DOCUMENT_PART_BYTES)
     return engine.broadcast_documents(path), None
+
+
+def joins_by_broadcast(size: int) -> bool:
+    """Whether a documents table of `size` bytes (uncompressed) is joined whole, by broadcast."""
+    return size <= BROADCAST_DOCUMENTS_MAX_BYTES
 
 
 def partition_documents(inputs: Inputs, output: str) -> None:

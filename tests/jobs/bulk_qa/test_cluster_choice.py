@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from jobs.bulk_qa import driver
+from jobs.bulk_qa import driver, waves
 from jobs.bulk_qa.config import RunSettings
 from jobs.bulk_qa.squad_input import load_squad_input
 
@@ -87,6 +87,8 @@ def test_auto_runs_small_local_jobs_in_process(
     for name, value in patches.items():
         if name == "RAY_ADDRESS":
             monkeypatch.setenv(name, value)
+        elif name == "BROADCAST_DOCUMENTS_MAX_BYTES":
+            monkeypatch.setattr(waves, name, value)
         elif name != "ray_initialized":
             monkeypatch.setattr(driver, name, value)
     config = JobConfig.from_values({**SAMPLE, **values})
