@@ -184,16 +184,17 @@ class MemorySampler:
 
     `tree=False`: resident set size (RSS) of this process, every 20 ms (cheap).
     `tree=True`: proportional set size (PSS) summed over this process and all its descendants (Ray's raylet,
-    workers and object store), every second: pages shared between processes, such as the object store's, count
-    once in the sum, not once per process. Reading every process's PSS is not free (the kernel walks its page
-    tables) and the sampler shares the driver's interpreter, so it samples no faster. It also keeps each
-    process's latest CPU time, so that the reading's `cpu_seconds` counts processes that exit before the end
-    (Ray's reader actors and workers, whose CPU time no surviving parent collects).
+    workers and object store), every `interval_s` seconds: pages shared between processes, such as the object
+    store's, count once in the sum, not once per process. Reading every process's PSS is not free: the kernel
+    walks each one's page tables, about 70 ms of this process's CPU per sample beside a reader actor holding
+    MiniLM, and it holds each process's memory map while it does. It also keeps each process's latest CPU time,
+    so that the reading's `cpu_seconds` counts processes that exit before the end (Ray's reader actors and
+    workers, whose CPU time no surviving parent collects).
     """
 
-    def __init__(self, tree: bool = False) -> None:
+    def __init__(self, tree: bool = False, interval_s: float = 1.0) -> None:
         self.tree = tree
-        self.interval = 1.0 if tree else 0.02
+        self.interval = interval_s if tree else 0.02
         self.cpu_ticks: dict[int, int] = {}  # with `tree`: each process's CPU time when last seen
 
     def current(self) -> int:

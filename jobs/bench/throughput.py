@@ -62,6 +62,10 @@ from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_pairs
 
 MIB = 2**20
 TOLERANCE = 1e-4  # largest score difference for answers to count as the same as Haystack's
+# How often the Ray row samples every Ray process's PSS: rarely where its speed is compared with run_batch's (a
+# sample costs the job's cores about 70 ms), every second where its peak memory is the figure (`--scale`).
+THROUGHPUT_MEMORY_EVERY_S = 10.0
+SCALE_MEMORY_EVERY_S = 1.0
 COLUMNS = (  # (key, header, format) of the printed table
     ("row", "row", "{}"),
     ("questions", "questions", "{}"),
@@ -306,12 +310,14 @@ def measure_in_process(
 
 
 def measure_ray(
-    model: Path, workload: Workload, settings: Settings, folder: Path, job_args: list[str]
+    model: Path, workload: Workload, settings: Settings, folder: Path, job_args: list[str], memory_every_s: float
 ) -> tuple[Measurement, list]:
     """
     The Ray job end to end on a fresh local Ray. Start-up (Ray's, plus a 4-question warm-up job that starts the
     worker processes) is timed apart; the measured job then runs on the warm Ray, reader actors included.
 
+    :param memory_every_s: How often the processes' PSS is sampled (see `MemorySampler`: each sample takes CPU
+        and memory-map time from the job it measures).
     :returns: The measurement (tokens and padding left to the caller) and the job's answers.
     """
     import ray
@@ -321,7 +327,7 @@ def measure_ray(
     questions, documents = write_parquet(workload, folder / "inputs")
     warm_questions, warm_documents = write_parquet(workload.chunk(0, 4), folder / "warm-up")
     common = ["--model", str(model), "--overwrite", *settings.job_args()]
-    sampler = MemorySampler(tree=True)
+    sampler = MemorySampler(tree=True, interval_s=memory_every_s)
     started = time.perf_counter()
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
     try:
@@ -358,7 +364,7 @@ def measure_ray(
         startup_seconds=startup,
         peak_bytes=memory.peak,
         growth_bytes=memory.peak - memory.start,
-        details={"job_timings": manifest["timings"]},
+        details={"job_timings": manifest["timings"], "memory_every_s": memory_every_s},
     )
     return measurement, answer_table_keys(str(output / "answers"), workload.question_ids)
 
@@ -575,7 +581,9 @@ def compare(args: argparse.Namespace, settings: Settings, skip: set[str], folder
     references[f"run_batch:{args.half}"] = "run_batch"
     if "ray" not in skip:
         try:
-            measurement, answers["ray"] = measure_ray(model, workload, settings, folder, args.ray_args.split())
+            measurement, answers["ray"] = measure_ray(
+                model, workload, settings, folder, args.ray_args.split(), THROUGHPUT_MEMORY_EVERY_S
+            )
         except Exception as error:  # noqa: BLE001 - a failed job is reported in its row; the other rows stand
             print(f"bench: the Ray job failed: {error}", flush=True)
             measurement = Measurement("ray", len(workload), details={"error": str(error)[-2000:]})
@@ -618,7 +626,9 @@ def scale(args: argparse.Namespace, settings: Settings, skip: set[str], folder: 
     for size in sizes:
         print(f"bench --scale: the Ray job on {size} questions", flush=True)
         workload = make_workload(size, args.documents_per_question, args.seed)
-        measurement, keys = measure_ray(model, workload, settings, folder / f"n{size}", args.ray_args.split())
+        measurement, keys = measure_ray(
+            model, workload, settings, folder / f"n{size}", args.ray_args.split(), SCALE_MEMORY_EVERY_S
+        )
         measurement.name = f"ray:{size}"
         if size == sizes[0] and answers.get("run_batch"):
             measurement.agreement = agreement(keys, answers["run_batch"], "run_batch", TOLERANCE)

@@ -127,6 +127,9 @@ def run(config: JobConfig) -> int:
         resuming = existing == identity and not config.run.overwrite
         index = prepare_index(config.retrieval, config.work.documents, output, resuming)
     cluster = engine.cluster() if isinstance(engine, InProcessEngine) else start_ray(config.run)
+    pool = actor_resources(config.run, cluster)
+    if isinstance(engine, RayEngine):  # before the inputs' datasets are made: each copies these settings
+        configure_ray_data(config.run, pool)
     inputs, n_questions, expected = read_inputs(config, schemas, squad, ids, engine)
     output.claim(identity, config.run.overwrite)
     if index is not None:
@@ -134,7 +137,6 @@ def run(config: JobConfig) -> int:
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
     resumed = output.committed_shards()
     pipeline_started = time.time()
-    pool = actor_resources(config.run, cluster)
     partitioned = inputs.document_parts is not None and len(resumed) < len(expected)
     if partitioned:  # once per run, before its first wave
         partition_documents(inputs, config.run.output)
@@ -207,6 +209,9 @@ def run_identity(config: JobConfig, schemas: Schemas) -> dict[str, Any]:
 
 
 RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
+# How long a pool of several reader actors may take to start (GPU nodes an autoscaler adds included); actors that
+# cannot start in that time (a cluster without the resources they ask for) fail the run with Ray Data's message.
+ACTORS_START_TIMEOUT_S = 3600
 
 
 def start_ray(run: RunSettings) -> dict[str, Any]:
@@ -214,8 +219,7 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     Joins the cluster at `run.address`, or at `RAY_ADDRESS` (as `ray job submit` sets it), or else starts a Ray of
     its own on this machine, even when another one runs here (`address="local"`: a cluster someone started with
     `ray start`, alive or dead, is never joined by accident). The Ray it starts gets `own_ray_config()`; a Ray
-    already initialised in this process is used. Ray's own logs and Ray Data's progress bars and operator tables
-    show only with `run.verbose`.
+    already initialised in this process is used. Ray's own logs show only with `run.verbose`.
 
     :returns: The cluster the job runs on: its address, whether the job started it, nodes, CPUs, GPUs, and the
         seconds it took.
@@ -234,15 +238,6 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
         # that it did on every run: the notice shows with --verbose only.
         logging.getLogger(RAY_AUTH_SETUP_LOGGER).setLevel(level if run.verbose else logging.ERROR)
         ray.init(address=target, log_to_driver=run.verbose or target != "local", logging_level=level, **options)
-    import ray.data
-
-    logging.getLogger("ray.data").setLevel(level)
-    # Its one notice is that the bars it would show are off: the job shows its own progress.
-    logging.getLogger("ray.data._internal.progress").setLevel(level if run.verbose else logging.ERROR)
-    context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = run.verbose
-    # Sort-based shuffles run as tasks: no shuffle actors to start, which dominates on small inputs.
-    context.shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     resources = ray.cluster_resources()
     cluster = {
         "engine": RAY_ENGINE,
@@ -256,6 +251,31 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     if joins and not started_here and not run.quiet:
         print(f"bulk-qa: running on the Ray cluster at {cluster['address']}", file=sys.stderr, flush=True)
     return cluster
+
+
+def configure_ray_data(run: RunSettings, pool: ActorResources) -> None:
+    """
+    Ray Data's settings for this run, in this process's current `DataContext` (a dataset copies them when it is
+    made). Its logs, progress bars and operator tables show only with `run.verbose`: the job shows its own
+    progress.
+    """
+    import ray.data
+
+    level = logging.INFO if run.verbose else logging.WARNING
+    logging.getLogger("ray.data").setLevel(level)
+    # Its one notice is that the bars it would show are off.
+    logging.getLogger("ray.data._internal.progress").setLevel(level if run.verbose else logging.ERROR)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = run.verbose
+    # Sort-based shuffles run as tasks: no shuffle actors to start, which dominates on small inputs.
+    context.shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+    # Parquet inputs are read by Ray Data's file reader, which reads their footers in the driver and in the read
+    # tasks. Its DataSourceV2 reader starts FooterReader actors for every read, a new worker process each: on two
+    # cores 5 to 8 s per read, and a wave reads its questions twice.
+    context.use_datasource_v2 = False
+    # Several reader actors: the pipeline starts once all of them have (else the one ready first takes every
+    # batch of a small wave); -1, Ray Data's default, starts it at once.
+    context.wait_for_min_actors_s = ACTORS_START_TIMEOUT_S if pool.num_actors > 1 else -1
 
 
 def own_ray_config() -> dict[str, Any]:

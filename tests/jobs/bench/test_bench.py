@@ -36,10 +36,10 @@ COLUMNS = [
 ]  # fmt: skip
 
 
-def fake_ray(model, workload, settings, folder, job_args):
+def fake_ray(model, workload, settings, folder, job_args, memory_every_s):
     """
     Stands in for the Ray job: run_batch's answers, but the last question's best score moved by 0.5 (beyond the
-    agreement's tolerance), and fixed made-up timings.
+    agreement's tolerance), and fixed made-up timings; the memory sampling interval asked for in `details`.
     """
     reader = settings.reader(model)
     reader.warm_up()
@@ -47,6 +47,7 @@ def fake_ray(model, workload, settings, folder, job_args):
     keys[-1][0] = keys[-1][0]._replace(score=keys[-1][0].score + 0.5)
     measurement = bench.Measurement("ray", len(workload), 7, padded_tokens=None, seconds=2.0, cpu_seconds=None)
     measurement.startup_seconds, measurement.peak_bytes = 3.0, 2**30
+    measurement.details["memory_every_s"] = memory_every_s
     return measurement, keys
 
 
@@ -68,6 +69,7 @@ def result(tiny_bert_model: Path, tmp_path_factory: pytest.TempPathFactory) -> d
 
 def test_every_row_and_column(result: dict) -> None:
     assert [row["row"] for row in result["rows"]] == ROWS + MIXED_ROWS
+    assert result["rows"][ROWS.index("ray")]["memory_every_s"] == bench.THROUGHPUT_MEMORY_EVERY_S
     for row in result["rows"]:
         assert set(COLUMNS) <= set(row), row["row"]
         assert row["questions"] == (3 if row["row"] in MIXED_ROWS else 4)
@@ -207,8 +209,8 @@ def test_gpu_check_runs_on_cpu(tiny_bert_model: Path, tmp_path: Path) -> None:
 def test_scale_mode_compares_peak_memory_at_n_and_10n(tiny_bert_model: Path, tmp_path: Path, monkeypatch) -> None:
     peaks = {3: 2000 * 2**20, 30: 2700 * 2**20}  # made up: 1.35x for 10x the questions
 
-    def fake_ray_by_size(model, workload, settings, folder, job_args):
-        measurement, keys = fake_ray(model, workload, settings, folder, job_args)
+    def fake_ray_by_size(model, workload, settings, folder, job_args, memory_every_s):
+        measurement, keys = fake_ray(model, workload, settings, folder, job_args, memory_every_s)
         measurement.peak_bytes = peaks[len(workload)]
         return measurement, keys
 
@@ -220,5 +222,6 @@ def test_scale_mode_compares_peak_memory_at_n_and_10n(tiny_bert_model: Path, tmp
         ("run_batch", 3), ("ray:3", 3), ("ray:30", 30)
     ]  # fmt: skip
     assert found["rows"][1]["agreement_share"] == pytest.approx(2 / 3)  # the stand-in moved one of 3 answers
+    assert [row["memory_every_s"] for row in found["rows"][1:]] == [bench.SCALE_MEMORY_EVERY_S] * 2
     [target] = found["targets"]
     assert (target["value"], target["met"]) == (1.35, True)

@@ -23,7 +23,9 @@ def test_the_ray_row_is_the_jobs_answers_and_agrees_with_run_batch(
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     workload = make_workload(6, docs_per_question=2)
     settings = replace(bench.Settings(), tokenization=TokenizationSettings(max_seq_length=128, stride=32))
-    measurement, keys = bench.measure_ray(tiny_bert_model, workload, settings, tmp_path, ["--num-actors", "1"])
+    measurement, keys = bench.measure_ray(
+        tiny_bert_model, workload, settings, tmp_path, ["--num-actors", "1"], bench.SCALE_MEMORY_EVERY_S
+    )
     reader = settings.reader(tiny_bert_model)
     reader.warm_up()
     expected = answer_keys(reader.run_batch(workload.queries, workload.documents)["answers"])

@@ -6,7 +6,9 @@ batches), and the manifest records the resources the actors used, not the settin
 import json
 from pathlib import Path
 
-from jobs.bulk_qa import report
+import pytest
+
+from jobs.bulk_qa import driver, report
 from jobs.bulk_qa.config import RunSettings
 from jobs.bulk_qa.waves import ActorResources, actor_resources, sequences_per_batch
 from tests.jobs.conftest import run_job
@@ -30,6 +32,24 @@ def test_resources_are_those_of_the_cluster() -> None:
     assert (halves.num_actors, halves.gpus_per_actor) == (4, 0.5)
     alone = actor_resources(RunSettings(), {"engine": "in-process", "gpus": 0, "cpus": 2.0})
     assert alone == ActorResources(1, 0.0, 2.0, 2)  # in-process: one reader with the machine's threads
+
+
+@pytest.fixture
+def data_context():
+    """Ray Data's current settings, restored after the test."""
+    import ray.data
+
+    saved = ray.data.DataContext.get_current().copy()
+    yield ray.data.DataContext.get_current()
+    ray.data.DataContext._set_current(saved)
+
+
+@pytest.mark.parametrize(("num_actors", "wait_s"), [(2, driver.ACTORS_START_TIMEOUT_S), (1, -1)])
+def test_several_readers_have_all_started_before_the_pipeline_does(data_context, num_actors, wait_s) -> None:
+    driver.configure_ray_data(RunSettings(), ActorResources(num_actors, 0.0, 0.5, 1))
+    assert data_context.wait_for_min_actors_s == wait_s  # one reader: it loads its model while the inputs are read
+    # Parquet footers read without FooterReader actors, whose worker processes cost seconds per read
+    assert data_context.use_datasource_v2 is False
 
 
 def test_two_actors_both_read_the_sample(local_ray, tmp_path: Path, tiny_bert_model: Path) -> None:
