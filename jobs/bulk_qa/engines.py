@@ -88,15 +88,13 @@ class InProcessEngine:
 
     def cluster(self) -> dict[str, Any]:
         """What the manifest records of where the run ran: this machine, no Ray."""
-        import torch
-
         return {
             "engine": self.name,
             "address": None,
             "started_by_job": False,
             "nodes": 1,
             "cpus": float(usable_cpus()),
-            "gpus": 1 if torch.cuda.is_available() else 0,  # the reader uses one
+            "gpus": 0 if self.reader_device() == "cpu" else 1,  # the reader's
             "start_s": None,  # no Ray started
         }
 
