@@ -345,7 +345,7 @@ def check_small_ids(config: JobConfig, schemas: Schemas, squad: SquadInput | Non
     """
     tables = input_tables(config, schemas, squad)
     rows = {spec.name: table_rows(path) for spec, path in tables}
-    n_questions = squad.table.num_rows if squad is not None else rows[QUESTIONS.name]
+    n_questions = count_questions(config, squad)
     num_shards = max(1, math.ceil(n_questions / config.work.shard_size))
     total = sum(rows.values()) + (n_questions if squad is not None else 0)
     if engine.name == RAY_ENGINE and total > DRIVER_CHECK_MAX_ROWS:
