@@ -142,7 +142,9 @@ def run(config: JobConfig) -> int:
         partition_documents(inputs, config.run.output)
     parts_s = time.time() - pipeline_started
     markers = {**resumed, **answer_pending_shards(config, inputs, expected, resumed, pool)}
-    if partitioned:  # a run that fails leaves them; the next one writes them again
+    # Deleted once every shard is answered: a run that fails leaves them, and the next one writes them again.
+    output.delete_pair_notes()
+    if partitioned:
         output.delete_document_parts()
     pipeline_s = time.time() - pipeline_started
     cluster = {**cluster, "reader_actors": dataclasses.asdict(pool)}

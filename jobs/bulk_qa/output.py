@@ -11,7 +11,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from jobs.bulk_qa.workers.storage import DOCUMENT_PARTS, InputError, ShardStore
+from jobs.bulk_qa.workers.storage import DOCUMENT_PARTS, PAIR_NOTES, InputError, ShardStore, shard_name
 from jobs.bulk_qa.workers.tables import TABLES
 from qa_core.models import changed_model_files
 
@@ -32,7 +32,9 @@ RESULT_FILES = (
 
 # What the job writes, in the order `clear` deletes it: the manifest first (the run is no longer complete) and the
 # identity last (a folder holding any of the others without `_job.json` is not the job's, and is never cleared).
-_OWN_NAMES = ("manifest.json", *RESULT_FILES, *TABLES, "_shards", "_index", DOCUMENT_PARTS, "_tmp", "_job.json")
+_OWN_NAMES = (
+    "manifest.json", *RESULT_FILES, *TABLES, "_shards", "_index", DOCUMENT_PARTS, PAIR_NOTES, "_tmp", "_job.json"
+)  # fmt: skip
 
 
 def _model_difference(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
@@ -128,6 +130,6 @@ class OutputFolder(ShardStore):
         """`columns` of the committed shards' files of a table, in shard order."""
         tables = []
         for shard in sorted(shards):
-            with self.filesystem.open_input_file(self._path(table_name, f"shard-{shard:05d}.parquet")) as file:
+            with self.filesystem.open_input_file(self._path(table_name, f"{shard_name(shard)}.parquet")) as file:
                 tables.append(pq.read_table(file, columns=columns))
         return pa.concat_tables(tables)

@@ -154,6 +154,7 @@ def answer_wave(
     import json
 
     wave = {"num_shards": inputs.num_shards, "shards": shards}
+    ShardStore(config.run.output).delete_pair_notes(shards)  # those an earlier attempt at these shards left
     questions = inputs.questions
     if inputs.index is not None:  # questions without document_ids get them by BM25 first
         questions = retrieved_questions(
@@ -183,6 +184,7 @@ def answer_wave(
             "token": DEFAULT_TOKEN,
             "tokenization": config.tokenization,
             "selection": config.selection,
+            "output": config.run.output,
         },
     )
     # One block per actor batch: a batch bundles blocks up to its size, so both must be the same.

@@ -200,11 +200,14 @@ def aggregate_shard(
     output: str,
 ) -> pa.Table:
     """
-    All work rows of one shard -> the shard's answers, questions and (with `replies` settings) generated_answers
-    tables, committed to the output folder. Returns the shard's completion marker, as one row.
+    All work rows of one shard, and the notes of its pairs that could not be read (from the output folder) -> the
+    shard's answers, questions and (with `replies` settings) generated_answers tables, committed to the output
+    folder. Returns the shard's completion marker, as one row.
     """
     rows = group.to_pylist()
     shard = rows[0]["shard"]
+    store = ShardStore(output)
+    rows += store.read_pair_notes(shard)
     questions: dict[str, dict[str, Any]] = {}
     shard_replies: dict[str, dict[str, Any]] = {}
     notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -254,7 +257,7 @@ def aggregate_shard(
         "workers": dict(workers),
         "replies_without_question": sorted(set(shard_replies) - set(questions)),
     }
-    ShardStore(output).commit_shard(shard, tables, marker)
+    store.commit_shard(shard, tables, marker)
     return pa.table({"shard": [shard], "marker": [json.dumps(marker, sort_keys=True)]}, schema=MARKER_SCHEMA)
 
 

@@ -2,19 +2,11 @@
 
 import os
 import socket
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from jobs.bulk_qa.workers.rows import (
-    AGGREGATION_SCHEMA,
-    PAIRS_SCHEMA,
-    SEQUENCE,
-    candidate_row,
-    read_note,
-    sequence_from_row,
-    table,
-)
+from jobs.bulk_qa.workers.rows import AGGREGATION_SCHEMA, candidate_row, read_note, sequence_from_row, table
 from qa_core.inference import InferenceSettings
 from qa_core.models import ModelSettings
 from qa_core.secret import Secret
@@ -24,7 +16,7 @@ from qa_core.selection import SelectionSettings, candidate_answers
 class ReadSequences:
     """
     Holds one warmed `ExtractiveReader` on the actor's GPU (or on the CPU) and reads the sequences of each batch
-    in one forward-batched `predict` call. Pair notes (pairs that could not be read) pass through unread.
+    in one forward-batched `predict` call.
     """
 
     def __init__(
@@ -57,10 +49,9 @@ class ReadSequences:
         self.worker = f"{socket.gethostname()}:{os.getpid()} gpus={','.join(map(str, gpu_ids)) or '-'} {device}"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        """The batch's sequences -> their candidates and read notes, plus the batch's pair notes unchanged."""
-        is_sequence = pc.equal(batch["kind"], SEQUENCE)
-        sequence_rows = batch.filter(is_sequence).to_pylist()
-        out = batch.filter(pc.invert(is_sequence)).select(PAIRS_SCHEMA.names).to_pylist()
+        """The batch's sequences -> their candidates and read notes."""
+        sequence_rows = batch.to_pylist()
+        out: list[dict[str, Any]] = []
         decoded = [sequence_from_row(row, index) for index, row in enumerate(sequence_rows)]
         spans = self.reader.predict([sequence for sequence, _ in decoded])
         for row, (_, window), sequence_spans in zip(sequence_rows, decoded, spans, strict=True):

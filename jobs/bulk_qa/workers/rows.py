@@ -5,8 +5,9 @@ encoded and decoded. A row's `kind` says what it carries:
 - `question`: one per question (query, document ids, question-level errors), joining the others just before
   aggregation;
 - `pair`: one per (question, document) to read, joined with its document (a retrieved passage: its document,
-  and the passage's range to read there); after tokenization only the pairs that could not be read remain, as
-  notes carrying the reason in `error`;
+  and the passage's range to read there); the tokenize stage turns each into sequences, or into a note carrying
+  the reason it cannot be read in `error`, which reaches the aggregation through the run's folder
+  (`ShardStore.write_pair_notes`), not through the reader actors;
 - `sequence`: a tokenized window of a document with the text its answers are cut from (before the reader
   stage), then a note that it was read and by which actor;
 - `candidate`: a span found by the reader, with its text, page and context;
@@ -60,7 +61,7 @@ SEQUENCES_SCHEMA = pa.schema(
         ("first_page", pa.int64()),  # page at window_offset, when the document is paged
     ]
 )
-# What reaches the aggregation: question, replies, pair-note, read-note and candidate rows.
+# What reaches the aggregation: question, replies, read-note and candidate rows (pair notes come from storage).
 AGGREGATION_SCHEMA = pa.schema(
     _COMMON
     + [

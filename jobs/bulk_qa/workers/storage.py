@@ -8,12 +8,17 @@ Layout under `--output`:
 - `_tmp/`: files being written (a file is renamed into place only when complete);
 - `_documents/part-00003.parquet`: while a run answers, a documents table too large to broadcast, split by id into
   parts (`jobs.bulk_qa.waves.partition_documents`); deleted when the run has answered every shard;
+- `_pair_notes/shard-00042/<digest>.parquet`: while a wave answers, the notes of its pairs that cannot be read
+  (unknown document, untokenizable), written by the tokenize tasks for the shard's aggregation: they never pass
+  through the reader actors. A wave's shards start without notes; all are deleted when the run has answered
+  every shard;
 - `_job.json` and `manifest.json`: the run's identity and its manifest (see `jobs.bulk_qa.output`).
 
 A shard counts as done only when its marker exists: a rerun recomputes shards without one and overwrites
 whatever half-written tables they left (same names, same content).
 """
 
+import hashlib
 import json
 import os
 import re
@@ -21,12 +26,16 @@ import uuid
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 # The folder of a run's documents split into parts by id.
 DOCUMENT_PARTS = "_documents"
+# The folder of the notes of pairs that cannot be read, a folder per shard.
+PAIR_NOTES = "_pair_notes"
+PAIR_KEY = ["question_id", "position"]  # a pair's note is the one row of its question and document position
 
 
 class InputError(Exception):
@@ -63,6 +72,11 @@ def parquet_dataset(path: str) -> pads.Dataset:
     """A Parquet file or folder, local or at a URI, opened lazily (footers are read on demand)."""
     filesystem, inner = resolve_path(path)
     return pads.dataset(inner, filesystem=filesystem, format="parquet")
+
+
+def shard_name(shard: int) -> str:
+    """A shard's name in file and folder names."""
+    return f"shard-{shard:05d}"
 
 
 def _document_part_file(part: int) -> str:
@@ -121,7 +135,7 @@ class ShardStore:
 
     def commit_shard(self, shard: int, tables: dict[str, pa.Table], marker: dict[str, Any]) -> None:
         """Writes a shard's tables, each atomically, then its completion marker."""
-        name = f"shard-{shard:05d}"
+        name = shard_name(shard)
         for table_name, table in tables.items():
             self._write_table(table, table_name, f"{name}.parquet")
         self._write_bytes(
@@ -144,6 +158,34 @@ class ShardStore:
         """Deletes the run's document parts, if any."""
         if self._exists(DOCUMENT_PARTS):
             self.filesystem.delete_dir(self._path(DOCUMENT_PARTS))
+
+    def write_pair_notes(self, notes: pa.Table) -> None:
+        """
+        Writes (atomically) the notes of a batch of pairs, one file per shard they belong to, named by the pairs
+        they note: a retried task writes the same file again.
+        """
+        for shard in sorted(set(notes["shard"].to_pylist())):
+            of_shard = notes.filter(pc.equal(notes["shard"], shard))
+            keys = sorted(zip(*(of_shard[name].to_pylist() for name in PAIR_KEY), strict=True))
+            digest = hashlib.sha256(json.dumps(keys).encode("utf-8")).hexdigest()[:32]
+            self._write_table(of_shard, PAIR_NOTES, shard_name(shard), f"{digest}.parquet")
+
+    def read_pair_notes(self, shard: int) -> list[dict[str, Any]]:
+        """The notes of a shard's pairs that cannot be read, each pair's once (by `PAIR_KEY`)."""
+        selector = pafs.FileSelector(self._path(PAIR_NOTES, shard_name(shard)), allow_not_found=True)
+        notes: dict[tuple, dict[str, Any]] = {}
+        for info in sorted(self.filesystem.get_file_info(selector), key=lambda info: info.base_name):
+            with self.filesystem.open_input_file(info.path) as file:
+                for note in pq.read_table(file).to_pylist():
+                    notes.setdefault(tuple(note[name] for name in PAIR_KEY), note)
+        return list(notes.values())
+
+    def delete_pair_notes(self, shards: frozenset[int] | None = None) -> None:
+        """Deletes the pair notes of `shards`, or of every shard."""
+        folders = [(PAIR_NOTES,)] if shards is None else [(PAIR_NOTES, shard_name(shard)) for shard in shards]
+        for folder in folders:
+            if self._exists(*folder):
+                self.filesystem.delete_dir(self._path(*folder))
 
     def table_path(self, table_name: str) -> str:
         """Where a table's files are (a URI for remote filesystems, credentials masked)."""

@@ -1,9 +1,10 @@
 """
 The tokenize stage (CPU tasks): pairs joined with their documents -> `sequence` rows, each carrying the window of
-document text its answers and contexts are cut from, or a `pair` note with the reason a pair cannot be read.
-A pair of a retrieved passage reads only the passage's range of its document, as Haystack's reader reads the
-passage; its sequences' offsets are the document's. Only this stage and the reader stage load a tokenizer, and
-only when they run.
+document text its answers and contexts are cut from. A pair that cannot be read gets a `pair` note with the
+reason, which the stage writes to the run's folder for its shard's aggregation (`ShardStore.write_pair_notes`),
+so that the reader actors receive sequences only. A pair of a retrieved passage reads only the passage's range
+of its document, as Haystack's reader reads the passage; its sequences' offsets are the document's. Only this
+stage and the reader stage load a tokenizer, and only when they run.
 """
 
 import dataclasses
@@ -12,7 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jobs.bulk_qa.workers.rows import PAIR, SEQUENCES_SCHEMA, sequence_row, table
+from jobs.bulk_qa.workers.rows import PAIR, PAIRS_SCHEMA, SEQUENCES_SCHEMA, sequence_row, table
+from jobs.bulk_qa.workers.storage import ShardStore
 from qa_core.document import Document
 from qa_core.models import ModelSettings, load_tokenizer
 from qa_core.secret import Secret
@@ -26,27 +28,33 @@ def tokenize(
     token: Secret | None,
     tokenization: TokenizationSettings,
     selection: SelectionSettings,
+    output: str,
 ) -> pa.Table:
     """
-    Pairs joined with their documents -> `sequence` rows, or a `pair` note when the document is unknown or the
-    pair cannot be tokenized. Documents with null content are skipped, as the reader skips them.
+    Pairs joined with their documents -> `sequence` rows. A pair whose document is unknown or that cannot be
+    tokenized gets a `pair` note, written to `output` for its shard's aggregation. Documents with null content
+    are skipped, as the reader skips them.
 
     :param model: Whose tokenizer to use.
     :param token: The hub token, resolved here from the worker's environment.
     :param tokenization: `max_seq_length` and `stride`, as the reader uses them.
     :param selection: Its `context_window_size` says how much text around each sequence the answers' contexts need.
+    :param output: The run's output folder.
     """
     tokenizer = load_tokenizer(model.model, token, model.trust_remote_code)
-    rows: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
     to_read: list[dict[str, Any]] = []
     for row in batch.to_pylist():
         if not row.get("known"):
-            rows.append({**row, "error": f"unknown document id {row['document_id']!r}"})
+            notes.append({**row, "error": f"unknown document id {row['document_id']!r}"})
         elif row.get("content") is not None:
             to_read.append(row)
     texts = [pair["content"][slice(*_read_range(pair))] for pair in to_read]
     sequences, failures = tokenize_each_pair(tokenizer, [pair["query"] for pair in to_read], texts, tokenization)
-    rows += [{**to_read[index], "kind": PAIR, "error": error} for index, error in failures.items()]
+    notes += [{**to_read[index], "kind": PAIR, "error": error} for index, error in failures.items()]
+    if notes:
+        ShardStore(output).write_pair_notes(table(notes, PAIRS_SCHEMA))
+    rows: list[dict[str, Any]] = []
     sequence_index = 0
     for position, sequence in enumerate(sequences):
         previous = sequences[position - 1].pair_index if position else None

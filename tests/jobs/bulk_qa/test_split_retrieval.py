@@ -273,14 +273,14 @@ def test_sharded_passage_retrieval_equals_one_index(tmp_path: Path, corpus: dict
 # --- The stages on their own, on hand-made rows (no Ray) -------------------------------------------------------
 
 
-def test_a_passage_pair_reads_its_range_at_offsets_in_the_document(tiny_bert_model: Path) -> None:
+def test_a_passage_pair_reads_its_range_at_offsets_in_the_document(tiny_bert_model: Path, tmp_path: Path) -> None:
     """The sequences of a passage's range are those of the passage read alone, moved to the document's offsets."""
     content = "Page one has words.\fPage two has more words in it.\fPage three ends the text."
     start, end = content.index("Page two"), content.index("ends")
     pair = {"shard": 0, "question_id": "q", "kind": PAIR, "query": "Which page?", "position": 0, "document_id": "s",
             "page_number": 7, "known": True}  # fmt: skip
     settings = (ModelSettings(str(tiny_bert_model)), None, TokenizationSettings(max_seq_length=14, stride=2),
-                SelectionSettings(context_window_size=10))  # fmt: skip
+                SelectionSettings(context_window_size=10), str(tmp_path))  # fmt: skip
     ranged = {**pair, "content": content, "passage_start": start, "passage_end": end}
     alone = {**pair, "content": content[start:end], "page_number": 8}
     rows, expected = (tokenize(pa.Table.from_pylist([row]), *settings).to_pylist() for row in (ranged, alone))

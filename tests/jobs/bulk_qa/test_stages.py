@@ -1,6 +1,7 @@
 """The job's stages run in-process on Arrow tables, without Ray: each question's answers equal reader.run's."""
 
 import dataclasses
+import shutil
 import zlib
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from jobs.bulk_qa.workers.explode import (
     write_document_part,
 )
 from jobs.bulk_qa.workers.read import ReadSequences
-from jobs.bulk_qa.workers.rows import shard_of
+from jobs.bulk_qa.workers.rows import PAIRS_SCHEMA, SEQUENCE, shard_of
+from jobs.bulk_qa.workers.storage import PAIR_NOTES, ShardStore
 from jobs.bulk_qa.workers.tokenize import tokenize
 from qa_core import Document, ExtractiveReader
 from qa_core.inference import InferenceSettings
@@ -42,10 +44,20 @@ QUESTIONS = pa.table(
 )
 
 
-def aggregate(work: pa.Table, output: Path, selection: SelectionSettings = SELECTION) -> pa.Table:
-    """The aggregation of the questions' work rows (question rows joined in, as before aggregation in the job)."""
+@dataclasses.dataclass(frozen=True)
+class Read:
+    """The reader stage's output rows, and the run folder that the tokenize stage wrote its pair notes to."""
+
+    rows: pa.Table
+    folder: Path
+
+
+def aggregate(read: Read, output: Path, selection: SelectionSettings = SELECTION) -> pa.Table:
+    """The aggregation of the questions' work rows (question rows joined in, as before aggregation in the job),
+    committed to `output`, which gets the run's pair notes first."""
+    shutil.copytree(read.folder / PAIR_NOTES, output / PAIR_NOTES)
     questions = question_rows(QUESTIONS, num_shards=1, shards=frozenset({0}), squad=False)
-    return aggregate_shard(pa.concat_tables([work, questions]), selection, RefusalSettings(), None, str(output))
+    return aggregate_shard(pa.concat_tables([read.rows, questions]), selection, RefusalSettings(), None, str(output))
 
 
 N_PARTS = 16  # parts of the documents: "zz" (no such document) falls in a part that holds none
@@ -57,10 +69,11 @@ def _groups(table: pa.Table) -> list[pa.Table]:
 
 
 @pytest.fixture(scope="module")
-def candidates(tiny_roberta_model: Path, tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
+def candidates(tiny_roberta_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Read:
     """The work rows of the questions, through every stage up to the reader (in-process), the documents joined
     as a documents table too large to broadcast is: split into parts in the run's folder, each part's pairs
-    joined with that part's file."""
+    joined with that part's file. The reader receives sequences only: the unknown document's note is in the
+    run's folder."""
     documents = pa.table({"id": list(CONTENTS), "content": list(CONTENTS.values()), "page_number": [None, 7, None]})
     output = str(tmp_path_factory.mktemp("run"))
     parts = with_document_part(document_columns(documents), column="id", n_parts=N_PARTS)
@@ -74,11 +87,15 @@ def candidates(tiny_roberta_model: Path, tmp_path_factory: pytest.TempPathFactor
         ("a", True), ("b", True), ("b", True), ("c", True), ("c", True), ("zz", None)
     ]  # fmt: skip
     model = ModelSettings(str(tiny_roberta_model))
-    sequences = tokenize(work, model, None, TOKENIZATION, SELECTION)
-    return ReadSequences(model, InferenceSettings(), SELECTION, None, cpu_threads=1)(sequences)
+    sequences = tokenize(work, model, None, TOKENIZATION, SELECTION, output)
+    assert set(sequences["kind"].to_pylist()) == {SEQUENCE}
+    assert [
+        (note["question_id"], note["position"], note["error"]) for note in ShardStore(output).read_pair_notes(0)
+    ] == [("q2", 2, "unknown document id 'zz'")]
+    return Read(ReadSequences(model, InferenceSettings(), SELECTION, None, cpu_threads=1)(sequences), Path(output))
 
 
-def test_stages_in_process_equal_reader_run(candidates: pa.Table, tiny_roberta_model: Path, tmp_path: Path) -> None:
+def test_stages_in_process_equal_reader_run(candidates: Read, tiny_roberta_model: Path, tmp_path: Path) -> None:
     summary = aggregate(candidates, tmp_path)
     assert summary["shard"].to_pylist() == [0]
 
@@ -105,7 +122,7 @@ def test_stages_in_process_equal_reader_run(candidates: pa.Table, tiny_roberta_m
     assert statuses["q3"] == ("no_documents", None)
 
 
-def test_score_threshold_above_every_answer_refuses(candidates: pa.Table, tmp_path: Path) -> None:
+def test_score_threshold_above_every_answer_refuses(candidates: Read, tmp_path: Path) -> None:
     aggregate(candidates, tmp_path, dataclasses.replace(SELECTION, score_threshold=0.999, no_answer=False))
     assert read_output(tmp_path, "answers") == []
     statuses = {row["question_id"]: (row["status"], row["best_answer"]) for row in read_output(tmp_path, "questions")}
@@ -119,3 +136,20 @@ def test_shards_are_stable_across_processes() -> None:
         zlib.crc32(b"q2") % 1000,
         zlib.crc32(b"question-42") % 1000,
     ]
+
+
+def test_each_pair_is_noted_once_whatever_tokenize_task_wrote_it(tmp_path: Path) -> None:
+    """A retried tokenize task writes its notes again: the same batch to the same file, another batch of the same
+    pairs (batched otherwise) to another file, and the shard's aggregation reads each pair's note once."""
+    store = ShardStore(str(tmp_path))
+    note = {"kind": "pair", "query": "Where?", "error": "unknown document id 'zz'"}
+    notes = [{**note, "shard": shard, "question_id": key, "position": 0} for shard, key in [(0, "q1"), (1, "q2")]]
+    batch = pa.Table.from_pylist(notes, schema=PAIRS_SCHEMA)
+    store.write_pair_notes(batch)
+    store.write_pair_notes(batch)
+    assert [len(list((tmp_path / PAIR_NOTES / f"shard-{shard:05d}").iterdir())) for shard in (0, 1)] == [1, 1]
+    store.write_pair_notes(pa.Table.from_pylist([notes[0], {**notes[0], "position": 1}], schema=PAIRS_SCHEMA))
+    assert sorted((row["question_id"], row["position"]) for row in store.read_pair_notes(0)) == [("q1", 0), ("q1", 1)]
+    assert [row["question_id"] for row in store.read_pair_notes(1)] == ["q2"]
+    store.delete_pair_notes(frozenset({0}))
+    assert (store.read_pair_notes(0), len(store.read_pair_notes(1))) == ([], 1)
