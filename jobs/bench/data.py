@@ -189,7 +189,9 @@ class MemorySampler:
     walks each one's page tables, about 70 ms of this process's CPU per sample beside a reader actor holding
     MiniLM, and it holds each process's memory map while it does. It also keeps each process's latest CPU time,
     so that the reading's `cpu_seconds` counts processes that exit before the end (Ray's reader actors and
-    workers, whose CPU time no surviving parent collects).
+    workers, whose CPU time no surviving parent collects). The longer the interval, the more a short peak can
+    be missed, and the more CPU time a process that exits between samples takes with it uncounted (up to one
+    interval's).
     """
 
     def __init__(self, tree: bool = False, interval_s: float = 1.0) -> None:

@@ -67,7 +67,8 @@ from qa_core.models import DEFAULT_TOKEN, model_fingerprint
 def main(argv: list[str] | None = None) -> int:
     """
     Command-line entry point; returns the exit status: 2 for unusable input or settings, 1 when the run could not
-    account for every question (a Ray actor of the job that died for good, e.g. a reader whose constructor failed).
+    account for every question (a Ray actor of the job that died for good, e.g. a reader whose constructor failed,
+    or reader actors that could not start in time).
     """
     try:
         return run(load_config(argv))
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bulk-qa: error: {error}", file=sys.stderr)
         return 2
     except Exception as error:
-        if not actor_died(error):
+        if not actor_failed(error):
             raise
         print(
             f"bulk-qa: error: a Ray actor of the job could not run: {actor_failure(error)} "
@@ -85,13 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def actor_died(error: Exception) -> bool:
+def actor_failed(error: Exception) -> bool:
     """
     Whether a Ray actor of the job died for good (Ray Data restarts a dead actor, but not one that failed in its
-    constructor). Only a run on Ray has actors: an in-process run never imports Ray.
+    constructor), or reader actors did not start within `ACTORS_START_TIMEOUT_S`. Only a run on Ray has actors:
+    an in-process run never imports Ray.
     """
     exceptions = sys.modules.get("ray.exceptions")
-    return exceptions is not None and isinstance(error, exceptions.ActorDiedError)
+    return exceptions is not None and isinstance(error, (exceptions.ActorDiedError, exceptions.GetTimeoutError))
 
 
 def actor_failure(error: Exception) -> str:
@@ -104,7 +106,7 @@ def actor_failure(error: Exception) -> str:
     if not lines:
         return f"{type(error).__name__}."
     task = re.search(r"ray::\S+", text)
-    return f"{task.group(0) + ': ' if task else ''}{lines[-1]}."
+    return f"{task.group(0) + ': ' if task else ''}{lines[-1].rstrip('.')}."
 
 
 def run(config: JobConfig) -> int:
@@ -127,9 +129,8 @@ def run(config: JobConfig) -> int:
         resuming = existing == identity and not config.run.overwrite
         index = prepare_index(config.retrieval, config.work.documents, output, resuming)
     cluster = engine.cluster() if isinstance(engine, InProcessEngine) else start_ray(config.run)
-    pool = actor_resources(config.run, cluster)
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: each copies these settings
-        configure_ray_data(config.run, pool)
+        configure_ray_data(config.run)
     inputs, n_questions, expected = read_inputs(config, schemas, squad, ids, engine)
     output.claim(identity, config.run.overwrite)
     if index is not None:
@@ -137,12 +138,13 @@ def run(config: JobConfig) -> int:
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
     resumed = output.committed_shards()
     pipeline_started = time.time()
+    pool = actor_resources(config.run, cluster)
     partitioned = inputs.document_parts is not None and len(resumed) < len(expected)
     if partitioned:  # once per run, before its first wave
         partition_documents(inputs, config.run.output)
     parts_s = time.time() - pipeline_started
     markers = {**resumed, **answer_pending_shards(config, inputs, expected, resumed, pool)}
-    # Deleted once every shard is answered: a run that fails leaves them, and the next one writes them again.
+    # Deleted once every wave has run (a run that fails leaves them: the next one deletes a wave's before it runs).
     output.delete_pair_notes()
     if partitioned:
         output.delete_document_parts()
@@ -211,9 +213,6 @@ def run_identity(config: JobConfig, schemas: Schemas) -> dict[str, Any]:
 
 
 RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
-# How long a pool of several reader actors may take to start (GPU nodes an autoscaler adds included); actors that
-# cannot start in that time (a cluster without the resources they ask for) fail the run with Ray Data's message.
-ACTORS_START_TIMEOUT_S = 3600
 
 
 def start_ray(run: RunSettings) -> dict[str, Any]:
@@ -255,7 +254,7 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     return cluster
 
 
-def configure_ray_data(run: RunSettings, pool: ActorResources) -> None:
+def configure_ray_data(run: RunSettings) -> None:
     """
     Ray Data's settings for this run, in this process's current `DataContext` (a dataset copies them when it is
     made). Its logs, progress bars and operator tables show only with `run.verbose`: the job shows its own
@@ -275,9 +274,6 @@ def configure_ray_data(run: RunSettings, pool: ActorResources) -> None:
     # tasks. Its DataSourceV2 reader starts FooterReader actors for every read, a new worker process each: on two
     # cores 5 to 8 s per read, and a wave reads its questions twice.
     context.use_datasource_v2 = False
-    # Several reader actors: the pipeline starts once all of them have (else the one ready first takes every
-    # batch of a small wave); -1, Ray Data's default, starts it at once.
-    context.wait_for_min_actors_s = ACTORS_START_TIMEOUT_S if pool.num_actors > 1 else -1
 
 
 def own_ray_config() -> dict[str, Any]:

@@ -18,6 +18,9 @@ AUTO_ENGINE, RAY_ENGINE, IN_PROCESS_ENGINE = "auto", "ray", "in-process"
 ENGINES = (AUTO_ENGINE, RAY_ENGINE, IN_PROCESS_ENGINE)  # the job's `engine` setting
 # auto runs in-process a job of at most this many questions that joins no Ray cluster (see `driver.choose_engine`)
 IN_PROCESS_MAX_QUESTIONS = 1_000
+# How long a small wave's reader actors may take to start (GPU nodes an autoscaler adds included): actors that
+# cannot start in that time (a cluster without the resources they ask for) fail the run.
+ACTORS_START_TIMEOUT_S = 3600
 BROADCAST_READ_CPUS = 0.25  # the broadcast read's task: reserving a whole CPU would hold back the first wave's tasks
 
 
@@ -54,6 +57,13 @@ class RayEngine:
 
         return ray.data.ActorPoolStrategy(size=size)
 
+    def wait_for_actors(self, dataset: Any, wait: bool) -> None:
+        """
+        With `wait`, `dataset`'s pipeline starts once all its stages' actors have (Ray Data's
+        `wait_for_min_actors_s`, in the dataset's own settings); else at once, the actors starting meanwhile.
+        """
+        dataset.context.wait_for_min_actors_s = ACTORS_START_TIMEOUT_S if wait else -1  # -1: Ray Data's default
+
     def reader_device(self) -> str | None:
         """None: a reader actor takes the GPU Ray assigned it, or the CPU."""
         return None
@@ -79,6 +89,9 @@ class InProcessEngine:
     def actor_pool(self, size: int) -> None:
         """Nothing: each stage runs in this process."""
         return None
+
+    def wait_for_actors(self, dataset: InProcessDataset, wait: bool) -> None:
+        """Nothing: no actors."""
 
     def reader_device(self) -> str:
         """This machine's first GPU if torch sees one, else the CPU."""

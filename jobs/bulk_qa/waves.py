@@ -205,10 +205,15 @@ def answer_wave(
         num_gpus=pool.gpus_per_actor,
         num_cpus=pool.cpus_per_actor,
     )
+    # A wave cut into smaller batches so that each actor gets one would otherwise see the actor ready first take
+    # them all: it starts once every actor has. A larger wave starts at once, its actors loading meanwhile.
+    inputs.engine.wait_for_actors(candidates, batch_size < config.run.sequences_per_actor_batch)
     questions = questions.map_batches(question_rows, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad})
     work = [candidates, questions]
     if inputs.replies is not None:
         work.append(inputs.replies.map_batches(replies_rows, batch_format="pyarrow", fn_kwargs=wave))
+    # The group by shard waits for all its input, so every tokenize task of the wave has written its pair notes
+    # when the aggregation reads them.
     markers = (
         work[0]
         .union(*work[1:])

@@ -172,12 +172,18 @@ class ShardStore:
 
     def read_pair_notes(self, shard: int) -> list[dict[str, Any]]:
         """The notes of a shard's pairs that cannot be read, each pair's once (by `PAIR_KEY`)."""
-        selector = pafs.FileSelector(self._path(PAIR_NOTES, shard_name(shard)), allow_not_found=True)
+        folder = (PAIR_NOTES, shard_name(shard))
+        selector = pafs.FileSelector(self._path(*folder), allow_not_found=True)
+        names = sorted(
+            info.base_name
+            for info in self.filesystem.get_file_info(selector)
+            if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
+        )
         notes: dict[tuple, dict[str, Any]] = {}
-        for info in sorted(self.filesystem.get_file_info(selector), key=lambda info: info.base_name):
-            with self.filesystem.open_input_file(info.path) as file:
+        for name in names:
+            with self.filesystem.open_input_file(self._path(*folder, name)) as file:
                 for note in pq.read_table(file).to_pylist():
-                    notes.setdefault(tuple(note[name] for name in PAIR_KEY), note)
+                    notes.setdefault(tuple(note[key] for key in PAIR_KEY), note)
         return list(notes.values())
 
     def delete_pair_notes(self, shards: frozenset[int] | None = None) -> None:

@@ -4,12 +4,16 @@ batches), and the manifest records the resources the actors used, not the settin
 """
 
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from jobs.bulk_qa import driver, report
+from jobs.bulk_qa import driver, engines, report
 from jobs.bulk_qa.config import RunSettings
+from jobs.bulk_qa.engines import RayEngine
 from jobs.bulk_qa.waves import ActorResources, actor_resources, sequences_per_batch
 from tests.jobs.conftest import run_job
 
@@ -35,21 +39,27 @@ def test_resources_are_those_of_the_cluster() -> None:
 
 
 @pytest.fixture
-def data_context():
-    """Ray Data's current settings, restored after the test."""
+def data_context() -> Iterator[Any]:
+    """Ray Data's current settings and the levels of its loggers, restored after the test."""
     import ray.data
 
     saved = ray.data.DataContext.get_current().copy()
+    names = ["ray.data", *(name for name in logging.Logger.manager.loggerDict if name.startswith("ray.data."))]
+    levels = {name: logging.getLogger(name).level for name in names}
     yield ray.data.DataContext.get_current()
     ray.data.DataContext._set_current(saved)
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
 
 
-@pytest.mark.parametrize(("num_actors", "wait_s"), [(2, driver.ACTORS_START_TIMEOUT_S), (1, -1)])
-def test_several_readers_have_all_started_before_the_pipeline_does(data_context, num_actors, wait_s) -> None:
-    driver.configure_ray_data(RunSettings(), ActorResources(num_actors, 0.0, 0.5, 1))
-    assert data_context.wait_for_min_actors_s == wait_s  # one reader: it loads its model while the inputs are read
-    # Parquet footers read without FooterReader actors, whose worker processes cost seconds per read
-    assert data_context.use_datasource_v2 is False
+def test_the_inputs_are_read_without_footer_reader_actors(local_ray, data_context) -> None:
+    """Ray Data's DataSourceV2 Parquet reader starts actors for every read (seconds each on two cores): the job's
+    reads take the file reader, in the settings each dataset copies when it is made."""
+    driver.configure_ray_data(RunSettings())
+    questions = RayEngine().read_parquet("data/sample/questions.parquet", ["id"])
+    data_context.use_datasource_v2 = True  # a later change to the current settings is not the dataset's
+    assert questions.context.use_datasource_v2 is False
+    assert questions.count() == 12
 
 
 def test_two_actors_both_read_the_sample(local_ray, tmp_path: Path, tiny_bert_model: Path) -> None:
@@ -76,3 +86,22 @@ def test_the_summary_says_when_fewer_actors_had_work() -> None:
     )
     assert report.idle_readers(manifest(2, 30)) == ""
     assert report.idle_readers(manifest(0, 0)) == ""  # a resumed run with nothing left to read
+
+
+def test_reader_actors_that_cannot_start_in_time_fail_the_run_with_one_line(
+    local_ray, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_bert_model: Path
+) -> None:
+    """Two reader actors for a small wave, given no time to start (as on a cluster without the resources they ask
+    for): exit status 1 and one line saying so, no traceback, nothing committed."""
+    monkeypatch.setattr(engines, "ACTORS_START_TIMEOUT_S", 1e-3)
+    output = tmp_path / "out"
+    status = run_job("--config", "data/sample/job.yaml", "--model", tiny_bert_model, "--output", output,
+                     "--num-actors", "2")  # fmt: skip
+    err = capsys.readouterr().err
+    assert status == 1 and "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("bulk-qa: error:")] == [
+        "bulk-qa: error: a Ray actor of the job could not run: Timed out while starting actors. This may mean that "
+        "the cluster does not have enough resources for the requested actor pool. Shards committed so far are "
+        "kept: fix the cause and run the same command again to resume."
+    ]
+    assert list((output / "_shards").glob("*.json")) == []

@@ -14,7 +14,7 @@ from jobs.bulk_qa import waves
 from jobs.bulk_qa.config import load_config
 from jobs.bulk_qa.inputs import table_bytes
 from jobs.bulk_qa.workers.rows import PAIRS_SCHEMA, shard_of
-from jobs.bulk_qa.workers.storage import PAIR_NOTES, InputError, ShardStore
+from jobs.bulk_qa.workers.storage import PAIR_NOTES, InputError, ShardStore, shard_name
 from qa_core import AnswerBuilder, Document, ExtractiveReader
 from tests.jobs.conftest import (
     ROOT,
@@ -165,7 +165,7 @@ def test_the_in_process_engine_writes_the_ray_runs_tables(
     # shard's wave starts without it, and q07 is answered as before.
     num_shards = manifest["shards"]["total"]
     shard = shard_of("q07", num_shards)
-    (output / "_shards" / f"shard-{shard:05d}.json").unlink()
+    (output / "_shards" / f"{shard_name(shard)}.json").unlink()
     position = next(index for index, key in enumerate(corpus["questions"]["q07"][1]) if key != "nowhere")
     stale = {"shard": shard, "question_id": "q07", "kind": "pair", "position": position, "error": "stale"}
     ShardStore(str(output)).write_pair_notes(pa.Table.from_pylist([stale], schema=PAIRS_SCHEMA))

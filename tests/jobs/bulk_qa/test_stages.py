@@ -21,7 +21,7 @@ from jobs.bulk_qa.workers.explode import (
 )
 from jobs.bulk_qa.workers.read import ReadSequences
 from jobs.bulk_qa.workers.rows import PAIRS_SCHEMA, SEQUENCE, shard_of
-from jobs.bulk_qa.workers.storage import PAIR_NOTES, ShardStore
+from jobs.bulk_qa.workers.storage import PAIR_NOTES, ShardStore, shard_name
 from jobs.bulk_qa.workers.tokenize import tokenize
 from qa_core import Document, ExtractiveReader
 from qa_core.inference import InferenceSettings
@@ -147,7 +147,7 @@ def test_each_pair_is_noted_once_whatever_tokenize_task_wrote_it(tmp_path: Path)
     batch = pa.Table.from_pylist(notes, schema=PAIRS_SCHEMA)
     store.write_pair_notes(batch)
     store.write_pair_notes(batch)
-    assert [len(list((tmp_path / PAIR_NOTES / f"shard-{shard:05d}").iterdir())) for shard in (0, 1)] == [1, 1]
+    assert [len(list((tmp_path / PAIR_NOTES / shard_name(shard)).iterdir())) for shard in (0, 1)] == [1, 1]
     store.write_pair_notes(pa.Table.from_pylist([notes[0], {**notes[0], "position": 1}], schema=PAIRS_SCHEMA))
     assert sorted((row["question_id"], row["position"]) for row in store.read_pair_notes(0)) == [("q1", 0), ("q1", 1)]
     assert [row["question_id"] for row in store.read_pair_notes(1)] == ["q2"]
