@@ -274,6 +274,11 @@ def configure_ray_data(run: RunSettings) -> None:
     # tasks. Its DataSourceV2 reader starts FooterReader actors for every read, a new worker process each: on two
     # cores 5 to 8 s per read, and a wave reads its questions twice.
     context.use_datasource_v2 = False
+    # Its issue detectors warn every 30 s of a long run, e.g. that a reader actor holding its model uses over a GiB
+    # and requests no memory: advice for pools that grow, which the job's fixed pool makes moot. A new
+    # configuration, Ray Data's defaults: the current one is shared with every dataset made so far.
+    detectors = type(context.issue_detectors_config)()
+    context.issue_detectors_config = detectors if run.verbose else dataclasses.replace(detectors, detectors=[])
 
 
 def own_ray_config() -> dict[str, Any]:

@@ -60,6 +60,10 @@ def test_the_inputs_are_read_without_footer_reader_actors(local_ray, data_contex
     data_context.use_datasource_v2 = True  # a later change to the current settings is not the dataset's
     assert questions.context.use_datasource_v2 is False
     assert questions.count() == 12
+    # Nor do Ray Data's issue detectors print their advice every 30 s, but with --verbose.
+    assert questions.context.issue_detectors_config.detectors == []
+    driver.configure_ray_data(RunSettings(verbose=True))
+    assert RayEngine().read_parquet("data/sample/questions.parquet", ["id"]).context.issue_detectors_config.detectors
 
 
 def test_two_actors_both_read_the_sample(local_ray, tmp_path: Path, tiny_bert_model: Path) -> None:
