@@ -18,7 +18,7 @@ AUTO_ENGINE, RAY_ENGINE, IN_PROCESS_ENGINE = "auto", "ray", "in-process"
 ENGINES = (AUTO_ENGINE, RAY_ENGINE, IN_PROCESS_ENGINE)  # the job's `engine` setting
 # auto runs in-process a job of at most this many questions that joins no Ray cluster (see `driver.choose_engine`)
 IN_PROCESS_MAX_QUESTIONS = 1_000
-# How long a small wave's reader actors may take to start (GPU nodes an autoscaler adds included): actors that
+# How long a wave's reader actors may take to start (GPU nodes an autoscaler adds included): actors that
 # cannot start in that time (a cluster without the resources they ask for) fail the run.
 ACTORS_START_TIMEOUT_S = 3600
 BROADCAST_READ_CPUS = 0.25  # the broadcast read's task: reserving a whole CPU would hold back the first wave's tasks

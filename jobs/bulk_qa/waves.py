@@ -205,9 +205,9 @@ def answer_wave(
         num_gpus=pool.gpus_per_actor,
         num_cpus=pool.cpus_per_actor,
     )
-    # A wave cut into smaller batches so that each actor gets one would otherwise see the actor ready first take
-    # them all: it starts once every actor has. A larger wave starts at once, its actors loading meanwhile.
-    inputs.engine.wait_for_actors(candidates, batch_size < config.run.sequences_per_actor_batch)
+    # With several reader actors the wave starts once all have: Ray Data hands an actor several batches at once,
+    # and the one ready first would take every batch of a small wave.
+    inputs.engine.wait_for_actors(candidates, pool.num_actors > 1)
     questions = questions.map_batches(question_rows, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad})
     work = [candidates, questions]
     if inputs.replies is not None:
