@@ -231,7 +231,7 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     target = run.address or os.environ.get("RAY_ADDRESS") or "local"
     joins = not ray.is_initialized()  # else this process's own Ray is used, as it is
     started_here = joins and target == "local"
-    level = logging.INFO if run.verbose else logging.WARNING
+    level = ray_log_level(run)
     if joins:
         # Its own Ray has no dashboard: nothing submits jobs to it, and its ten processes would start with the job.
         options = {"_system_config": own_ray_config(), "include_dashboard": False} if started_here else {}
@@ -254,6 +254,11 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     return cluster
 
 
+def ray_log_level(run: RunSettings) -> int:
+    """The level of Ray's and Ray Data's loggers: their information with `run.verbose`, else warnings only."""
+    return logging.INFO if run.verbose else logging.WARNING
+
+
 def configure_ray_data(run: RunSettings) -> None:
     """
     Ray Data's settings for this run, in this process's current `DataContext` (a dataset copies them when it is
@@ -262,7 +267,7 @@ def configure_ray_data(run: RunSettings) -> None:
     """
     import ray.data
 
-    level = logging.INFO if run.verbose else logging.WARNING
+    level = ray_log_level(run)
     logging.getLogger("ray.data").setLevel(level)
     # Its one notice is that the bars it would show are off.
     logging.getLogger("ray.data._internal.progress").setLevel(level if run.verbose else logging.ERROR)

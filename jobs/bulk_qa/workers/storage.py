@@ -10,8 +10,7 @@ Layout under `--output`:
   parts (`jobs.bulk_qa.waves.partition_documents`); deleted when the run has answered every shard;
 - `_pair_notes/shard-00042/<digest>.parquet`: while a wave answers, the notes of its pairs that cannot be read
   (unknown document, untokenizable), written by the tokenize tasks for the shard's aggregation: they never pass
-  through the reader actors. A wave's shards start without notes; all are deleted when the run has answered
-  every shard;
+  through the reader actors. A wave's shards start without notes; all are deleted once the run's waves have run;
 - `_job.json` and `manifest.json`: the run's identity and its manifest (see `jobs.bulk_qa.output`).
 
 A shard counts as done only when its marker exists: a rerun recomputes shards without one and overwrites
@@ -116,6 +115,14 @@ class ShardStore:
     def _exists(self, *parts: str) -> bool:
         return self.filesystem.get_file_info(self._path(*parts)).type != pafs.FileType.NotFound
 
+    def _file_names(self, *folder: str, suffix: str) -> list[str]:
+        """The names of the files ending in `suffix` in a folder under the root, sorted (none without the folder)."""
+        selector = pafs.FileSelector(self._path(*folder), allow_not_found=True)
+        infos = self.filesystem.get_file_info(selector)
+        return sorted(
+            info.base_name for info in infos if info.type == pafs.FileType.File and info.base_name.endswith(suffix)
+        )
+
     def _read_json(self, *parts: str) -> Any | None:
         try:
             with self.filesystem.open_input_stream(self._path(*parts)) as stream:
@@ -125,11 +132,10 @@ class ShardStore:
 
     def committed_shards(self) -> dict[int, dict[str, Any]]:
         """The completion markers of committed shards, by shard number."""
-        selector = pafs.FileSelector(self._path("_shards"), allow_not_found=True)
         markers = {}
-        for info in self.filesystem.get_file_info(selector):
-            if info.base_name.startswith("shard-") and info.base_name.endswith(".json"):
-                marker = self._read_json("_shards", info.base_name)
+        for name in self._file_names("_shards", suffix=".json"):
+            if name.startswith("shard-"):
+                marker = self._read_json("_shards", name)
                 markers[marker["shard"]] = marker
         return markers
 
@@ -173,14 +179,8 @@ class ShardStore:
     def read_pair_notes(self, shard: int) -> list[dict[str, Any]]:
         """The notes of a shard's pairs that cannot be read, each pair's once (by `PAIR_KEY`)."""
         folder = (PAIR_NOTES, shard_name(shard))
-        selector = pafs.FileSelector(self._path(*folder), allow_not_found=True)
-        names = sorted(
-            info.base_name
-            for info in self.filesystem.get_file_info(selector)
-            if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
-        )
         notes: dict[tuple, dict[str, Any]] = {}
-        for name in names:
+        for name in self._file_names(*folder, suffix=".parquet"):
             with self.filesystem.open_input_file(self._path(*folder, name)) as file:
                 for note in pq.read_table(file).to_pylist():
                     notes.setdefault(tuple(note[key] for key in PAIR_KEY), note)
