@@ -187,30 +187,33 @@ class MemorySampler:
     workers and object store), every `interval_s` seconds: pages shared between processes, such as the object
     store's, count once in the sum, not once per process. Reading every process's PSS is not free: the kernel
     walks each one's page tables, about 70 ms of this process's CPU per sample beside a reader actor holding
-    MiniLM, and it holds each process's memory map while it does. It also keeps each process's latest CPU time,
-    so that the reading's `cpu_seconds` counts processes that exit before the end (Ray's reader actors and
-    workers, whose CPU time no surviving parent collects). The longer the interval, the more a short peak can
-    be missed, and the more CPU time a process that exits between samples takes with it uncounted (up to one
-    interval's).
+    MiniLM, and it holds each process's memory map while it does; every 10 s it still cost the Ray job 5 to 9% of
+    its wall time on two cores. `interval_s=None` reads no memory (the reading's `start` and `peak` are None). It
+    also keeps each process's latest CPU time, read from `/proc/PID/stat` (which walks no page tables) every
+    `interval_s` or, without memory readings, every second, so that the reading's `cpu_seconds` counts processes
+    that exit before the end (Ray's reader actors and workers, whose CPU time no surviving parent collects). The
+    longer the interval, the more a short peak can be missed, and the more CPU time a process that exits between
+    samples takes with it uncounted (up to one interval's).
     """
 
-    def __init__(self, tree: bool = False, interval_s: float = 1.0) -> None:
+    def __init__(self, tree: bool = False, interval_s: float | None = 1.0) -> None:
         self.tree = tree
-        self.interval = interval_s if tree else 0.02
+        self.reads_memory = not tree or interval_s is not None
+        self.interval = 0.02 if not tree else interval_s or 1.0
         self.cpu_ticks: dict[int, int] = {}  # with `tree`: each process's CPU time when last seen
 
-    def current(self) -> int:
-        """Bytes in use now."""
+    def current(self) -> int | None:
+        """Bytes in use now; None when this sampler reads no memory."""
         if not self.tree:
             return _rss(os.getpid())
         total = 0
         for pid in [os.getpid(), *_descendants(os.getpid())]:
             try:
-                total += _pss(pid)
                 self.cpu_ticks[pid] = _cpu_ticks(pid)
+                total += _pss(pid) if self.reads_memory else 0
             except OSError:
                 pass  # exited between listing and reading
-        return total
+        return total if self.reads_memory else None
 
     @contextmanager
     def measure(self) -> Iterator["MemoryReading"]:
@@ -222,7 +225,7 @@ class MemorySampler:
 
         def sample() -> None:
             while not stop.wait(self.interval):
-                reading.peak = max(reading.peak, self.current())
+                reading.peak = _larger(reading.peak, self.current())
 
         thread = threading.Thread(target=sample, daemon=True)
         thread.start()
@@ -231,18 +234,23 @@ class MemorySampler:
         finally:
             stop.set()
             thread.join()
-            reading.peak = max(reading.peak, self.current())
+            reading.peak = _larger(reading.peak, self.current())
             if self.tree:
                 ticks = sum(now - cpu_at_start.get(pid, 0) for pid, now in self.cpu_ticks.items())
                 reading.cpu_seconds = ticks / CLOCK_TICKS
 
 
+def _larger(peak: int | None, now: int | None) -> int | None:
+    """The peak so far after a reading (None: no memory read)."""
+    return None if now is None else max(peak or 0, now)
+
+
 @dataclass
 class MemoryReading:
-    """Memory in use when a measured block started and its peak during the block, in bytes."""
+    """Memory in use when a measured block started and its peak during the block, in bytes (None: not read)."""
 
-    start: int
-    peak: int = 0
+    start: int | None
+    peak: int | None = 0
     cpu_seconds: float | None = None  # with `tree`: CPU time of the process tree during the block
 
 

@@ -62,9 +62,10 @@ from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_pairs
 
 MIB = 2**20
 TOLERANCE = 1e-4  # largest score difference for answers to count as the same as Haystack's
-# How often the Ray row samples every Ray process's PSS: rarely where its speed is compared with run_batch's (a
-# sample costs the job's cores about 70 ms), every second where its peak memory is the figure (`--scale`).
-THROUGHPUT_MEMORY_EVERY_S = 10.0
+# How often the Ray row samples every Ray process's PSS: never where its speed is compared with run_batch's (even
+# every 10 s the page-table walks cost the job 5 to 9% of its wall time on two cores), every second where its peak
+# memory is the figure (`--scale`).
+THROUGHPUT_MEMORY_EVERY_S = None
 SCALE_MEMORY_EVERY_S = 1.0
 COLUMNS = (  # (key, header, format) of the printed table
     ("row", "row", "{}"),
@@ -135,8 +136,8 @@ class Measurement:
     seconds: float = 0.0
     cpu_seconds: float | None = 0.0  # CPU time, all threads (the Ray job: of all its processes); None if unknown
     startup_seconds: float | None = None
-    peak_bytes: int = 0
-    growth_bytes: int = 0  # peak minus what was in use when the row started
+    peak_bytes: int | None = 0  # None when not measured (the Ray row where its speed is compared)
+    growth_bytes: int | None = 0  # peak minus what was in use when the row started
     flops: float | None = None  # model FLOPs over the real tokens (for the MFU)
     agreement: Agreement | None = None
     details: dict[str, Any] = field(default_factory=dict)
@@ -310,14 +311,14 @@ def measure_in_process(
 
 
 def measure_ray(
-    model: Path, workload: Workload, settings: Settings, folder: Path, job_args: list[str], memory_every_s: float
+    model: Path, workload: Workload, settings: Settings, folder: Path, job_args: list[str], memory_every_s: float | None
 ) -> tuple[Measurement, list]:
     """
     The Ray job end to end on a fresh local Ray. Start-up (Ray's, plus a 4-question warm-up job that starts the
     worker processes) is timed apart; the measured job then runs on the warm Ray, reader actors included.
 
     :param memory_every_s: How often the processes' PSS is sampled (see `MemorySampler`: each sample takes CPU
-        and memory-map time from the job it measures).
+        and memory-map time from the job it measures); None: never (the row's peak memory is then None).
     :returns: The measurement (tokens and padding left to the caller) and the job's answers.
     """
     import ray
@@ -363,7 +364,7 @@ def measure_ray(
         cpu_seconds=memory.cpu_seconds,
         startup_seconds=startup,
         peak_bytes=memory.peak,
-        growth_bytes=memory.peak - memory.start,
+        growth_bytes=None if memory.peak is None or memory.start is None else memory.peak - memory.start,
         details={"job_timings": manifest["timings"], "memory_every_s": memory_every_s},
     )
     return measurement, answer_table_keys(str(output / "answers"), workload.question_ids)
@@ -415,8 +416,8 @@ def table(measurements: list[Measurement], peak: float | None = None) -> list[di
                 "vs_haystack_cpu": ratio(cpu_rate(m), cpu_rate(haystack)),
                 "vs_limit_cpu": ratio(cpu_rate(m), cpu_rate(limit)),
                 "mfu": m.flops / m.seconds / peak if m.flops and m.seconds and peak else None,
-                "peak_mib": m.peak_bytes / MIB,
-                "growth_mib": m.growth_bytes / MIB,
+                "peak_mib": None if m.peak_bytes is None else m.peak_bytes / MIB,
+                "growth_mib": None if m.growth_bytes is None else m.growth_bytes / MIB,
                 "agreement": None
                 if found is None
                 else f"{found.share:.3f} {'best' if found.best_only else 'all'} vs {found.reference}, "
