@@ -63,7 +63,7 @@ from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_pairs
 MIB = 2**20
 TOLERANCE = 1e-4  # largest score difference for answers to count as the same as Haystack's
 # How often the Ray row samples every Ray process's PSS: never where its speed is compared with run_batch's (even
-# every 10 s the page-table walks cost the job 5 to 9% of its wall time on two cores), every second where its peak
+# every 10 s the samples cost the job 5 to 9% of its wall time on two cores), every second where its peak
 # memory is the figure (`--scale`).
 THROUGHPUT_MEMORY_EVERY_S = None
 SCALE_MEMORY_EVERY_S = 1.0
