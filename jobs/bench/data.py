@@ -253,6 +253,11 @@ class MemoryReading:
     peak: int | None = 0
     cpu_seconds: float | None = None  # with `tree`: CPU time of the process tree during the block
 
+    @property
+    def growth(self) -> int | None:
+        """The peak minus what was in use at the start, in bytes (None: not read)."""
+        return None if self.start is None or self.peak is None else self.peak - self.start
+
 
 class AnswerKey(NamedTuple):
     """What two readers must agree on for one answer: its text, document and offsets, and its score."""

@@ -298,7 +298,7 @@ def measure_in_process(
             measurement.seconds += seconds
             measurement.cpu_seconds += cpu_seconds
             measurement.peak_bytes = max(measurement.peak_bytes, memory.peak)
-            measurement.growth_bytes = max(measurement.growth_bytes, memory.peak - memory.start)
+            measurement.growth_bytes = max(measurement.growth_bytes, memory.growth)
             if counts.lengths and config is not None:
                 measurement.flops = (measurement.flops or 0.0) + encoder_flops(config, counts.lengths)
             if found is not None:
@@ -364,7 +364,7 @@ def measure_ray(
         cpu_seconds=memory.cpu_seconds,
         startup_seconds=startup,
         peak_bytes=memory.peak,
-        growth_bytes=None if memory.peak is None or memory.start is None else memory.peak - memory.start,
+        growth_bytes=memory.growth,
         details={"job_timings": manifest["timings"], "memory_every_s": memory_every_s},
     )
     return measurement, answer_table_keys(str(output / "answers"), workload.question_ids)

@@ -21,7 +21,7 @@ def test_a_tree_sampler_without_memory_reads_no_pss_and_counts_an_exited_childs_
     sampler = data.MemorySampler(tree=True, interval_s=None)
     with sampler.measure() as reading:
         burn_in_child(2.5)  # sampled each second: seen at least twice before it exits
-    assert (reading.start, reading.peak) == (None, None)
+    assert (reading.start, reading.peak, reading.growth) == (None, None, None)
     # At most one second of the child's CPU time goes uncounted (it exits between samples); the rest is counted.
     assert 1.4 <= reading.cpu_seconds <= 2.5 + 0.5
 
@@ -37,6 +37,6 @@ def test_a_tree_sampler_with_an_interval_reads_the_trees_pss(monkeypatch) -> Non
     with data.MemorySampler(tree=True, interval_s=0.1).measure() as reading:
         burn_in_child(0.5)
     assert reading.start is not None and reading.start >= 2**20
-    assert reading.peak >= reading.start
+    assert reading.growth == reading.peak - reading.start >= 0
     assert len(read) >= 3  # start, samples, end
 
