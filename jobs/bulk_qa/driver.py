@@ -119,8 +119,9 @@ def run(config: JobConfig) -> int:
     started = time.time()
     squad = load_squad_input(config.work.questions, config.work.allow_misaligned_gold)  # None unless a SQuAD file
     schemas = check_inputs(config, squad)
-    engine = choose_engine(config, squad)
-    ids = check_small_ids(config, schemas, squad, engine)  # before Ray starts, when the id columns are small
+    n_questions = count_questions(config, squad)  # read once from the footers: every check before Ray uses it
+    engine = choose_engine(config, squad, n_questions)
+    ids = check_small_ids(config, schemas, squad, engine, n_questions)  # before Ray starts, when the id columns are small
     identity = run_identity(config, schemas)
     output = OutputFolder(config.run.output)
     existing = output.check(identity, config.run.overwrite)  # refused before reading any input if it would be
@@ -322,11 +323,11 @@ def count_questions(config: JobConfig, squad: SquadInput | None) -> int:
     return squad.table.num_rows if squad is not None else table_rows(config.work.questions)
 
 
-def choose_engine(config: JobConfig, squad: SquadInput | None) -> Engine:
+def choose_engine(config: JobConfig, squad: SquadInput | None, n_questions: int) -> Engine:
     """
     The engine the run's `engine` setting names; for `auto`, in-process when the job joins no Ray (no `--address`,
     no `RAY_ADDRESS`, no Ray already running in this process), asks for one reader (`num_actors` unset or 1),
-    its questions are at most `IN_PROCESS_MAX_QUESTIONS` and its documents can be joined by broadcast; else Ray.
+    its `n_questions` are at most `IN_PROCESS_MAX_QUESTIONS` and its documents can be joined by broadcast; else Ray.
     """
     run = config.run
     if run.engine != AUTO_ENGINE:
@@ -336,24 +337,25 @@ def choose_engine(config: JobConfig, squad: SquadInput | None) -> Engine:
     joins = bool(run.address or os.environ.get("RAY_ADDRESS")) or running
     documents = config.work.documents if squad is None else None
     small = (
-        count_questions(config, squad) <= IN_PROCESS_MAX_QUESTIONS
+        n_questions <= IN_PROCESS_MAX_QUESTIONS
         and (run.num_actors or 1) == 1
         and (documents is None or joins_by_broadcast(table_bytes(documents)))
     )
     return InProcessEngine() if small and not joins else RayEngine()
 
 
-def check_small_ids(config: JobConfig, schemas: Schemas, squad: SquadInput | None, engine: Engine) -> IdCheck:
+def check_small_ids(
+    config: JobConfig, schemas: Schemas, squad: SquadInput | None, engine: Engine, n_questions: int
+) -> IdCheck:
     """
-    Counts the questions (from the Parquet footers) and, when the id columns hold at most `DRIVER_CHECK_MAX_ROWS`
+    The shards of the run's `n_questions` (`count_questions`) and, when the id columns hold at most `DRIVER_CHECK_MAX_ROWS`
     rows in all (or the run is in-process), checks them here with pyarrow, reading the id columns only
     (`check_ids_in_driver`); larger ones are checked on the cluster by `read_inputs`.
 
     :raises InputError: When a small id column holds nulls, empty strings or duplicates.
     """
     tables = input_tables(config, schemas, squad)
-    rows = {spec.name: table_rows(path) for spec, path in tables}
-    n_questions = count_questions(config, squad)
+    rows = {spec.name: n_questions if spec is QUESTIONS else table_rows(path) for spec, path in tables}
     num_shards = max(1, math.ceil(n_questions / config.work.shard_size))
     total = sum(rows.values()) + (n_questions if squad is not None else 0)
     if engine.name == RAY_ENGINE and total > DRIVER_CHECK_MAX_ROWS:

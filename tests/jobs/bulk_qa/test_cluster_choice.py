@@ -93,4 +93,4 @@ def test_auto_runs_small_local_jobs_in_process(
             monkeypatch.setattr(driver, name, value)
     config = JobConfig.from_values({**SAMPLE, **values})
     squad = load_squad_input(config.work.questions, False)  # None unless a SQuAD file
-    assert driver.choose_engine(config, squad).name == expected
+    assert driver.choose_engine(config, squad, driver.count_questions(config, squad)).name == expected
