@@ -121,7 +121,8 @@ def run(config: JobConfig) -> int:
     schemas = check_inputs(config, squad)
     n_questions = count_questions(config, squad)  # read once from the footers: every check before Ray uses it
     engine = choose_engine(config, squad, n_questions)
-    ids = check_small_ids(config, schemas, squad, engine, n_questions)  # before Ray starts, when the id columns are small
+    # before Ray starts, when the id columns are small
+    ids = check_small_ids(config, schemas, squad, engine, n_questions)
     identity = run_identity(config, schemas)
     output = OutputFolder(config.run.output)
     existing = output.check(identity, config.run.overwrite)  # refused before reading any input if it would be
@@ -348,16 +349,15 @@ def check_small_ids(
     config: JobConfig, schemas: Schemas, squad: SquadInput | None, engine: Engine, n_questions: int
 ) -> IdCheck:
     """
-    The shards of the run's `n_questions` (`count_questions`) and, when the id columns hold at most `DRIVER_CHECK_MAX_ROWS`
-    rows in all (or the run is in-process), checks them here with pyarrow, reading the id columns only
-    (`check_ids_in_driver`); larger ones are checked on the cluster by `read_inputs`.
+    The shards of the run's `n_questions` (`count_questions`) and, when the id columns hold at most
+    `DRIVER_CHECK_MAX_ROWS` rows in all (or the run is in-process), checks them here with pyarrow, reading the id
+    columns only (`check_ids_in_driver`); larger ones are checked on the cluster by `read_inputs`.
 
     :raises InputError: When a small id column holds nulls, empty strings or duplicates.
     """
     tables = input_tables(config, schemas, squad)
-    rows = {spec.name: n_questions if spec is QUESTIONS else table_rows(path) for spec, path in tables}
     num_shards = max(1, math.ceil(n_questions / config.work.shard_size))
-    total = sum(rows.values()) + (n_questions if squad is not None else 0)
+    total = n_questions + sum(table_rows(path) for spec, path in tables if spec is not QUESTIONS)
     if engine.name == RAY_ENGINE and total > DRIVER_CHECK_MAX_ROWS:
         return IdCheck(n_questions, num_shards, None)
     ids = [(spec, path, read_ids(path, spec)) for spec, path in tables]
