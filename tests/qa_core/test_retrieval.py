@@ -45,7 +45,9 @@ def _english_texts() -> list[str]:
 
 
 def _chinese_texts() -> list[str]:
-    text = "\n".join(path.read_text(encoding="utf-8") for path in sorted(Path("/work/shared/seeds").glob("*.txt")))
+    paths = sorted((REPO / "data/text/seeds_zh").glob("*.txt"))
+    assert len(paths) == 2, paths  # the project's two seed documents
+    text = "\n".join(path.read_text(encoding="utf-8") for path in paths)
     return [sentence for sentence in re.split(r"[\n。]", text) if sentence.strip()]
 
 
