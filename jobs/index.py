@@ -18,7 +18,7 @@ import pyarrow.fs as pafs
 
 from jobs.bulk_qa.config import add_options, with_values
 from jobs.bulk_qa.inputs import DOCUMENTS, table_schema
-from jobs.bulk_qa.retrieval import build_index, write_index
+from jobs.bulk_qa.retrieval import BUILD_FILE, build_index, write_index
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
 from qa_core.retrieval.index_io import HEADER_FILE
@@ -68,11 +68,11 @@ def _check_target(output: str) -> None:
         return
     if info.type != pafs.FileType.Directory:
         raise InputError(f"--output {redact(output)}: exists and is not a folder.")
-    names = [entry.base_name for entry in filesystem.get_file_info(pafs.FileSelector(inner))]
-    if names and HEADER_FILE not in names:
+    names = {entry.base_name for entry in filesystem.get_file_info(pafs.FileSelector(inner))}
+    if names and not names & {BUILD_FILE, HEADER_FILE}:  # a sharded index has only build.json at its top
         raise InputError(
-            f"--output {redact(output)}: the folder holds files but no index ({HEADER_FILE}); writing the index "
-            "would replace them. Choose a new or empty folder."
+            f"--output {redact(output)}: the folder holds files but no index ({BUILD_FILE} or {HEADER_FILE}); "
+            "writing the index would replace them. Choose a new or empty folder."
         )
 
 

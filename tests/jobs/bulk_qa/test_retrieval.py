@@ -321,3 +321,8 @@ def test_index_command_refuses_bad_options_and_foreign_folders(
     assert index_command.main(["--documents", documents, "--output", str(tmp_path / "busy")]) == 2
     assert "holds files but no index" in capsys.readouterr().err
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+    sharded = ["--documents", documents, "--output", str(tmp_path / "sharded"), "--index-shards", "2"]
+    assert index_command.main(sharded) == 0
+    assert index_command.main(sharded) == 0  # an index there, sharded or not, is replaced
+    names = sorted(path.name for path in (tmp_path / "sharded").iterdir())
+    assert names == ["build.json", "shard-00000", "shard-00001"]
