@@ -77,6 +77,20 @@ def job_command(args: argparse.Namespace, inputs: tuple[Path, Path], index: Path
     ]  # fmt: skip
 
 
+def describe_run(waves: int, measured: Measured, manifest: dict) -> str:
+    """One run's line: its times from its manifest (a broadcast join has no parts, an in-process run no Ray)."""
+    timings, throughput = manifest["timings"], manifest["throughput"]
+    ray_start_s, parts_s = timings["ray_start_s"], timings["document_parts_s"]
+    ray = "in-process, no Ray" if ray_start_s is None else f"Ray start {ray_start_s:.1f} s"
+    parts = "no parts" if parts_s is None else f"documents into {manifest['document_parts']} parts {parts_s:.1f} s"
+    return (
+        f"{waves} wave(s): total {measured.wall_s:.1f} s ({ray}), {parts}, "
+        f"waves {timings['pipeline_s'] - (parts_s or 0):.1f} s for {throughput['questions']:,} questions and "
+        f"{throughput['sequences']:,} sequences, {timings['pipeline_s'] / throughput['questions'] * 1e3:.1f} ms "
+        f"per question, peak {measured.peak_mib:,.0f} MiB ({manifest['documents_join']} join)"
+    )
+
+
 def main() -> None:
     """Prints the measurements."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,16 +127,8 @@ def main() -> None:
             output = work / f"out-{waves}-waves"
             measured = run_measured(job_command(args, (documents, questions), index, output, waves))
             manifest = json.loads((output / "manifest.json").read_text())
-            timings, throughput = manifest["timings"], manifest["throughput"]
-            waves_s = timings["pipeline_s"] - (timings["document_parts_s"] or 0)
-            per_question[waves] = timings["pipeline_s"] / throughput["questions"]
-            print(
-                f"{waves} wave(s): total {measured.wall_s:.1f} s (Ray start {timings['ray_start_s']:.1f} s), "
-                f"documents into {manifest['document_parts']} parts {timings['document_parts_s']:.1f} s, "
-                f"waves {waves_s:.1f} s for {throughput['questions']:,} questions and "
-                f"{throughput['sequences']:,} sequences, {per_question[waves] * 1e3:.1f} ms per question, "
-                f"peak {measured.peak_mib:,.0f} MiB ({manifest['documents_join']} join)"
-            )
+            per_question[waves] = manifest["timings"]["pipeline_s"] / manifest["throughput"]["questions"]
+            print(describe_run(waves, measured, manifest))
         ratio = per_question[args.waves] / per_question[1]
         print(f"cost per question, {args.waves} waves / 1 wave: {ratio:.3f} (target: within 10%)")
 
