@@ -41,6 +41,7 @@ from jobs.bulk_qa.inputs import (
     check_model,
     check_questions_schema,
     input_fingerprint,
+    is_squad_style,
     read_ids,
     table_bytes,
     table_rows,
@@ -60,7 +61,7 @@ from jobs.bulk_qa.waves import (
     partition_documents,
     plan_documents_join,
 )
-from jobs.bulk_qa.workers.storage import InputError
+from jobs.bulk_qa.workers.storage import InputError, redact
 from qa_core.models import DEFAULT_TOKEN, model_fingerprint
 
 
@@ -179,7 +180,7 @@ class Schemas:
     @property
     def squad(self) -> bool:
         """SQuAD-style questions carry their document in `context` instead of naming `document_ids`."""
-        return "document_ids" not in self.questions.names and "context" in self.questions.names
+        return is_squad_style(self.questions.names)
 
 
 def check_inputs(config: JobConfig, squad_input: SquadInput | None = None) -> Schemas:
@@ -189,7 +190,12 @@ def check_inputs(config: JobConfig, squad_input: SquadInput | None = None) -> Sc
         questions = squad_input.table.schema
     else:
         questions = check_questions_schema(work.questions, bool(work.documents))
-    squad = "document_ids" not in questions.names and "context" in questions.names
+    squad = is_squad_style(questions.names)
+    if squad and work.documents:
+        raise InputError(
+            f"{redact(work.questions)}: the questions carry their document in 'context' (SQuAD-style), so "
+            f"--documents {redact(work.documents)} would not be read: leave it out, or name document_ids."
+        )
     documents = table_schema(work.documents, DOCUMENTS) if not squad else None
     replies = table_schema(work.replies, REPLIES) if work.replies else None
     retrieval = documents is not None and needs_retrieval(work.questions, questions)

@@ -110,6 +110,11 @@ def table_schema(path: str, spec: TableSpec) -> pa.Schema:
     return schema
 
 
+def is_squad_style(names: list[str]) -> bool:
+    """Whether a questions table with these columns carries each question's document in `context` (SQuAD-style)."""
+    return "document_ids" not in names and "context" in names
+
+
 def check_questions_schema(path: str, has_documents: bool) -> pa.Schema:
     """
     Checks the questions table and that it says which documents to read: its `document_ids`, a SQuAD-style

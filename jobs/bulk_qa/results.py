@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.bulk_qa.config import WorkSettings
+from jobs.bulk_qa.inputs import is_squad_style
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.squad_input import SquadInput
 from jobs.bulk_qa.workers.storage import parquet_dataset
@@ -188,7 +189,7 @@ def dataset_from_tables(
     and the predictions with only the spans in each question's context (see the module's documentation).
     """
     names = parquet_dataset(work.questions).schema.names
-    with_context = "context" in names
+    with_context = is_squad_style(names)
     # Questions retrieved for have no document_ids: their span's document is their context.
     columns = ["id", "query", *[name for name in ("context" if with_context else "document_ids",) if name in names]]
     questions = parquet_dataset(work.questions).to_table(columns=columns).to_pydict()

@@ -170,6 +170,17 @@ def test_missing_required_column(
     assert f"{path}: {message}" in error
 
 
+def test_squad_style_questions_with_documents_are_refused_rather_than_the_documents_ignored(
+    capsys: pytest.CaptureFixture, tmp_path: Path, inputs: dict, tiny_bert_model
+) -> None:
+    columns = {"id": ["q1"], "query": ["Who?"], "context": ["Guido van Rossum wrote Python."]}
+    path, error = fails_with_table(capsys, tmp_path, inputs, tiny_bert_model, "questions", columns)
+    assert error == (
+        f"bulk-qa: error: {path}: the questions carry their document in 'context' (SQuAD-style), so --documents "
+        f"{inputs['documents']} would not be read: leave it out, or name document_ids.\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("table", "columns", "message"),
     [
