@@ -53,6 +53,7 @@ from jobs.bulk_qa.results import write_results
 from jobs.bulk_qa.retrieval import needs_retrieval, prepare_index, save_built_index
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
 from jobs.bulk_qa.waves import (
+    MAX_SHUFFLE_PARTITIONS,
     ActorResources,
     Inputs,
     actor_resources,
@@ -134,7 +135,7 @@ def run(config: JobConfig) -> int:
     cluster = engine.cluster() if isinstance(engine, InProcessEngine) else start_ray(config.run)
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: each copies these settings
         configure_ray_data(config.run)
-    inputs, n_questions, expected = read_inputs(config, schemas, squad, ids, engine)
+    inputs, expected = read_inputs(config, schemas, squad, ids, engine)
     output.claim(identity, config.run.overwrite)
     if index is not None:
         index = save_built_index(index)  # into the claimed output folder, so that a resumed run keeps it
@@ -183,7 +184,7 @@ class Schemas:
         return is_squad_style(self.questions.names)
 
 
-def check_inputs(config: JobConfig, squad_input: SquadInput | None = None) -> Schemas:
+def check_inputs(config: JobConfig, squad_input: SquadInput | None) -> Schemas:
     """Checks every input table's schema and the model, before Ray starts (a SQuAD input is checked when read)."""
     work = config.work
     if squad_input is not None:
@@ -374,10 +375,10 @@ def check_small_ids(
 
 def read_inputs(
     config: JobConfig, schemas: Schemas, squad: SquadInput | None, ids: IdCheck, engine: Engine
-) -> tuple[Inputs, int, dict[int, int]]:
+) -> tuple[Inputs, dict[int, int]]:
     """
-    The input datasets (the engine's), the number of questions and how many each shard holds (the id check run
-    on the cluster if `check_small_ids` left it).
+    The input datasets (the engine's) and how many questions each shard holds (the id check run on the cluster if
+    `check_small_ids` left it).
 
     :raises InputError: When an id column holds nulls, empty strings or duplicates.
     """
@@ -397,15 +398,15 @@ def read_inputs(
         meta = ["meta"] if "meta" in schemas.replies.names else []
         replies = engine.read_parquet(work.replies, ["question_id", "replies", *meta])
         checks.append((REPLIES, work.replies, replies))
-    partitions = max(1, min(32, ids.n_questions // 50_000))
     expected = ids.questions_per_shard
-    if expected is None:
+    if expected is None:  # the cluster's id check: one hash partition per 50,000 questions
+        partitions = max(1, min(MAX_SHUFFLE_PARTITIONS, ids.n_questions // 50_000))
         expected = check_ids(checks, ids.num_shards, partitions)
     document_table, document_parts = (None, None) if documents is None else plan_documents_join(work.documents, engine)
     inputs = Inputs(
-        engine, questions, documents, document_table, document_parts, replies, schemas.squad, ids.num_shards, partitions
+        engine, questions, documents, document_table, document_parts, replies, schemas.squad, ids.num_shards
     )
-    return inputs, ids.n_questions, expected
+    return inputs, expected
 
 
 def answer_pending_shards(

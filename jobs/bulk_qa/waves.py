@@ -41,7 +41,7 @@ BROADCAST_DOCUMENTS_MAX_BYTES = 256 * 2**20
 # A larger table is split by id into parts of about this size (uncompressed) in the run's folder, once per run
 # (`partition_documents`); each wave shuffles only its pairs by part, and each part's pairs read that part's file.
 DOCUMENT_PART_BYTES = 64 * 2**20
-MAX_SHUFFLE_PARTITIONS = 32  # hash partitions of a shuffle by document part
+MAX_SHUFFLE_PARTITIONS = 32  # hash partitions of a shuffle (by document part, by shard, by id)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,6 @@ class Inputs:
     replies: Any | None
     squad: bool  # questions carry a `context` instead of `document_ids`
     num_shards: int
-    partitions: int  # hash partitions of each shuffle
     index: IndexPlan | None = None  # the BM25 index, when some questions have no document_ids
     cluster_cpus: float = 1.0  # the cluster's CPUs (the retrieval actor reserves a fraction of one)
 
@@ -217,7 +216,7 @@ def answer_wave(
     markers = (
         work[0]
         .union(*work[1:])
-        .groupby("shard", num_partitions=max(1, min(len(shards), 32)))
+        .groupby("shard", num_partitions=max(1, min(len(shards), MAX_SHUFFLE_PARTITIONS)))
         .map_groups(
             aggregate_shard,
             batch_format="pyarrow",
