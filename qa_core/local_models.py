@@ -34,6 +34,7 @@ from transformers import (
 )
 
 TEXT_DIR = Path(__file__).resolve().parent.parent / "data" / "text"
+TEXT_FILE = TEXT_DIR / "python_stdlib_docs.jsonl"  # the project's English text: Python documentation pages
 KINDS = ("tiny-bert", "tiny-roberta", "minilm")
 BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 MEANINGLESS = "This model has a random QA head: its answers are meaningless. Use it for smoke runs and tests only."

@@ -17,10 +17,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from qa_core.document import Document
-from qa_core.local_models import BUILDERS
+from qa_core.local_models import BUILDERS, TEXT_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = ROOT / "data" / "text" / "python_stdlib_docs.jsonl"
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MODELS_DIR = ROOT / "models"
@@ -65,7 +64,7 @@ def make_workload(n_questions: int, docs_per_question: int = 5, seed: int = 0) -
     documented name and reads that name's page plus `docs_per_question - 1` others drawn at random, so that
     lengths are mixed (200 to 6,000 characters, a median near 450). Deterministic for a seed.
     """
-    pages = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+    pages = [json.loads(line) for line in TEXT_FILE.read_text(encoding="utf-8").splitlines()]
     documents = [Document(content=page["text"], id=page["title"]) for page in pages]
     rng = random.Random(seed)
     queries, chosen = [], []
@@ -87,7 +86,7 @@ def make_mixed_workload(
     A document's id is its first page's title and its length, so equal ids mean equal texts. Deterministic for a
     seed.
     """
-    pages = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+    pages = [json.loads(line) for line in TEXT_FILE.read_text(encoding="utf-8").splitlines()]
     starts, pieces, position = [], [], 0
     for page in pages:
         starts.append(position)

@@ -21,6 +21,7 @@ from qa_core.evaluation import evaluate
 from qa_core.reader import ExtractiveReader
 from qa_core.selection import model_no_answer_score
 from qa_core.squad import SquadDataset, SquadExample, read_squad
+from qa_core.training.minilm_squad import CLOZE, RECIPE, TEXT_FILE
 
 # Each precision: what the reader is built with.
 PRECISIONS = {
@@ -81,7 +82,6 @@ def scores(dataset: SquadDataset, read: Read) -> dict[str, Any]:
 def heldout_cloze(seed: int) -> SquadDataset:
     """The held-out cloze questions of the minilm-squad recipe with this seed."""
     from qa_core.training.cloze import generate_cloze, read_paragraphs
-    from qa_core.training.minilm_squad import CLOZE, TEXT_FILE
 
     split = generate_cloze(read_paragraphs(TEXT_FILE, CLOZE), replace(CLOZE, seed=seed))
     return SquadDataset(examples=split.heldout, version="2.0", has_gold=True)
@@ -127,6 +127,7 @@ def _number(value: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Prints each precision's answers and scores against fp32's; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m jobs.bench.precision", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a QA model folder (e.g. models/minilm-squad)")
     parser.add_argument("--squad", help="a labelled SQuAD file (default: the held-out cloze questions)")
@@ -134,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated, fp32 first")
     parser.add_argument("--limit", type=int, help="only the first N questions")
     # The minilm-squad recipe's windows and longest answer (its held-out figures are measured with them).
-    parser.add_argument("--max-seq-length", type=int, default=256)
-    parser.add_argument("--stride", type=int, default=64)
-    parser.add_argument("--max-answer-length", type=int, default=30)
+    parser.add_argument("--max-seq-length", type=int, default=RECIPE.max_seq_length)
+    parser.add_argument("--stride", type=int, default=RECIPE.stride)
+    parser.add_argument("--max-answer-length", type=int, default=RECIPE.eval_max_answer_length)
     args = parser.parse_args(argv)
     dataset = read_squad(args.squad) if args.squad else heldout_cloze(args.seed)
     if args.limit:

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
+from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval.index import BM25Index
-
-TEXT = Path(__file__).resolve().parents[2] / "data/text/python_stdlib_docs.jsonl"
 
 
 def synthetic_texts(n: int, words_per_text: int, seed: int) -> list[str]:
     """`n` texts, each `words_per_text` consecutive words of the local text from a random start."""
-    with TEXT.open(encoding="utf-8") as file:
+    with TEXT_FILE.open(encoding="utf-8") as file:
         words = " ".join(json.loads(line)["text"] for line in file).split()
     starts = np.random.default_rng(seed).integers(0, len(words) - words_per_text, n)
     return [" ".join(words[start : start + words_per_text]) for start in starts]

@@ -95,7 +95,7 @@ def actor_failed(error: Exception) -> bool:
     an in-process run never imports Ray.
     """
     exceptions = sys.modules.get("ray.exceptions")
-    return exceptions is not None and isinstance(error, (exceptions.ActorDiedError, exceptions.GetTimeoutError))
+    return exceptions is not None and isinstance(error, exceptions.ActorDiedError | exceptions.GetTimeoutError)
 
 
 def actor_failure(error: Exception) -> str:

@@ -17,11 +17,10 @@ from typing import Any
 
 import torch
 
+from qa_core.local_models import TEXT_FILE
 from qa_core.training.cloze import ClozeConfig, generate_cloze, read_paragraphs
 from qa_core.training.loop import TrainConfig, load_model, train
 from qa_core.training.predict import evaluate_model
-
-TEXT_FILE = Path(__file__).resolve().parent.parent.parent / "data" / "text" / "python_stdlib_docs.jsonl"
 
 # The recipe, tuned to build in about 5 minutes on 2 CPU cores (see `build_minilm_squad`).
 CLOZE = ClozeConfig(questions_per_sentence=2)

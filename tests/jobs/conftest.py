@@ -10,9 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.bulk_qa import main
+from qa_core.local_models import TEXT_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
-TEXTS = [json.loads(line)["text"] for line in (ROOT / "data/text/python_stdlib_docs.jsonl").read_text().splitlines()]
+TEXTS = [json.loads(line)["text"] for line in TEXT_FILE.read_text().splitlines()]
 
 
 @contextmanager

@@ -10,11 +10,11 @@ from safetensors.torch import load_file
 
 from jobs.train.cli import build_parser, main, recipe
 from qa_core import Document, ExtractiveReader
+from qa_core.local_models import TEXT_FILE
 from qa_core.squad import GoldAnswer, SquadExample, write_squad_json
 from qa_core.training.cloze import ClozeConfig, generate_cloze, read_paragraphs
 from qa_core.training.loop import TrainConfig
 
-TEXT_FILE = Path(__file__).resolve().parents[2] / "data" / "text" / "python_stdlib_docs.jsonl"
 RECIPE = ["--max-seq-length", "96", "--stride", "16", "--no-progress"]
 # 2 Ray workers each take half of every global batch and DDP averages their gradients, so they take 1 worker's
 # steps; only float rounding differs (summation order, batch shapes, 1 vs 2 threads): measured <= 8e-7.

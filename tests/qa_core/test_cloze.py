@@ -1,9 +1,8 @@
 """Cloze questions from local text: deterministic, aligned answers, held-out paragraphs never trained on."""
 
-from pathlib import Path
-
 import pytest
 
+from qa_core.local_models import TEXT_FILE
 from qa_core.squad import read_squad, write_squad_json
 from qa_core.training.cloze import (
     ClozeConfig,
@@ -15,8 +14,6 @@ from qa_core.training.cloze import (
     read_paragraphs,
     sentences_of,
 )
-
-TEXT_FILE = Path(__file__).resolve().parents[2] / "data" / "text" / "python_stdlib_docs.jsonl"
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,11 @@ from haystack_integrations.components.readers.transformers import TransformersEx
 
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
+from qa_core.local_models import TEXT_FILE
 from qa_core.reader import ExtractiveReader
 from qa_core.spans import top_spans
 from qa_core.tokenization import TokenizationSettings, tokenize_pairs
 
-TEXT_FILE = Path(__file__).resolve().parents[2] / "data" / "text" / "python_stdlib_docs.jsonl"
 with TEXT_FILE.open(encoding="utf-8") as lines:
     TEXTS = {row["title"]: row["text"] for row in map(json.loads, lines)}
 

@@ -6,7 +6,6 @@ import logging
 import math
 import re
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,13 +17,13 @@ import qa_core.reader
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
 from qa_core.inference import InferenceSettings, pad_batch
+from qa_core.local_models import TEXT_FILE
 from qa_core.reader import ExtractiveReader, resolve_device
 from qa_core.secret import Secret
 from qa_core.selection import DocumentText, SelectionSettings, rank_answers
 from qa_core.spans import null_and_best_logits, spans_to_chars, top_spans
 from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_pairs
 
-TEXT_FILE = Path(__file__).resolve().parents[2] / "data" / "text" / "python_stdlib_docs.jsonl"
 RIVER = "I swam in the river in Maine."
 
 

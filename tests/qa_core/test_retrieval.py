@@ -14,6 +14,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.document_stores.in_memory.document_store import _DEFAULT_BM25_TOKENIZATION_REGEX
 
 from qa_core.document import Document
+from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval import (
     DEFAULT_TOKENIZATION_REGEX,
     BM25Index,
@@ -39,7 +40,7 @@ PARAMETER_SETS = {
 
 
 def _english_texts() -> list[str]:
-    with (REPO / "data/text/python_stdlib_docs.jsonl").open(encoding="utf-8") as file:
+    with TEXT_FILE.open(encoding="utf-8") as file:
         texts = [json.loads(line)["text"] for line in file]
     return [paragraph for text in texts for paragraph in text.split("\n\n") if paragraph.strip()][:700]
 

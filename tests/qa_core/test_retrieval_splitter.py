@@ -8,13 +8,14 @@ from haystack import Document as HaystackDocument
 from haystack.components.preprocessors import DocumentSplitter
 
 from qa_core.document import Document
+from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval import split_documents
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _sources() -> list[dict]:
-    with (REPO / "data/text/python_stdlib_docs.jsonl").open(encoding="utf-8") as file:
+    with TEXT_FILE.open(encoding="utf-8") as file:
         records = [json.loads(line) for line in file][:40]
     edge_cases = [
         "one two three four five six seven",

@@ -39,4 +39,3 @@ def test_a_tree_sampler_with_an_interval_reads_the_trees_pss(monkeypatch) -> Non
     assert reading.start is not None and reading.start >= 2**20
     assert reading.growth == reading.peak - reading.start >= 0
     assert len(read) >= 3  # start, samples, end
-
