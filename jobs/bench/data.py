@@ -310,11 +310,14 @@ class Agreement:
     best_only: bool = False
 
 
+TOLERANCE = 1e-4  # largest score difference for answers to count as the same as the reference's
+
+
 def agreement(
     answers: list[list[AnswerKey]],
     reference: list[list[AnswerKey]],
     reference_name: str,
-    tolerance: float = 1e-4,
+    tolerance: float = TOLERANCE,
     best_only: bool = False,
 ) -> Agreement:
     """
