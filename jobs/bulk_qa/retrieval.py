@@ -33,7 +33,8 @@ from jobs.bulk_qa.engines import Engine
 from jobs.bulk_qa.inputs import input_fingerprint
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.workers.passages import Passages, split_batch
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments, wave_questions
+from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments
+from jobs.bulk_qa.workers.rows import wave_questions
 from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact, resolve_path
 from qa_core.retrieval.corpus import update_fingerprint
 from qa_core.retrieval.index import BM25Index

@@ -18,6 +18,7 @@ from jobs.bulk_qa.workers.rows import (
     PAIRS_SCHEMA,
     QUESTION,
     REPLIES,
+    in_wave,
     shard_of,
     table,
 )
@@ -35,13 +36,9 @@ def _query_error(query: str | None) -> str | None:
 
 
 def _wave_questions(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> list[tuple[int, dict[str, Any]]]:
-    """The batch's questions that belong to the wave's shards, with their shard."""
-    found = []
-    for question in batch.to_pylist():
-        shard = shard_of(question["id"], num_shards)
-        if shard in shards:
-            found.append((shard, question))
-    return found
+    """The batch's questions that belong to the wave's shards, each with its shard."""
+    questions, found = in_wave(batch, num_shards, shards)
+    return list(zip(found, questions.to_pylist(), strict=True))
 
 
 def _document_ids(question: dict[str, Any], squad: bool) -> list[str]:

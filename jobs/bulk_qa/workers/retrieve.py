@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from jobs.bulk_qa.workers.passages import Passages
-from jobs.bulk_qa.workers.rows import shard_of
 from jobs.bulk_qa.workers.storage import resolve_path
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.scoring import resolve_parameters
@@ -88,12 +87,6 @@ class RetrievalSettings(Settings):
         if self.split_length is not None and self.split_overlap >= self.split_length:
             return [f"split_overlap must be less than split_length {self.split_length}, not {self.split_overlap}"]
         return []
-
-
-def wave_questions(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> pa.Table:
-    """The batch's questions that belong to the wave's shards."""
-    keep = [shard_of(question_id, num_shards) in shards for question_id in batch["id"].to_pylist()]
-    return batch.filter(pa.array(keep, pa.bool_()))
 
 
 def local_index_folder(location: str) -> Path:

@@ -92,6 +92,18 @@ def shard_of(question_id: str, num_shards: int) -> int:
     return zlib.crc32(question_id.encode("utf-8")) % num_shards
 
 
+def in_wave(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> tuple[pa.Table, list[int]]:
+    """The batch's questions that belong to the wave's `shards`, and the shard of each."""
+    found = [shard_of(question_id, num_shards) for question_id in batch["id"].to_pylist()]
+    keep = [shard in shards for shard in found]
+    return batch.filter(pa.array(keep, pa.bool_())), [shard for shard, kept in zip(found, keep, strict=True) if kept]
+
+
+def wave_questions(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> pa.Table:
+    """The batch's questions that belong to the wave's `shards` (a `map_batches` function)."""
+    return in_wave(batch, num_shards, shards)[0]
+
+
 def table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     """Rows (dicts with any subset of the schema's columns) as a table of exactly that schema."""
     return pa.Table.from_pylist([{name: row.get(name) for name in schema.names} for row in rows], schema=schema)
