@@ -106,6 +106,7 @@ def refusal_yaml(refusal: dict[str, Any], run: str, gold: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: scores the run against the gold and writes its evaluation; returns the status."""
     parser = argparse.ArgumentParser(prog="python -m jobs.evaluate", description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("run", help="the output folder of a finished bulk-qa run")
     parser.add_argument("--gold", required=True, help="SQuAD gold: official JSON, JSON Lines or HF Parquet")

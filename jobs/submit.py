@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ray.job_submission import JobInfo
+    from ray.job_submission import JobInfo, JobSubmissionClient
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -246,12 +246,12 @@ def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:split], argv[split + 1 :]
 
 
-async def _stream_logs(client, submission_id: str) -> None:
+async def _stream_logs(client: "JobSubmissionClient", submission_id: str) -> None:
     async for lines in client.tail_job_logs(submission_id):
         print(lines, end="", flush=True)
 
 
-def _follow(client, submission_id: str, poll_s: float = 1.0):
+def _follow(client: "JobSubmissionClient", submission_id: str, poll_s: float = 1.0) -> "JobInfo":
     """Streams the job's logs to stdout until it ends; returns its final `JobInfo`."""
     try:
         asyncio.run(_stream_logs(client, submission_id))

@@ -221,7 +221,9 @@ class HaystackRow:
 class RunBatchRow:
     """`qa_core.ExtractiveReader.run_batch` over all the round's questions."""
 
-    def __init__(self, model: Path, settings: Settings, quantization: str | None = None, half: str | None = None):
+    def __init__(
+        self, model: Path, settings: Settings, quantization: str | None = None, half: str | None = None
+    ) -> None:
         self.name = "run_batch" + (f":{quantization}" if quantization else "") + (f":{half}" if half else "")
         self.settings = settings
         self.reader = settings.reader(

@@ -1,11 +1,15 @@
 """
 The bulk QA job, in two layers:
 
-- `workers/`: what runs in Ray's workers (the work rows, the explode, tokenize, read and aggregation stages, the
-  output tables and the shard store). It imports `qa_core` and itself only.
+- `workers/`: what runs in Ray's workers, or in the driver in-process (the work rows, the retrieve, explode,
+  tokenize, read and aggregation stages, the passages of a split index, the output tables and the shard store).
+  It imports `qa_core` and itself only.
 - the driver and command line: `config` (the settings of every phase, YAML and flags), `inputs` (table and model
-  checks, reading), `ids` (the id check), `waves` (one wave's pipeline), `output` (the output folder's identity
-  and manifest), `report` (manifest and summary), `driver` (`main`: read -> check -> waves -> manifest -> summary).
+  checks), `squad_input` (SQuAD files as questions), `ids` (the id check), `retrieval` (the run's BM25 index and
+  retrieval stage), `engines` and `in_process` (where the pipelines run: Ray, or this process), `waves` (one
+  wave's pipeline), `output` (the output folder's identity and manifest), `progress` (the job's own progress),
+  `results` (predictions, evaluation and annotated files), `report` (manifest and summary), `html_report` and
+  `report_plots` (report.html), `driver` (`main`: read -> check -> waves -> results -> manifest -> summary).
 
 `main`, `run` and `build_parser` load on first use, so that a worker importing `jobs.bulk_qa.workers` never loads
 the driver.

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -157,7 +158,7 @@ def _is_optional(annotation: Any) -> bool:
     return type(None) in typing.get_args(annotation)
 
 
-def _none_or(kind: type):
+def _none_or(kind: type) -> Callable[[str], Any]:
     """A command-line parser of `kind` that reads `none` as None, for the fields that may be None."""
 
     def parse(text: str) -> Any:

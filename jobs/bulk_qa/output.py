@@ -55,14 +55,16 @@ class OutputFolder(ShardStore):
         (then the run resumes), or `overwrite`. Cheap, so the job checks it before reading any input.
 
         :returns: The identity of the run the folder holds, if any.
-        :raises InputError: When the folder holds a run with another configuration or other inputs (unless
-            `overwrite`), or holds files with the job's names that no run of the job wrote (never deleted).
+        :raises InputError: When the folder holds a run with another configuration or other inputs, or a
+            `_job.json` that is no run's record (unless `overwrite`), or holds files with the job's names that no
+            run of the job wrote (never deleted).
         """
         try:
             existing = self._read_json("_job.json")
         except ValueError:
-            existing = {}  # unreadable: refused below unless --overwrite
-        if existing is not None and not isinstance(existing, dict):
+            existing = {}
+        unreadable = existing is not None and (not isinstance(existing, dict) or not existing)
+        if unreadable:  # refused below unless --overwrite
             existing = {}
         if existing is None:
             foreign = [name for name in _OWN_NAMES if name != "_tmp" and self._exists(name)]
@@ -71,6 +73,11 @@ class OutputFolder(ShardStore):
                     f"{self.shown}: holds {', '.join(foreign)} but no _job.json, so it is not the output of a "
                     "bulk-qa run; the job would replace them. Choose a new or empty --output folder."
                 )
+        elif unreadable and not overwrite:
+            raise InputError(
+                f"{self.shown}: holds a _job.json that is not a bulk-qa run's record (unreadable JSON, or not an "
+                "object), so no run can resume there. Pass --overwrite to replace the run, or choose another --output."
+            )
         elif existing != identity and not overwrite:
             old_config = existing.get("config", {})
             changed = sorted(

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -238,8 +239,13 @@ def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, 
             f"--index {shown}: not a complete index folder (no {BUILD_FILE} or {HEADER_FILE}); build one with "
             "`python -m jobs.index --documents D --output DIR`."
         )
-    built_with = (header.get("algorithm"), header.get("parameters"), header.get("tokenization_regex"))
-    wanted = (settings.bm25_algorithm, settings.parameters(), DEFAULT_TOKENIZATION_REGEX)
+    if header.get("tokenization_regex") != DEFAULT_TOKENIZATION_REGEX:
+        raise InputError(
+            f"--index {shown} was built with the tokenization regex {header.get('tokenization_regex')!r}, not "
+            f"this version's {DEFAULT_TOKENIZATION_REGEX!r}: rebuild it with `python -m jobs.index`."
+        )
+    built_with = (header.get("algorithm"), header.get("parameters"))
+    wanted = (settings.bm25_algorithm, settings.parameters())
     if built_with != wanted:
         raise InputError(
             f"--index {shown} was built with {built_with[0]} {built_with[1]}, not this run's bm25_algorithm "
@@ -300,7 +306,7 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in record.items() if key not in ("documents_files", "tokenization_regex")}
 
 
-def _documents_with_content(documents: str):
+def _documents_with_content(documents: str) -> Iterator[tuple[list[str], list[str]]]:
     """The documents' ids and contents, batch by batch in table order, skipping documents without content."""
     scanner = parquet_dataset(documents).scanner(
         columns=["id", "content"], filter=pc.field("content").is_valid(), batch_size=_DOCUMENTS_PER_READ
@@ -309,7 +315,7 @@ def _documents_with_content(documents: str):
         yield batch.column("id").to_pylist(), batch.column("content").to_pylist()
 
 
-def _indexed_texts(documents: str, settings: RetrievalSettings):
+def _indexed_texts(documents: str, settings: RetrievalSettings) -> Iterator[tuple[list[str], list[str], Any]]:
     """
     What the index holds, batch by batch in table order: the documents with content (ids, texts, None), or with
     `split_length` their passages (ids, texts, and where they lie in their documents).

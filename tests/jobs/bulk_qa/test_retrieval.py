@@ -298,6 +298,10 @@ def test_index_from_other_documents_or_settings_is_refused(
         capsys, tmp_path / "out", *args, "--bm25-algorithm", "BM25Okapi", "--model", tiny_bert_model
     )
     assert f"--index {index} was built with BM25L" in error and "not this run's bm25_algorithm BM25Okapi" in error
+    header = json.loads((index / "index.json").read_text())
+    (index / "index.json").write_text(json.dumps({**header, "tokenization_regex": r"\w+"}))
+    error = fails_before_ray(capsys, tmp_path / "out", *args, "--model", tiny_bert_model)
+    assert f"--index {index} was built with the tokenization regex '\\\\w+', not this version's" in error
     error = fails_before_ray(capsys, tmp_path / "out", *args[:-2], "--index", tmp_path, "--model", tiny_bert_model)
     assert f"--index {tmp_path}: not a complete index folder" in error
 
