@@ -91,11 +91,19 @@ def tokenize_each_pair(
         try:
             sequences += _sequences(_encode_pairs(tokenizer, [query], [content], settings), [index])
         except Exception as error:  # noqa: BLE001 - see above
-            failures[index] = (
-                f"Cannot tokenize query {query[:80]!r} with max_seq_length={settings.max_seq_length} and "
-                f"stride={settings.stride}: {error}. Shorten the query or raise max_seq_length."
-            )
+            failures[index] = _failure(query, content, error, settings)
     return sequences, failures
+
+
+def _failure(query: object, content: object, error: Exception, settings: TokenizationSettings) -> str:
+    """Why a pair could not be tokenized: a query or document that is not text, or a query too long."""
+    for name, value in (("query", query), ("document", content)):
+        if not isinstance(value, str):
+            return f"Cannot tokenize the pair: its {name} is {type(value).__name__}, not a string ({value!r:.80})."
+    return (
+        f"Cannot tokenize query {query[:80]!r} with max_seq_length={settings.max_seq_length} and "
+        f"stride={settings.stride}: {error}. Shorten the query or raise max_seq_length."
+    )
 
 
 def _sequences(encodings: list, pair_indices) -> list[Sequence]:

@@ -22,7 +22,7 @@ from qa_core.reader import ExtractiveReader, resolve_device
 from qa_core.secret import Secret
 from qa_core.selection import DocumentText, SelectionSettings, rank_answers
 from qa_core.spans import null_and_best_logits, spans_to_chars, top_spans
-from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_pairs
+from qa_core.tokenization import Sequence, TokenizationSettings, tokenize_each_pair, tokenize_pairs
 
 RIVER = "I swam in the river in Maine."
 
@@ -303,6 +303,18 @@ def test_query_that_leaves_no_room_for_the_document_raises_value_error(readers):
     reader = readers()
     with pytest.raises(ValueError, match="max_seq_length"):
         reader.run("why " * 40, [Document(content=SHORT)], max_seq_length=32, stride=4)
+
+
+def test_a_pair_that_is_not_text_is_reported_as_such_and_the_other_pairs_tokenized(readers):
+    tokenizer = readers()._tokenizer
+    sequences, failures = tokenize_each_pair(
+        tokenizer, [None, "What is re?", "Why?"], [SHORT, SHORT, 42], TokenizationSettings(64, 16)
+    )
+    assert failures == {
+        0: "Cannot tokenize the pair: its query is NoneType, not a string (None).",
+        2: "Cannot tokenize the pair: its document is int, not a string (42).",
+    }
+    assert {sequence.pair_index for sequence in sequences} == {1}
 
 
 # --- 3-5. Ranking, de-duplication, top_k, no-answer, score_threshold ----------------------------------------------
