@@ -172,7 +172,9 @@ def _read_raw(path: Path) -> tuple[list[_RawQuestion], Any]:
 def _hugging_face_rows(data: Any) -> bool:
     """Whether a JSON document's `data` holds Hugging Face rows (as `datasets.load_dataset("json", field="data")`
     reads them, e.g. transformers' SQuAD test sample) rather than the official layout's articles."""
-    return isinstance(data, list) and bool(data) and isinstance(data[0], dict) and "paragraphs" not in data[0]
+    if not (isinstance(data, list) and data and isinstance(data[0], dict)):
+        return False
+    return "paragraphs" not in data[0] and ("question" in data[0] or "context" in data[0])
 
 
 def _json_or_none(text: str) -> Any:

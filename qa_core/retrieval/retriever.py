@@ -122,6 +122,11 @@ class BM25Retriever:
         if index.doc_offset != 0 or index.n_docs != index.corpus.n_docs:
             raise ValueError(f"The index at {path} is one shard of a larger corpus; the retriever needs a whole one.")
         if self.documents is None:
+            if not (path / DOCUMENTS_FILE).is_file():
+                raise ValueError(
+                    f"The index at {path} holds no {DOCUMENTS_FILE} (an index saved without its documents, as "
+                    "the bulk job's are): pass the documents it was built from as `documents`."
+                )
             with (path / DOCUMENTS_FILE).open(encoding="utf-8") as file:
                 searched = [Document.from_dict(json.loads(line)) for line in file]
         else:

@@ -337,6 +337,9 @@ def test_retriever_saves_and_loads_an_index_folder(tmp_path: Path) -> None:
     other_options = BM25Retriever(index_path=tmp_path / "folder", bm25_algorithm="BM25Okapi")
     with pytest.raises(ValueError, match="built with BM25L"):
         other_options.warm_up()
+    built._index.save(tmp_path / "index-only")  # as the bulk job saves its indexes: no documents beside them
+    with pytest.raises(ValueError, match="holds no documents.jsonl .*: pass the documents it was built from"):
+        BM25Retriever(index_path=tmp_path / "index-only").warm_up()
 
 
 def test_retriever_refuses_a_shard(tmp_path: Path) -> None:

@@ -393,6 +393,12 @@ class TestValidation:
         assert str(error.value).startswith(f"{path}: ")
         assert any(problem in found for found in error.value.problems), error.value.problems
 
+    def test_an_article_without_paragraphs_is_reported_as_such(self, tmp_path: Path):
+        document = {"version": "v2.0", "data": [{"title": "T", "paragraph": [{"context": "C", "qas": []}]}]}
+        with pytest.raises(SquadFormatError) as error:
+            read_squad(write_json(tmp_path / "bad.json", document))
+        assert error.value.problems == ["data[0] has no 'paragraphs' list"]
+
     def test_empty_context_is_reported_for_each_question(self, tmp_path: Path):
         questions = [{"id": "q1", "question": "Q?", "answers": []}, {"id": "q2", "question": "Q?", "answers": []}]
         with pytest.raises(SquadFormatError) as error:
