@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from qa_core.squad import SquadDataset
+from qa_core.squad import VERSIONS, SquadDataset
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _NO_PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -91,8 +91,8 @@ def get_raw_scores(
     :returns: `(exact, f1)`, each by question id in `gold_answers`' order.
     :raises ValueError: For an unknown version, or a v1.1 question without gold answers.
     """
-    if version not in ("1.1", "2.0"):
-        raise ValueError(f"version must be '1.1' or '2.0', not {version!r}.")
+    if version not in VERSIONS:
+        raise ValueError(f"version must be one of {VERSIONS}, not {version!r}.")
     both_empty = 1.0 if version == "2.0" else 0.0
     exact_scores, f1_scores = {}, {}
     for qid, texts in gold_answers.items():

@@ -13,6 +13,13 @@ DEFAULT_BATCH_SIZE = 32
 DEFAULT_ANSWERS_PER_SEQ = 20
 
 
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """`None` picks the first CUDA device when there is one, else the CPU; an explicit device is honoured."""
+    if device is None:
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
 @dataclass(frozen=True)
 class InferenceSettings(Settings):
     """How sequences go through the model and how spans are decoded from its logits."""

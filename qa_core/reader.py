@@ -12,7 +12,7 @@ from transformers import AutoModelForQuestionAnswering
 
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
-from qa_core.inference import InferenceSettings, predict_spans
+from qa_core.inference import InferenceSettings, predict_spans, resolve_device
 from qa_core.models import DEFAULT_TOKEN, ModelSettings, load_tokenizer, resolve_token
 from qa_core.secret import Secret
 from qa_core.selection import (
@@ -47,13 +47,6 @@ class ReaderSettings:
         """Every phase's problems."""
         phases = (self.tokenization, self.inference, self.selection)
         return [problem for phase in phases for problem in phase.problems()]
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """`None` picks the first CUDA device when there is one, else the CPU; an explicit device is honoured."""
-    if device is None:
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def serialize_model_kwargs(model_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -177,9 +170,8 @@ class ExtractiveReader:
         token = resolve_token(self.token)
         model_kwargs = deserialize_model_kwargs(self.model_kwargs)
         trust_remote_code = self.model_settings.trust_remote_code
-        device = None if "device_map" in model_kwargs else resolve_device(self.device)
-        if self.quantization is not None and device is not None and device.type != "cpu":
-            raise ValueError(f"{self.quantization} quantization runs on the CPU only, not on {device}.")
+        if "device_map" not in model_kwargs:  # known before loading: refused at once
+            self._check_quantization_device(resolve_device(self.device))
         model_kwargs.setdefault("trust_remote_code", False)  # custom model code runs only when the user says so
         model = AutoModelForQuestionAnswering.from_pretrained(self.model, token=token, **model_kwargs)
         self._tokenizer = load_tokenizer(self.model, self.token, trust_remote_code)
@@ -188,11 +180,15 @@ class ExtractiveReader:
         else:
             self._device = resolve_device(self.device)
             model = model.to(self._device)
+        self._check_quantization_device(self._device)
         if self.quantization == "int8":
-            if self._device.type != "cpu":
-                raise ValueError(f"int8 quantization runs on the CPU only, not on {self._device}.")
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
         self._model = model.eval()
+
+    def _check_quantization_device(self, device: torch.device) -> None:
+        """Refuses quantization anywhere but on the CPU."""
+        if self.quantization is not None and device.type != "cpu":
+            raise ValueError(f"{self.quantization} quantization runs on the CPU only, not on {device}.")
 
     def _settings(self, **overrides: Any) -> ReaderSettings:
         """

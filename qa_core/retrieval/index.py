@@ -9,7 +9,7 @@ import scipy.sparse as sp
 
 from qa_core.retrieval.corpus import WeightedCorpus, fingerprint, weigh_corpus
 from qa_core.retrieval.index_io import IndexFiles, read_index_files, write_index_files
-from qa_core.retrieval.scoring import resolve_parameters
+from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, check_k, top_k
 
@@ -139,7 +139,7 @@ class BM25Index:
         cls,
         ids: Sequence[str],
         texts: Sequence[str],
-        algorithm: str = "BM25L",
+        algorithm: str = DEFAULT_ALGORITHM,
         parameters: dict[str, float] | None = None,
         tokenization_regex: str = DEFAULT_TOKENIZATION_REGEX,
     ) -> "BM25Index":

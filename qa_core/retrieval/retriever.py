@@ -11,7 +11,7 @@ from qa_core.document import Document
 from qa_core.retrieval.corpus import fingerprint
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.scored_document import ScoredDocument
-from qa_core.retrieval.scoring import resolve_parameters
+from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 from qa_core.retrieval.topk import NO_POSITION, check_k
 
@@ -50,7 +50,7 @@ class BM25Retriever:
         documents: list[Document] | None = None,
         index_path: str | Path | None = None,
         top_k: int = 10,
-        bm25_algorithm: str = "BM25L",
+        bm25_algorithm: str = DEFAULT_ALGORITHM,
         bm25_parameters: dict[str, float] | None = None,
         scale_score: bool = False,
         bm25_tokenization_regex: str = DEFAULT_TOKENIZATION_REGEX,

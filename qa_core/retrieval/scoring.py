@@ -13,6 +13,7 @@ from numbers import Real
 import numpy as np
 
 ALGORITHMS = ("BM25Okapi", "BM25L", "BM25Plus", "Lucene")
+DEFAULT_ALGORITHM = "BM25L"  # Haystack's InMemoryDocumentStore default
 # Haystack's defaults (`bm25_parameters.get(...)` in each `_score_*`); Lucene takes bm25s's k1 and b.
 DEFAULT_PARAMETERS: dict[str, dict[str, float]] = {
     "BM25Okapi": {"k1": 1.5, "b": 0.75, "epsilon": 0.25},

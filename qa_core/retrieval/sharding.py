@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 from qa_core.retrieval.corpus import weigh_corpus
 from qa_core.retrieval.index import BM25Index
-from qa_core.retrieval.scoring import resolve_parameters
+from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
 
@@ -12,7 +12,7 @@ def build_sharded(
     ids: Sequence[str],
     texts: Sequence[str],
     n_shards: int,
-    algorithm: str = "BM25L",
+    algorithm: str = DEFAULT_ALGORITHM,
     parameters: dict[str, float] | None = None,
     tokenization_regex: str = DEFAULT_TOKENIZATION_REGEX,
 ) -> list[BM25Index]:

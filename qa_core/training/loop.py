@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from qa_core.inference import DEFAULT_BATCH_SIZE, resolve_device
 from qa_core.settings import Settings, at_least, within
 from qa_core.spans import NULL_POSITION
 from qa_core.tokenization import TokenizationSettings
@@ -75,12 +76,12 @@ class TrainConfig(Settings):
     weight_decay: float = 0.01  # AdamW's decoupled weight decay (biases and LayerNorm weights get none)
     warmup_ratio: float = 0.1  # share of the steps over which the learning rate rises linearly from 0
     max_grad_norm: float | None = 1.0  # clip the gradients' global norm to this; None: no clipping
-    max_seq_length: int = 384  # tokens per window, as the reader's max_seq_length
-    stride: int = 128  # tokens shared by consecutive windows, as the reader's stride
+    max_seq_length: int = TokenizationSettings.max_seq_length  # tokens per window, as the reader's max_seq_length
+    stride: int = TokenizationSettings.stride  # tokens shared by consecutive windows, as the reader's stride
     seed: int = 0  # fixes the batches, dropout and so the trained weights
     max_steps: int | None = None  # stop after this many optimizer steps in all; None: train every epoch
     group_by_length: bool = False  # batches of similar length (less padding) within chunks of 64 batches
-    eval_batch_size: int = 32  # windows per forward pass when evaluating
+    eval_batch_size: int = DEFAULT_BATCH_SIZE  # windows per forward pass when evaluating
     eval_max_answer_length: int | None = None  # longest predicted answer in tokens when evaluating; None: no limit
     progress: bool = True  # show a progress bar (rank 0 only)
 
@@ -146,9 +147,7 @@ class TrainHooks:
 
     def device(self) -> torch.device:
         """The device this worker trains on."""
-        if self._device is None:
-            return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-        return torch.device(self._device)
+        return resolve_device(self._device)
 
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model as the loop runs it (Ray: moved to the device and wrapped in DDP)."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from qa_core.inference import InferenceSettings, predict_spans
+from qa_core.inference import DEFAULT_BATCH_SIZE, InferenceSettings, predict_spans
 from qa_core.selection import model_no_answer_score
 from qa_core.spans import SequenceSpans
 from qa_core.tokenization import TokenizationSettings, tokenize_pairs
@@ -44,7 +44,7 @@ def predict_squad(
     tokenizer: PreTrainedTokenizerBase,
     examples: Seq[SquadExample],
     settings: TokenizationSettings,
-    batch_size: int = 32,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     max_answer_length: int | None = None,
     device: str | torch.device | None = None,
 ) -> SquadPredictions:
@@ -91,7 +91,7 @@ def evaluate_model(
     tokenizer: PreTrainedTokenizerBase,
     examples: Seq[SquadExample],
     settings: TokenizationSettings,
-    batch_size: int = 32,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     max_answer_length: int | None = None,
     device: str | torch.device | None = None,
 ) -> dict[str, Any]:

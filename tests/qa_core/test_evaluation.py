@@ -264,7 +264,7 @@ class TestV11Semantics:
         )
         with pytest.raises(ValueError, match="Question 'q' has no gold answers"):
             get_raw_scores({"q": []}, {"q": ""}, "1.1")
-        with pytest.raises(ValueError, match="version must be '1.1' or '2.0'"):
+        with pytest.raises(ValueError, match=r"version must be one of \('1.1', '2.0'\), not 'v2.0'"):
             get_raw_scores(golds, predictions, "v2.0")
 
 

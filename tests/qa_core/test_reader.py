@@ -16,9 +16,9 @@ import qa_core.inference
 import qa_core.reader
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
-from qa_core.inference import InferenceSettings, pad_batch
+from qa_core.inference import InferenceSettings, pad_batch, resolve_device
 from qa_core.local_models import TEXT_FILE
-from qa_core.reader import ExtractiveReader, resolve_device
+from qa_core.reader import ExtractiveReader
 from qa_core.secret import Secret
 from qa_core.selection import DocumentText, SelectionSettings, rank_answers
 from qa_core.spans import null_and_best_logits, spans_to_chars, top_spans

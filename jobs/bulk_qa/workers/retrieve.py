@@ -24,7 +24,7 @@ import pyarrow.fs as pafs
 from jobs.bulk_qa.workers.passages import Passages
 from jobs.bulk_qa.workers.storage import resolve_path
 from qa_core.retrieval.index import BM25Index
-from qa_core.retrieval.scoring import resolve_parameters
+from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, merge_top_k
 from qa_core.settings import Settings, at_least
 
@@ -52,7 +52,7 @@ class RetrievalSettings(Settings):
     """How questions without document_ids get documents: BM25 over --documents, as Haystack's InMemoryBM25Retriever."""
 
     retriever_top_k: int = 10  # documents retrieved for each question without document_ids (Haystack's top_k)
-    bm25_algorithm: str = "BM25L"  # BM25L (Haystack's default), BM25Okapi, BM25Plus, or Lucene
+    bm25_algorithm: str = DEFAULT_ALGORITHM  # BM25L (Haystack's default), BM25Okapi, BM25Plus, or Lucene
     bm25_parameters: dict[str, float] = field(default_factory=dict)  # some of k1, b, delta or epsilon (Haystack's)
     index: str | None = None  # index folder from `python -m jobs.index` to search instead of building one
     index_shards: int = 1  # shards of the index the run builds, each searched by its own actor (merged exactly)
