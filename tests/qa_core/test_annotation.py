@@ -13,7 +13,7 @@ from qa_core.annotation import (
     squad_predictions,
     with_silver_labels,
 )
-from qa_core.squad import GoldAnswer, SquadDataset, SquadExample, read_squad, squad_json, write_squad_json
+from qa_core.squad import GoldAnswer, SquadDataset, SquadExample, read_squad
 
 CONTEXT = "Zoë lives in Kraków. She moved there in 2019 from Paris."
 OTHER = "The Nile flows north. 🐊 live in it."
@@ -41,11 +41,6 @@ def test_squad_predictions_are_the_answers_given_and_the_no_answer_scores() -> N
     answers, na_probs = squad_predictions({**PREDICTIONS, **unread})
     assert answers == {"a": "Kraków", "b": "", "c": "🐊", "d": ""}
     assert na_probs == {"a": 0.2, "b": 0.7, "c": 0.1, "d": 1.0}
-
-
-def test_squad_json_is_what_write_squad_json_writes(tmp_path: Path) -> None:
-    write_squad_json(dataset(True), tmp_path / "d.json")
-    assert json.loads((tmp_path / "d.json").read_text(encoding="utf-8")) == squad_json(dataset(True))
 
 
 def test_annotated_labelled_dataset_round_trips_with_its_gold(tmp_path: Path) -> None:

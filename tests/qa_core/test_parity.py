@@ -131,10 +131,6 @@ def assert_same_answers(ours: list[ExtractedAnswer], theirs: list) -> None:
         assert sorted(mine) == sorted(their)
 
 
-def test_document_ids_agree_with_haystack():
-    assert [d.id for d in our_documents()] == [d.id for d in haystack_documents()]
-
-
 @pytest.mark.parametrize("kwargs", GRID)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_same_answers_as_haystack(request, reader_pairs, family, kwargs):
