@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from qa_core.local_models import TEXT_FILE
+from qa_core.local_models import TEXT_FILE, build_minilm
 from qa_core.training.cloze import ClozeConfig, generate_cloze, read_paragraphs
 from qa_core.training.loop import TrainConfig, load_model, train
 from qa_core.training.predict import evaluate_model
@@ -93,8 +93,6 @@ def build_minilm_squad(output_dir: str | Path, seed: int = 0) -> Path:
 
 def _random_head_metrics(heldout, recipe: TrainConfig, seed: int) -> dict[str, Any]:
     """The held-out metrics of `qa_core.local_models.build_minilm`'s model: the same encoder, a random QA head."""
-    from qa_core.local_models import build_minilm
-
     with tempfile.TemporaryDirectory() as folder:
         build_minilm(folder, seed=seed)
         model, tokenizer = load_model(folder, seed=seed)

@@ -11,10 +11,10 @@ They exist for tests, offline smoke runs and benchmarks. Their QA heads are rand
 - `minilm-squad`: the one that answers: `minilm`'s encoder fine-tuned on cloze questions made from `data/text/`
   (`qa_core.training.minilm_squad`; about 5 to 7 minutes on 2 cores); it prints its held-out EM/F1.
 
-Command line: `python -m qa_core.local_models {tiny-bert,tiny-roberta,minilm,minilm-squad} OUTPUT_DIR [--seed N]`.
+Command line (`__main__.py`): `python -m qa_core.local_models {tiny-bert,tiny-roberta,minilm,minilm-squad} OUTPUT_DIR
+[--seed N]`.
 """
 
-import argparse
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -33,7 +33,7 @@ from transformers import (
     RobertaTokenizer,
 )
 
-TEXT_DIR = Path(__file__).resolve().parent.parent / "data" / "text"
+TEXT_DIR = Path(__file__).resolve().parents[2] / "data" / "text"
 TEXT_FILE = TEXT_DIR / "python_stdlib_docs.jsonl"  # the project's English text: Python documentation pages
 MIN_FREQUENCY, LONGEST_PIECE = 2, 6  # the tiny BERT's vocabulary: pieces seen twice, of up to 6 characters
 BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -165,27 +165,9 @@ def build_minilm(output_dir: str | Path, seed: int = 0) -> Path:
     return _save(model, tokenizer, output_dir)
 
 
-def build_minilm_squad(output_dir: str | Path, seed: int = 0) -> Path:
-    """
-    Builds a MiniLM-L6 QA model that answers: `build_minilm`'s encoder fine-tuned on cloze questions from local text.
-
-    :param output_dir: Folder to write the model and tokenizer to.
-    :param seed: Seed for the questions, the QA head and training.
-    :returns: The folder, loadable with `ExtractiveReader(model=...)`.
-    """
-    from qa_core.training.minilm_squad import build_minilm_squad as build
-
-    return build(output_dir, seed=seed)
-
-
-BUILDERS = {
-    "tiny-bert": build_tiny_bert,
-    "tiny-roberta": build_tiny_roberta,
-    "minilm": build_minilm,
-    "minilm-squad": build_minilm_squad,
-}
-KINDS = tuple(BUILDERS)
-TRAINED_KINDS = ("minilm-squad",)  # kinds whose answers mean something
+# The builders of the models with a random QA head, by kind (`minilm-squad`, which trains, is built by
+# `qa_core.training.minilm_squad`; `python -m qa_core.local_models` offers every kind).
+BUILDERS = {"tiny-bert": build_tiny_bert, "tiny-roberta": build_tiny_roberta, "minilm": build_minilm}
 
 
 def _save(model: torch.nn.Module, tokenizer, output_dir: str | Path) -> Path:
@@ -195,18 +177,3 @@ def _save(model: torch.nn.Module, tokenizer, output_dir: str | Path) -> Path:
     tokenizer.save_pretrained(output_dir)
     (output_dir / "README.md").write_text(f"# Locally built QA model\n\n{MEANINGLESS}\n", encoding="utf-8")
     return output_dir
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Command-line entry point: build one local model."""
-    parser = argparse.ArgumentParser(description=f"Build a local QA model offline. {MEANINGLESS}")
-    parser.add_argument("kind", choices=KINDS)
-    parser.add_argument("output_dir")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    path = BUILDERS[args.kind](args.output_dir, seed=args.seed)
-    print(f"Built {args.kind} QA model in {path}." + ("" if args.kind in TRAINED_KINDS else f" {MEANINGLESS}"))
-
-
-if __name__ == "__main__":
-    main()

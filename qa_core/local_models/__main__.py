@@ -1,0 +1,29 @@
+"""
+`python -m qa_core.local_models KIND OUTPUT_DIR [--seed N]`: builds one local model of any kind, the random-head
+ones of `qa_core.local_models` and `minilm-squad`, which `qa_core.training.minilm_squad` fine-tunes.
+"""
+
+import argparse
+
+from qa_core.local_models import BUILDERS, MEANINGLESS
+from qa_core.training.minilm_squad import build_minilm_squad
+
+EVERY_BUILDER = {**BUILDERS, "minilm-squad": build_minilm_squad}
+TRAINED_KINDS = ("minilm-squad",)  # kinds whose answers mean something
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point: build one local model."""
+    parser = argparse.ArgumentParser(
+        prog="python -m qa_core.local_models", description=f"Build a local QA model offline. {MEANINGLESS}"
+    )
+    parser.add_argument("kind", choices=tuple(EVERY_BUILDER))
+    parser.add_argument("output_dir")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    path = EVERY_BUILDER[args.kind](args.output_dir, seed=args.seed)
+    print(f"Built {args.kind} QA model in {path}." + ("" if args.kind in TRAINED_KINDS else f" {MEANINGLESS}"))
+
+
+if __name__ == "__main__":
+    main()
