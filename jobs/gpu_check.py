@@ -1,5 +1,5 @@
 """
-The benchmark on one GPU: `python -m jobs.gpu_check [--model DIR] [--questions N] [--half bfloat16] [bench flags]`.
+The benchmark on one GPU: `python -m jobs.gpu_check [--model DIR] [--questions N] [--precision bf16] [bench flags]`.
 
 Runs `jobs.bench` on the first CUDA device: Haystack's reader, `run_batch` and the forward-only limit in fp32
 and in half precision (bf16 by default), and the Ray job (one reader actor per GPU); then prints each row's
@@ -27,13 +27,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m jobs.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="QA model folder (default: MiniLM-L6 built locally)")
     parser.add_argument("--questions", type=int, default=2000)
-    parser.add_argument("--half", choices=["bfloat16", "float16"], default="bfloat16")
+    parser.add_argument("--precision", choices=["bf16", "fp16"], default="bf16", help="the half-precision rows")
     parser.add_argument("--max-batch-size", type=int, default=128, help="sequences per forward pass (default 128)")
     parser.add_argument("--output", default="out/bench/gpu.json")
     args, passed = parser.parse_known_args(argv)
     on_gpu = torch.cuda.is_available()
     device = "cuda:0" if on_gpu else "cpu"
-    bench_argv = ["--device", device, "--half", args.half, "--questions", str(args.questions)]
+    bench_argv = ["--device", device, "--precision", args.precision, "--questions", str(args.questions)]
     bench_argv += ["--max-batch-size", str(args.max_batch_size), "--rounds", "1", "--output", args.output]
     bench_argv += ["--model", args.model] if args.model else []
     result = bench.main(bench_argv + passed)

@@ -11,6 +11,10 @@ from qa_core.tokenization import Sequence
 
 DEFAULT_BATCH_SIZE = 32
 DEFAULT_ANSWERS_PER_SEQ = 20
+# Padded tokens per forward pass when `max_batch_tokens` is None, by device type: on the CPU the fastest budget of
+# `python -m jobs.bench`'s limit rows (BENCHMARK.md, "Batch shapes"); on a GPU, where larger passes keep it busy,
+# 128 sequences of 384 tokens.
+DEFAULT_BATCH_TOKENS = {"cpu": 4096, "cuda": 49152}
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -24,15 +28,17 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 class InferenceSettings(Settings):
     """How sequences go through the model and how spans are decoded from its logits."""
 
-    max_batch_size: int | None = None  # sequences per forward pass (None: 32)
+    max_batch_size: int | None = None  # most sequences per forward pass (None: only the token budget bounds it)
+    max_batch_tokens: int | None = None  # most padded tokens per forward pass (None: the device's default)
     answers_per_seq: int | None = None  # candidate spans per sequence (None: 20)
     calibration_factor: float = 0.1  # multiplies start + end logits before the sigmoid
     max_answer_length: int | None = None  # longest answer in tokens; None: no limit
 
-    @property
-    def batch_size(self) -> int:
-        """`max_batch_size`, or `DEFAULT_BATCH_SIZE` when it is None."""
-        return DEFAULT_BATCH_SIZE if self.max_batch_size is None else self.max_batch_size
+    def batch_tokens(self, device: torch.device | str) -> int:
+        """`max_batch_tokens`, or the device type's default (`DEFAULT_BATCH_TOKENS`) when it is None."""
+        if self.max_batch_tokens is not None:
+            return self.max_batch_tokens
+        return DEFAULT_BATCH_TOKENS.get(torch.device(device).type, DEFAULT_BATCH_TOKENS["cuda"])
 
     @property
     def spans_per_sequence(self) -> int:
@@ -41,6 +47,7 @@ class InferenceSettings(Settings):
 
     def problems(self) -> list[str]:
         problems = at_least("max_batch_size", self.max_batch_size, 1, optional=True)
+        problems += at_least("max_batch_tokens", self.max_batch_tokens, 1, optional=True)
         problems += at_least("answers_per_seq", self.answers_per_seq, 1, optional=True)
         if not self.calibration_factor > 0:
             problems.append(f"calibration_factor must be > 0, not {self.calibration_factor}")
@@ -69,15 +76,26 @@ def pad_batch(sequences: list[Sequence], pad_token_id: int) -> dict[str, torch.T
     }
 
 
-def length_sorted_batches(sequences: list[Sequence], batch_size: int) -> list[list[int]]:
+def length_sorted_batches(
+    sequences: list[Sequence], max_tokens: int, max_sequences: int | None = None
+) -> list[list[int]]:
     """
-    Groups sequence indices into batches of at most `batch_size` sequences of similar length,
-    so that padding nearly vanishes. The sort is stable, so equal lengths keep their order.
+    Groups sequence indices into batches of similar length, so that padding nearly vanishes: in order of length,
+    a batch takes sequences while it holds at most `max_tokens` padded tokens (its count times its longest) and at
+    most `max_sequences` sequences; a sequence longer than `max_tokens` makes a batch alone. The sort is stable, so
+    equal lengths keep their order.
 
     :returns: Lists of indices into `sequences`.
     """
-    order = sorted(range(len(sequences)), key=lambda index: len(sequences[index]))
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for index in sorted(range(len(sequences)), key=lambda index: len(sequences[index])):
+        full = max_sequences is not None and len(batch) >= max_sequences
+        if batch and (full or (len(batch) + 1) * len(sequences[index]) > max_tokens):
+            batches.append(batch)
+            batch = []
+        batch.append(index)
+    return batches + [batch] if batch else batches
 
 
 def predict_spans(
@@ -95,14 +113,16 @@ def predict_spans(
     :param model: A `*ForQuestionAnswering` model in eval mode.
     :param sequences: The sequences, unpadded.
     :param pad_token_id: The tokenizer's padding id.
-    :param settings: Batch size (most sequences in one forward pass, and one span-score tensor) and span decoding.
+    :param settings: The batches' bounds (padded tokens and sequences in one forward pass, and so in one
+        span-score tensor) and span decoding.
     :param device: Where the model lives.
     :returns: One `SequenceSpans` per input sequence, in input order.
     """
     device = torch.device(device)
     pin = device.type == "cuda"
     results: list[SequenceSpans | None] = [None] * len(sequences)
-    for indices in length_sorted_batches(sequences, settings.batch_size):
+    batches = length_sorted_batches(sequences, settings.batch_tokens(device), settings.max_batch_size)
+    for indices in batches:
         batch = [sequences[index] for index in indices]
         tensors = pad_batch(batch, pad_token_id)
         if pin:

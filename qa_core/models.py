@@ -9,10 +9,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from qa_core.hardware import PRECISIONS
 from qa_core.secret import Secret
 from qa_core.settings import Settings
 
 QUANTIZATIONS = (None, "int8")
+DTYPE_KEYS = ("torch_dtype", "dtype")  # the model_kwargs keys from_pretrained reads a dtype from
 # The hub token, read from the environment where the model is loaded; never stored by value.
 DEFAULT_TOKEN = Secret.from_env_var(["HF_API_TOKEN", "HF_TOKEN"], strict=False)
 
@@ -22,6 +24,7 @@ class ModelSettings(Settings):
     """The question-answering model and how it is loaded."""
 
     model: str = "deepset/roberta-base-squad2-distilled"  # hub id or local folder of a QA model
+    precision: str = "fp32"  # fp32; bf16 (the encoder in bfloat16, spans decoded in fp32); auto: bf16 where fast
     quantization: str | None = None  # "int8": dynamic int8 on CPU (faster, answers may differ slightly)
     model_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to from_pretrained (torch_dtype, ...)
 
@@ -34,11 +37,18 @@ class ModelSettings(Settings):
         problems = []
         if self.quantization not in QUANTIZATIONS:
             problems.append(f"quantization must be one of {QUANTIZATIONS}, not {self.quantization!r}")
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        elif self.precision != "fp32" and self.quantization is not None:
+            problems.append(f"precision {self.precision} and quantization {self.quantization} exclude each other")
         if not isinstance(self.model_kwargs, dict):
             problems.append(f"model_kwargs must be a mapping, not {type(self.model_kwargs).__name__}")
-        elif not isinstance(self.model_kwargs.get("trust_remote_code", False), bool):
-            trust = self.model_kwargs["trust_remote_code"]
-            problems.append(f"model_kwargs.trust_remote_code must be true or false, not {trust!r}")
+        else:
+            if not isinstance(self.model_kwargs.get("trust_remote_code", False), bool):
+                trust = self.model_kwargs["trust_remote_code"]
+                problems.append(f"model_kwargs.trust_remote_code must be true or false, not {trust!r}")
+            if self.precision != "fp32" and any(key in self.model_kwargs for key in DTYPE_KEYS):
+                problems.append(f"precision {self.precision} and a dtype in model_kwargs exclude each other: give one")
         return problems
 
 

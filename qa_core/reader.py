@@ -12,8 +12,9 @@ from transformers import AutoModelForQuestionAnswering
 
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
+from qa_core.hardware import resolve_precision
 from qa_core.inference import InferenceSettings, predict_spans, resolve_device
-from qa_core.models import DEFAULT_TOKEN, ModelSettings, load_tokenizer, resolve_token
+from qa_core.models import DEFAULT_TOKEN, DTYPE_KEYS, ModelSettings, load_tokenizer, resolve_token
 from qa_core.secret import Secret
 from qa_core.selection import (
     DocumentText,
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 # The reader's parameters, by phase: each phase's settings class defines their defaults, documentation and checks.
 PHASES = {"tokenization": TokenizationSettings, "inference": InferenceSettings, "selection": SelectionSettings}
 _MODEL, _TOKENIZATION, _INFERENCE, _SELECTION = (ModelSettings(), *(phase() for phase in PHASES.values()))
-_DTYPE_KEYS = ("torch_dtype", "dtype")
+_PRECISION_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def serialize_model_kwargs(model_kwargs: dict[str, Any]) -> dict[str, Any]:
 def deserialize_model_kwargs(model_kwargs: dict[str, Any]) -> dict[str, Any]:
     """Turns `"torch.float16"`-style strings under `torch_dtype` / `dtype` back into torch dtypes."""
     restored = dict(model_kwargs)
-    for key in _DTYPE_KEYS:
+    for key in DTYPE_KEYS:
         value = restored.get(key)
         if isinstance(value, str) and value.startswith("torch."):
             dtype = getattr(torch, value.removeprefix("torch."), None)
@@ -108,6 +109,8 @@ class ExtractiveReader:
         max_answer_length: int | None = _INFERENCE.max_answer_length,
         context_window_size: int | None = _SELECTION.context_window_size,
         quantization: str | None = _MODEL.quantization,
+        max_batch_tokens: int | None = _INFERENCE.max_batch_tokens,
+        precision: str = _MODEL.precision,
     ) -> None:
         """
         Creates the reader; `warm_up()` loads the model.
@@ -119,7 +122,7 @@ class ExtractiveReader:
         :param score_threshold: Return only answers (the no-answer entry included) scoring at least this.
         :param max_seq_length: Most tokens in one sequence; longer documents are split.
         :param stride: Tokens shared by consecutive windows of a split document.
-        :param max_batch_size: Most sequences in one forward pass; `None` for 32.
+        :param max_batch_size: Most sequences in one forward pass; `None`: as many as `max_batch_tokens` allows.
         :param answers_per_seq: Candidate spans kept per sequence; `None` for 20.
         :param no_answer: Add an answer with `data=None` scoring the chance that no kept answer is right.
         :param calibration_factor: Multiplies summed logits before the sigmoid.
@@ -132,6 +135,12 @@ class ExtractiveReader:
             `context`, with `context_offset` locating the answer there.
         :param quantization: `"int8"` quantizes the model's Linear layers to int8 dynamically (CPU only, opt-in:
             faster, and answers may differ slightly from fp32); `None` keeps the model's weights as loaded.
+        :param max_batch_tokens: Most padded tokens in one forward pass (sequences of similar length are batched
+            until their count times the longest reaches it); `None`: the device's default
+            (`qa_core.inference.DEFAULT_BATCH_TOKENS`).
+        :param precision: `"fp32"`; `"bf16"`: the model's weights and matrix products in bfloat16, spans decoded in
+            fp32 (faster where the device has bf16 units, best spans nearly always the same); `"auto"`: bf16 where
+            `qa_core.hardware.fast_bf16` finds such units on the device, else fp32 (`precision_used` says what ran).
         :raises ValueError: Naming every parameter whose value is unusable (`top_k=0`, `stride >= max_seq_length`,
             an unknown `quantization`, ...).
         """
@@ -151,6 +160,9 @@ class ExtractiveReader:
         self.max_answer_length = max_answer_length
         self.context_window_size = context_window_size
         self.quantization = quantization
+        self.max_batch_tokens = max_batch_tokens
+        self.precision = precision
+        self.precision_used: str | None = None  # what the model runs in once warmed up: fp32, bf16, fp16 or int8
         self._model: torch.nn.Module | None = None
         self._tokenizer: Any = None
         self._device: torch.device | None = None
@@ -161,7 +173,7 @@ class ExtractiveReader:
     @property
     def model_settings(self) -> ModelSettings:
         """The model and how it is loaded."""
-        return ModelSettings(self.model, self.quantization, self.model_kwargs)
+        return ModelSettings(self.model, self.precision, self.quantization, self.model_kwargs)
 
     def warm_up(self) -> None:
         """Loads the model and tokenizer onto the device. Calling it again does nothing."""
@@ -181,8 +193,11 @@ class ExtractiveReader:
             self._device = resolve_device(self.device)
             model = model.to(self._device)
         self._check_quantization_device(self._device)
+        if resolve_precision(self.precision, self._device) == "bf16":
+            model = model.to(torch.bfloat16)
         if self.quantization == "int8":
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        self.precision_used = self.quantization or _PRECISION_NAMES.get(model.dtype, str(model.dtype))
         self._model = model.eval()
 
     def _check_quantization_device(self, device: torch.device) -> None:
@@ -221,6 +236,7 @@ class ExtractiveReader:
         answers_per_seq: int | None = None,
         no_answer: bool | None = None,
         overlap_threshold: float | None = None,
+        max_batch_tokens: int | None = None,
     ) -> dict[str, list[ExtractedAnswer]]:
         """
         Finds the answers to one query in the documents.
@@ -243,6 +259,7 @@ class ExtractiveReader:
             answers_per_seq=answers_per_seq,
             no_answer=no_answer,
             overlap_threshold=overlap_threshold,
+            max_batch_tokens=max_batch_tokens,
         )
         return {"answers": result["answers"][0]}
 
@@ -258,6 +275,7 @@ class ExtractiveReader:
         answers_per_seq: int | None = None,
         no_answer: bool | None = None,
         overlap_threshold: float | None = None,
+        max_batch_tokens: int | None = None,
     ) -> dict[str, list[list[ExtractedAnswer]]]:
         """
         Answers many queries, each in its own documents; all their sequences share forward batches.
@@ -283,6 +301,7 @@ class ExtractiveReader:
             answers_per_seq=answers_per_seq,
             no_answer=no_answer,
             overlap_threshold=overlap_threshold,
+            max_batch_tokens=max_batch_tokens,
         )
         pairs = [(index, doc) for index, docs in enumerate(documents) for doc in _with_content(docs)]
         queries_of_pairs = [queries[index] for index, _ in pairs]
@@ -317,7 +336,11 @@ class ExtractiveReader:
         return tokenize_pairs(self._tokenizer, queries, contents, self._settings().tokenization)
 
     def predict(
-        self, sequences: list[Sequence], max_batch_size: int | None = None, answers_per_seq: int | None = None
+        self,
+        sequences: list[Sequence],
+        max_batch_size: int | None = None,
+        answers_per_seq: int | None = None,
+        max_batch_tokens: int | None = None,
     ) -> list[SequenceSpans]:
         """
         The best spans of sequences tokenized by `qa_core.tokenization.tokenize_pairs` (the Ray job tokenizes in a
@@ -326,12 +349,15 @@ class ExtractiveReader:
         :param sequences: The sequences.
         :param max_batch_size: Overrides the constructor's value when not `None`.
         :param answers_per_seq: Overrides the constructor's value when not `None`.
+        :param max_batch_tokens: Overrides the constructor's value when not `None`.
         :returns: One `SequenceSpans` per sequence, in order.
         :raises RuntimeError: If `warm_up()` was not called.
         """
         if self._model is None:
             raise RuntimeError("The reader is not warmed up: call warm_up() before predict().")
-        settings = self._settings(max_batch_size=max_batch_size, answers_per_seq=answers_per_seq)
+        settings = self._settings(
+            max_batch_size=max_batch_size, answers_per_seq=answers_per_seq, max_batch_tokens=max_batch_tokens
+        )
         return self._predict(sequences, settings.inference)
 
     def _predict(self, sequences: list[Sequence], settings: InferenceSettings) -> list[SequenceSpans]:

@@ -26,7 +26,7 @@ from qa_core.training.minilm_squad import CLOZE, RECIPE, TEXT_FILE
 # Each precision: what the reader is built with.
 PRECISIONS = {
     "fp32": {},
-    "bf16": {"model_kwargs": {"dtype": "torch.bfloat16"}},
+    "bf16": {"precision": "bf16"},
     "int8": {"quantization": "int8"},
 }
 

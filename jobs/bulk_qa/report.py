@@ -6,6 +6,7 @@ from typing import Any
 from jobs.bulk_qa.config import JobConfig
 from jobs.bulk_qa.engines import IN_PROCESS_ENGINE
 from jobs.bulk_qa.output import OutputFolder
+from jobs.bulk_qa.workers.read import worker_precision
 from jobs.bulk_qa.workers.tables import QUESTION_STATUSES
 
 
@@ -41,6 +42,8 @@ def manifest(
         "config": config.to_dict(),
         "inputs": {"questions": n_questions, "files": identity["inputs"]},
         "model": identity["model"],
+        # The precision asked for, and what the reader actors ran in (`auto` resolves on each actor's device).
+        "precision": {"setting": config.model.precision, "used": sorted({worker_precision(w) for w in workers})},
         "outputs": {
             "questions": written,
             "statuses": statuses,
@@ -78,6 +81,13 @@ def idle_readers(manifest: dict[str, Any]) -> str:
     )
 
 
+def precision_line(manifest: dict[str, Any]) -> str:
+    """The precision the readers ran in, and the setting when it was `auto`: `bf16 (auto)`, `fp32`."""
+    precision = manifest["precision"]
+    used = ", ".join(precision["used"]) or "none (no sequence read)"
+    return f"{used} (auto)" if precision["setting"] == "auto" else used
+
+
 def engine_line(manifest: dict[str, Any]) -> str:
     """Where the run ran, for the summary's throughput line."""
     if manifest["cluster"]["engine"] == IN_PROCESS_ENGINE:
@@ -97,7 +107,8 @@ def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
         + (f", {outputs['generated_answers']} generated answers" if outputs["generated_answers"] else ""),
         f"  throughput  {manifest['throughput']['questions_per_s']} questions/s, "
         f"{manifest['throughput']['sequences_per_s']} sequences/s "
-        f"(pipeline {manifest['timings']['pipeline_s']} s, {engine_line(manifest)})",
+        f"(pipeline {manifest['timings']['pipeline_s']} s, {engine_line(manifest)}, "
+        f"precision {precision_line(manifest)})",
         idle_readers(manifest),
         f"  shards      {manifest['shards']['committed']}/{manifest['shards']['total']} committed"
         f" ({manifest['shards']['resumed']} from an earlier run)",

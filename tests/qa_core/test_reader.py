@@ -16,7 +16,13 @@ import qa_core.inference
 import qa_core.reader
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
-from qa_core.inference import InferenceSettings, pad_batch, resolve_device
+from qa_core.inference import (
+    DEFAULT_BATCH_TOKENS,
+    InferenceSettings,
+    length_sorted_batches,
+    pad_batch,
+    resolve_device,
+)
 from qa_core.local_models import TEXT_FILE
 from qa_core.reader import ExtractiveReader
 from qa_core.secret import Secret
@@ -568,19 +574,36 @@ class LengthRecordingModel(CountingModel):
         return super().__call__(**inputs)
 
 
-def test_max_batch_size_none_means_batches_of_32_length_sorted(readers, monkeypatch):
-    reader = readers(max_seq_length=64, stride=16)  # max_batch_size=None
+def test_batches_are_bounded_by_padded_tokens_in_length_order(readers, monkeypatch):
+    reader = readers(max_seq_length=64, stride=16, max_batch_tokens=640)  # max_batch_size=None
     contents = [LONG, SHORT, LONG[:2000]]
     sequences = tokenize_pairs(reader._tokenizer, ["What is re?"] * 3, contents, TokenizationSettings(64, 16))
     assert len(sequences) == 55
     recording = LengthRecordingModel(reader._model)
     monkeypatch.setattr(reader, "_model", recording)
     reader.run("What is re?", [Document(content=content) for content in contents])
-    assert recording.batch_sizes == [32, 23]
-    # Batches follow the sequences sorted by length (shortest first), however the documents came.
+    # Batches follow the sequences sorted by length (shortest first), however the documents came: the three last
+    # windows (45, 50 and 50 tokens) with seven full ones, then the full windows of 64, ten to a pass (640 tokens).
     lengths = sorted(len(sequence) for sequence in sequences)
-    assert recording.lengths == [lengths[:32], lengths[32:]]
-    assert lengths[0] < lengths[-1]  # the sort had something to do: the short document's sequence comes first
+    assert lengths[:3] == [45, 50, 50] and lengths[3:] == [64] * 52
+    assert recording.batch_sizes == [10] * 5 + [5]
+    assert recording.lengths == [lengths[:10], *(lengths[i : i + 10] for i in range(10, 55, 10))]
+    recording.lengths.clear()  # a run-time override: 45 and 50 pad to 100 tokens, a third 50 would make 150
+    reader.run("What is re?", [Document(content=content) for content in contents], max_batch_tokens=128)
+    assert [len(batch) for batch in recording.lengths] == [2] * 27 + [1]
+
+
+def test_max_batch_tokens_none_is_the_devices_default_budget():
+    assert InferenceSettings().batch_tokens("cpu") == DEFAULT_BATCH_TOKENS["cpu"] == 4096
+    assert InferenceSettings().batch_tokens("cuda:1") == DEFAULT_BATCH_TOKENS["cuda"]
+    assert InferenceSettings(max_batch_tokens=100).batch_tokens("cpu") == 100
+
+
+def test_a_sequence_longer_than_the_token_budget_is_read_alone():
+    empty = np.zeros(0, dtype=np.int64)
+    sequences = [Sequence(i, np.zeros(n, dtype=np.int64), 0, 0, empty, empty) for i, n in enumerate((5, 30, 3, 30))]
+    assert length_sorted_batches(sequences, max_tokens=20) == [[2, 0], [1], [3]]
+    assert length_sorted_batches(sequences, max_tokens=100, max_sequences=3) == [[2, 0, 1], [3]]
 
 
 def test_span_decoding_runs_in_fp32_for_half_precision_logits():
@@ -785,10 +808,10 @@ def test_bfloat16_answers_stay_within_the_stated_tolerance_of_fp32(minilm_model)
     queries = [f"What does {name} provide?" for name in names[:12]]
     documents = [[Document(content=TEXTS[name][:600]) for name in names[i : i + 3]] for i in range(12)]
     fp32 = ExtractiveReader(model=minilm_model, device="cpu", top_k=5)
-    bf16 = ExtractiveReader(model=minilm_model, device="cpu", top_k=5, model_kwargs={"dtype": "torch.bfloat16"})
+    bf16 = ExtractiveReader(model=minilm_model, device="cpu", top_k=5, precision="bf16")
     fp32.warm_up()
     bf16.warm_up()
-    assert bf16._model.dtype == torch.bfloat16
+    assert bf16._model.dtype == torch.bfloat16 and bf16.precision_used == "bf16" and fp32.precision_used == "fp32"
     exact = fp32.run_batch(queries, documents)["answers"]
     half = bf16.run_batch(queries, documents)["answers"]
     same_best, diffs = 0, []
@@ -803,6 +826,29 @@ def test_bfloat16_answers_stay_within_the_stated_tolerance_of_fp32(minilm_model)
     assert len(diffs) >= 3 * len(queries)  # most spans are found by both
     assert max(diffs) <= BF16_SCORE_TOLERANCE
     assert same_best / len(queries) >= BF16_BEST_SPAN_AGREEMENT
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "expected"),
+    [({}, "fp32"), ({"avx512_bf16": True}, "bf16"), ({"amx_bf16": True, "amx_tile": True}, "bf16")],
+)
+def test_auto_precision_runs_bf16_only_where_the_cpu_has_bf16_units(
+    tiny_bert_model, monkeypatch, capabilities, expected
+):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx512_f": True, **capabilities})
+    reader = ExtractiveReader(model=tiny_bert_model, device="cpu", precision="auto")
+    reader.warm_up()
+    assert reader.precision_used == expected
+    assert reader._model.dtype == {"fp32": torch.float32, "bf16": torch.bfloat16}[expected]
+
+
+def test_precision_used_names_what_runs_whatever_asked_for_it(tiny_bert_model):
+    by_kwargs = ExtractiveReader(model=tiny_bert_model, device="cpu", model_kwargs={"dtype": "torch.bfloat16"})
+    int8 = ExtractiveReader(model=tiny_bert_model, device="cpu", quantization="int8")
+    assert by_kwargs.precision_used is None  # not warmed up
+    by_kwargs.warm_up()
+    int8.warm_up()
+    assert (by_kwargs.precision_used, int8.precision_used) == ("bf16", "int8")
 
 
 # --- 10. Serialisation --------------------------------------------------------------------------------------------
@@ -826,6 +872,8 @@ def test_to_dict_has_every_parameter_and_never_the_token(tiny_bert_model, monkey
         max_answer_length=12,
         context_window_size=80,
         quantization=None,
+        max_batch_tokens=2048,
+        precision="fp32",
     )
     assert reader.token.resolve_value() == "hf_very_secret_value"
     data = reader.to_dict()
@@ -851,6 +899,8 @@ def test_to_dict_has_every_parameter_and_never_the_token(tiny_bert_model, monkey
         "max_answer_length": 12,
         "context_window_size": 80,
         "quantization": None,
+        "max_batch_tokens": 2048,
+        "precision": "fp32",
     }
     restored = ExtractiveReader.from_dict(json.loads(json.dumps(data)))
     assert restored.model_kwargs == {"torch_dtype": torch.float16}
@@ -987,6 +1037,13 @@ def test_reader_parameters_are_the_settings_fields_with_their_defaults():
         ({"overlap_threshold": 1.5}, "overlap_threshold must be within [0, 1], not 1.5"),
         ({"max_batch_size": 0}, "max_batch_size must be >= 1, not 0"),
         ({"quantization": "int4"}, "quantization must be one of (None, 'int8'), not 'int4'"),
+        ({"max_batch_tokens": 0}, "max_batch_tokens must be >= 1, not 0"),
+        ({"precision": "fp16"}, "precision must be one of fp32, bf16, auto, not 'fp16'"),
+        ({"precision": "bf16", "quantization": "int8"}, "precision bf16 and quantization int8 exclude each other"),
+        (
+            {"precision": "auto", "model_kwargs": {"dtype": "torch.float16"}},
+            "precision auto and a dtype in model_kwargs exclude each other: give one",
+        ),
     ],
 )
 def test_reader_refuses_unusable_parameters_naming_them(parameters, message):

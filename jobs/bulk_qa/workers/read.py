@@ -46,7 +46,8 @@ class ReadSequences:
         self.reader = ExtractiveReader.from_settings(model, inference, device=device, token=token)
         self.reader.warm_up()
         self.context_window_size = selection.context_window_size
-        self.worker = f"{socket.gethostname()}:{os.getpid()} gpus={','.join(map(str, gpu_ids)) or '-'} {device}"
+        gpus = ",".join(map(str, gpu_ids)) or "-"
+        self.worker = f"{socket.gethostname()}:{os.getpid()} gpus={gpus} {device} {self.reader.precision_used}"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """The batch's sequences -> their candidates and read notes."""
@@ -59,3 +60,8 @@ class ReadSequences:
             found = candidate_answers(row["query"], window, sequence_spans, self.context_window_size)
             out += [candidate_row(row, rank, answer) for rank, answer in enumerate(found)]
         return table(out, AGGREGATION_SCHEMA)
+
+
+def worker_precision(worker: str) -> str:
+    """The precision a reader actor ran in, from its label in the read notes (`host:pid gpus=... device precision`)."""
+    return worker.rsplit(" ", 1)[-1]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import torch
 
 from jobs.bulk_qa import waves
 from jobs.bulk_qa.config import load_config
@@ -431,9 +432,25 @@ def test_the_sample_job_runs_in_process_by_default_without_importing_ray(tmp_pat
         cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "RAY_ADDRESS": ""},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "in-process, no Ray" in result.stdout
-    assert json.loads((output / "manifest.json").read_text())["cluster"]["engine"] == "in-process"
+    assert "in-process, no Ray, precision fp32)" in result.stdout
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert manifest["cluster"]["engine"] == "in-process"
+    assert manifest["precision"] == {"setting": "fp32", "used": ["fp32"]}  # the job's default: Haystack's answers
     assert_recorded_sample_tables(output)
+
+
+@pytest.mark.parametrize(("capabilities", "used"), [({"avx512_f": True}, "fp32"), ({"amx_bf16": True}, "bf16")])
+def test_auto_precision_is_resolved_by_the_reader_and_reported(
+    tmp_path: Path, tiny_bert_model: Path, monkeypatch: pytest.MonkeyPatch, capsys, capabilities: dict, used: str
+) -> None:
+    """`--precision auto` runs bf16 where the reader's CPU has bf16 units (pretended here) and fp32 elsewhere, and
+    the manifest and the summary say which."""
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: capabilities)
+    output = tmp_path / "out"
+    args = ["--config", "data/sample/job.yaml", "--model", tiny_bert_model, "--output", output]
+    assert run_job(*args, "--engine", "in-process", "--precision", "auto", "--quiet") == 0
+    assert json.loads((output / "manifest.json").read_text())["precision"] == {"setting": "auto", "used": [used]}
+    assert f"precision {used} (auto))" in capsys.readouterr().out
 
 
 def test_results_of_a_documents_run_predictions_and_annotated_squad(job_output: Path, corpus: dict) -> None:
