@@ -22,7 +22,7 @@ def test_explicit_precisions_are_honoured_and_unknown_ones_refused(monkeypatch):
 
 
 def test_the_cpu_description_lists_only_the_extensions_present(monkeypatch):
-    present = {"cpu_name": "Some CPU", "amx_tile": True, "amx_bf16": True, "avx512_bf16": False, "num_physical_cores": 4}
+    present = {"cpu_name": "A CPU", "amx_tile": True, "amx_bf16": True, "avx512_bf16": False, "num_physical_cores": 4}
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: present)
     described = cpu_description()
     assert described["extensions"] == ["amx_bf16", "amx_tile"] and described["cores"] == 4
