@@ -18,6 +18,7 @@ VALUES: dict[str, Any] = {
     "questions": "other-q.parquet",
     "output": "other-out",
     "quantization": "int8",
+    "precision": "auto",
     "bm25_algorithm": "BM25Okapi",
     "bm25_parameters": {"k1": 1.2},
 }

@@ -31,7 +31,7 @@ def test_each_actor_gets_a_distinct_gpu_and_the_job_completes_on_cpu(
     assert len(workers) == 2, workers
     gpu_ids = sorted(worker.split("gpus=")[1].split(" ")[0] for worker in workers)
     assert gpu_ids == ["0", "1"]
-    assert all(worker.endswith(" cpu") for worker in workers)  # no CUDA here: the readers run on the CPU
+    assert all(worker.endswith(" cpu fp32") for worker in workers)  # no CUDA here: the readers run on the CPU
     assert all(count > 0 for count in workers.values())
     questions = read_output(output, "questions")
     assert len(questions) == 12
