@@ -98,8 +98,6 @@ def convert_file(root: str, relative_path: str, columns: RowColumns | None = Non
         if fmt in _ROW_CONVERTERS:
             documents, report = _ROW_CONVERTERS[fmt](data, relative_path, meta, columns or RowColumns())
             result.report += report
-            for doc in documents:
-                doc.meta["pages"] = doc.content.count("\f") + 1
             result.documents += documents
             if not documents and not report:
                 raise BadInput("no rows: the file holds only blank lines or a header")

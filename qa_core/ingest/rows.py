@@ -57,7 +57,8 @@ def convert_jsonl(data: bytes, path: str, meta: dict, columns: RowColumns) -> tu
         if problem:
             report.append(ReportRow(path, line, problem))
             continue
-        row_meta = {**meta, "encoding": encoding, **fields, "line": line}
+        row_meta = {**meta, "encoding": encoding, "line": line, "pages": _pages(record[columns.content])}
+        row_meta = _merge(row_meta, fields, "json_")
         documents.append(Document(content=record[columns.content], id=_id(fields, columns, path, line), meta=row_meta))
     return documents, report
 
@@ -111,10 +112,33 @@ def convert_csv(data: bytes, path: str, meta: dict, columns: RowColumns) -> tupl
             row_number += 1
             continue
         fields = {key: value for key, value in record.items() if key != columns.content}
-        row_meta = {**meta, "encoding": encoding, "row_number": row_number, **fields, "line": start}
+        content = record[columns.content]
+        row_meta = {**meta, "encoding": encoding, "row_number": row_number, "line": start, "pages": _pages(content)}
+        row_meta = _merge(row_meta, fields, "csv_")
         documents.append(Document(content=record[columns.content], id=_id(fields, columns, path, start), meta=row_meta))
         row_number += 1
     return documents, report
+
+
+def _pages(content: str) -> int:
+    """Pages a text spans: its form feeds plus one."""
+    return content.count("\f") + 1
+
+
+def _merge(meta: dict, fields: dict, prefix: str) -> dict:
+    """
+    The row's fields added to `meta`; a field named like a meta key goes under `prefix + name` (then `_1`, `_2`...),
+    as `CSVToDocument` stores a column named like its own meta (`csv_file_path`).
+    """
+    merged = dict(meta)
+    for key, value in fields.items():
+        name, suffix = key, 1
+        if name in merged:
+            name = base = prefix + key
+            while name in merged:
+                name, suffix = f"{base}_{suffix}", suffix + 1
+        merged[name] = value
+    return merged
 
 
 def _content_problem(content, column: str, present: bool) -> str | None:

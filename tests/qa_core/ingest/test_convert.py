@@ -289,3 +289,17 @@ def test_a_docx_page_break_is_a_form_feed(tmp_path) -> None:
     (tmp_path / "d.docx").write_bytes(docx_bytes(["One", "Two", "Three"], [["h"]], 2, ""))
     [doc] = convert_folder(str(tmp_path)).documents
     assert (doc.content, doc.meta["pages"]) == ("One\nTwo\n\fThree\nh", 2)
+
+
+def test_a_column_named_like_our_meta_is_prefixed_as_haystack_prefixes_it(tmp_path) -> None:
+    (tmp_path / "t.csv").write_text("content,file_path,format,line\nx,a,b,c\n")
+    (tmp_path / "r.jsonl").write_text(json.dumps({"content": "y", "format": "f", "pages": 9}) + "\n")
+    csv_doc, json_doc = sorted(convert_folder(str(tmp_path)).documents, key=lambda doc: doc.meta["format"])
+    expected = CSVToDocument(conversion_mode="row").run([str(tmp_path / "t.csv")], content_column="content")
+    assert expected["documents"][0].meta["csv_file_path"] == csv_doc.meta["csv_file_path"] == "a"
+    assert {key: csv_doc.meta[key] for key in ("format", "csv_format", "line", "csv_line")} == {
+        "format": "csv", "csv_format": "b", "line": 2, "csv_line": "c"
+    }  # fmt: skip
+    assert {key: json_doc.meta[key] for key in ("format", "json_format", "pages", "json_pages")} == {
+        "format": "jsonl", "json_format": "f", "pages": 1, "json_pages": 9
+    }  # fmt: skip
