@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from jobs.ingest.stage import REPORT_SCHEMA, SplitSettings, convert_batch, StageSettings
 from qa_core.ingest import CleanerSettings, RowColumns
+from qa_core.ingest.convert import missing_libraries
 from qa_core.ingest.sources import list_files
 from qa_core.retrieval.splitter import SPLIT_BY
 
@@ -76,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
+        missing = missing_libraries()
+        if missing:
+            extra = "pip install 'ray-extractive-qa[files]'"
+            raise IngestError(f"missing libraries {', '.join(missing)}: install the files extra ({extra}).")
         settings = _settings(args)
         output = _prepare_output(Path(args.output), args.overwrite)
         paths = list_files(args.input) if Path(args.input).is_dir() else _missing(args.input)

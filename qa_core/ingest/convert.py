@@ -71,6 +71,19 @@ class Converted:
         return len({doc.meta["file_path"] for doc in self.documents})
 
 
+# The libraries the converters and the sentence splitter import (the `files` extra), by import name.
+LIBRARIES = (
+    "pypdf", "docx", "trafilatura", "lxml_html_clean", "markdown_it", "mdit_plain", "charset_normalizer", "nltk"
+)  # fmt: skip
+
+
+def missing_libraries() -> list[str]:
+    """The libraries of the `files` extra that are not installed (import names)."""
+    from importlib.util import find_spec
+
+    return [name for name in LIBRARIES if find_spec(name) is None]
+
+
 def file_format(relative_path: str) -> str | None:
     """The format of a file by its extension (case-insensitive), or `None` for an unknown one."""
     return FORMATS.get(PurePosixPath(relative_path).suffix.lower())
@@ -151,4 +164,14 @@ def check_unique_ids(ids_and_sources: Iterable[tuple[str, str]]) -> None:
         seen[doc_id] = source
 
 
-__all__ = ["FORMATS", "Converted", "check_unique_ids", "convert_file", "convert_files", "convert_folder", "file_format"]
+__all__ = [
+    "FORMATS",
+    "LIBRARIES",
+    "Converted",
+    "check_unique_ids",
+    "convert_file",
+    "convert_files",
+    "convert_folder",
+    "file_format",
+    "missing_libraries",
+]

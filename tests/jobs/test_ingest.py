@@ -96,6 +96,15 @@ def test_two_files_giving_one_id_exit_2_naming_both(ray_for_ingest, tmp_path, ca
     assert not (out / "documents").exists()
 
 
+def test_missing_libraries_exit_2_naming_them_and_the_extra(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("jobs.ingest.cli.missing_libraries", lambda: ["pypdf", "nltk"])
+    assert main(["--input", str(tmp_path), "--output", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        "jobs.ingest: error: missing libraries pypdf, nltk: install the files extra "
+        "(pip install 'ray-extractive-qa[files]').\n"
+    )
+
+
 def test_bad_options_and_folders_exit_2_before_ray_work(tmp_path, capsys) -> None:
     assert main(["--input", str(tmp_path / "nope"), "--output", str(tmp_path / "o1")]) == 2
     assert f"--input {tmp_path / 'nope'}: no such folder." in capsys.readouterr().err

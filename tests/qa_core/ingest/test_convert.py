@@ -263,6 +263,23 @@ def test_unreadable_file(tmp_path) -> None:
     assert report_of(tmp_path, {}) == [ReportRow("gone.txt", None, "cannot read the file: No such file or directory")]
 
 
+def test_text_in_no_detectable_encoding(tmp_path) -> None:
+    assert report_of(tmp_path, {"noise.txt": bytes(range(1, 256)) * 4}) == [
+        ReportRow("noise.txt", None, "not utf-8 text, and no text encoding could be detected (binary data?)")
+    ]
+
+
+def test_file_that_cannot_be_read(tmp_path, monkeypatch) -> None:
+    """A read refused by the system (as for a file without read permission, which root would still read)."""
+    (tmp_path / "locked.txt").write_text("secret")
+
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    assert report_of(tmp_path, {}) == [ReportRow("locked.txt", None, "cannot read the file: Permission denied")]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
 def test_file_without_read_permission(tmp_path) -> None:
     (tmp_path / "locked.txt").write_text("secret")
