@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS, else a local Ray)")
     run.add_argument("--files-per-task", type=int, default=16, help="files one conversion task converts")
     run.add_argument("--cpus-per-task", type=float, default=1.0, help="CPUs a conversion task reserves")
+    run.add_argument(
+        "--timeout-per-file", type=float, default=300.0, help="seconds one file's conversion may take (0: no limit)"
+    )
     return parser
 
 
@@ -141,6 +144,8 @@ def _settings(args) -> StageSettings:
     for name in ("files_per_task",):
         if getattr(args, name) < 1:
             raise IngestError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}.")
+    if args.timeout_per_file < 0:
+        raise IngestError(f"--timeout-per-file must be at least 0, not {args.timeout_per_file}.")
     if args.cpus_per_task <= 0:
         raise IngestError(f"--cpus-per-task must be greater than 0, not {args.cpus_per_task}.")
     if args.split_length is None:
@@ -165,7 +170,8 @@ def _settings(args) -> StageSettings:
     split = SplitSettings(args.split_by, args.split_length, args.split_overlap, args.split_threshold)
     root = str(Path(args.input).resolve())
     report_dir = str((Path(args.output) / STAGING_DIR / "report").resolve())
-    return StageSettings(root, report_dir, RowColumns(args.content_column, args.id_column), cleaner, split)
+    columns = RowColumns(args.content_column, args.id_column)
+    return StageSettings(root, report_dir, args.timeout_per_file or None, columns, cleaner, split)
 
 
 def _missing(path: str):
@@ -243,6 +249,7 @@ def _manifest(paths: list[str], sources, report, settings: StageSettings, args) 
             "cleaner": asdict(settings.cleaner),
             "split": asdict(settings.split),
             "files_per_task": args.files_per_task,
+            "timeout_per_file": args.timeout_per_file,
             "strict": args.strict,
         },
     }

@@ -57,10 +57,14 @@ class SplitSettings:
 
 @dataclass(frozen=True)
 class StageSettings:
-    """Everything a conversion task needs: where the files are, how to read rows, clean and split."""
+    """
+    Everything a conversion task needs: where the files are, how to read rows, clean and split, and how long one
+    file's conversion may take (`timeout_s` seconds, or `None`).
+    """
 
     root: str
     report_dir: str
+    timeout_s: float | None = None
     columns: RowColumns = field(default_factory=RowColumns)
     cleaner: CleanerSettings = field(default_factory=CleanerSettings)
     split: SplitSettings = field(default_factory=SplitSettings)
@@ -72,7 +76,7 @@ def convert_batch(batch: dict, settings: StageSettings) -> pa.Table:
     (`DOCUMENTS_SCHEMA`), converted, cleaned, then split; its report rows go to `settings.report_dir`.
     """
     paths = [str(path) for path in batch["path"]]
-    converted = convert_files(settings.root, paths, settings.columns)
+    converted = convert_files(settings.root, paths, settings.columns, settings.timeout_s)
     _write_report(settings.report_dir, paths, converted.report)
     documents = converted.documents
     if settings.cleaner.active:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from qa_core.document import Document
+from qa_core.ingest.limits import ConversionTimeout, time_limit
 from qa_core.ingest.pdf import convert_pdf
 from qa_core.ingest.report import BadInput, DuplicateIdError, ReportRow
 from qa_core.ingest.rows import RowColumns, convert_csv, convert_jsonl
@@ -89,7 +90,9 @@ def file_format(relative_path: str) -> str | None:
     return FORMATS.get(PurePosixPath(relative_path).suffix.lower())
 
 
-def convert_file(root: str, relative_path: str, columns: RowColumns | None = None) -> Converted:
+def convert_file(
+    root: str, relative_path: str, columns: RowColumns | None = None, timeout_s: float | None = None
+) -> Converted:
     """
     One file's documents, or the report rows saying why it gave none (never an exception for bad input).
 
@@ -99,37 +102,49 @@ def convert_file(root: str, relative_path: str, columns: RowColumns | None = Non
     :param root: The input folder.
     :param relative_path: The file, relative to `root`, POSIX separators.
     :param columns: The content and id columns of JSONL and CSV files.
+    :param timeout_s: Seconds the file's conversion may take (see `limits.time_limit`), or `None` for no limit.
     :returns: The file's documents and report rows.
     """
     result = Converted(files=[relative_path])
-    fmt = file_format(relative_path)
     try:
-        if fmt is None:
-            raise BadInput(f"unknown file extension (known: {', '.join(sorted(FORMATS))})")
-        data = read_bytes(root, relative_path)
-        meta = base_meta(relative_path, fmt, len(data))
-        if fmt in _ROW_CONVERTERS:
-            documents, report = _ROW_CONVERTERS[fmt](data, relative_path, meta, columns or RowColumns())
-            result.report += report
-            result.documents += documents
-            if not documents and not report:
-                raise BadInput("no rows: the file holds only blank lines or a header")
-        else:
-            text, format_meta = _FILE_CONVERTERS[fmt](data)
-            if not text.strip():
-                raise BadInput("no text: the file converts to blank text")
-            meta = {**meta, "pages": text.count("\f") + 1, **format_meta}
-            result.documents.append(Document(content=text, id=file_id(relative_path), meta=meta))
+        with time_limit(timeout_s):
+            _convert(root, relative_path, columns, result)
     except BadInput as error:
-        result.report.append(ReportRow(relative_path, None, str(error)))
+        result.documents, result.report = [], [ReportRow(relative_path, None, str(error))]
+    except ConversionTimeout:
+        reason = f"conversion took longer than {timeout_s:g} s (a pathological file?)"
+        result.documents, result.report = [], [ReportRow(relative_path, None, reason)]
     return result
 
 
-def convert_files(root: str, relative_paths: Iterable[str], columns: RowColumns | None = None) -> Converted:
+def _convert(root: str, relative_path: str, columns: RowColumns | None, result: Converted) -> None:
+    """Fills `result` with the file's documents and its rows' report rows; raises `BadInput` for the whole file."""
+    fmt = file_format(relative_path)
+    if fmt is None:
+        raise BadInput(f"unknown file extension (known: {', '.join(sorted(FORMATS))})")
+    data = read_bytes(root, relative_path)
+    meta = base_meta(relative_path, fmt, len(data))
+    if fmt in _ROW_CONVERTERS:
+        documents, report = _ROW_CONVERTERS[fmt](data, relative_path, meta, columns or RowColumns())
+        result.report += report
+        result.documents += documents
+        if not documents and not report:
+            raise BadInput("no rows: the file holds only blank lines or a header")
+    else:
+        text, format_meta = _FILE_CONVERTERS[fmt](data)
+        if not text.strip():
+            raise BadInput("no text: the file converts to blank text")
+        meta = {**meta, "pages": text.count("\f") + 1, **format_meta}
+        result.documents.append(Document(content=text, id=file_id(relative_path), meta=meta))
+
+
+def convert_files(
+    root: str, relative_paths: Iterable[str], columns: RowColumns | None = None, timeout_s: float | None = None
+) -> Converted:
     """`convert_file` for each file, their results concatenated (ids are not checked here: see `check_unique_ids`)."""
     result = Converted()
     for path in relative_paths:
-        result.extend(convert_file(root, path, columns))
+        result.extend(convert_file(root, path, columns, timeout_s))
     return result
 
 

@@ -287,6 +287,23 @@ def test_file_without_read_permission(tmp_path) -> None:
     assert report_of(tmp_path, {}) == [ReportRow("locked.txt", None, "cannot read the file: Permission denied")]
 
 
+def test_a_conversion_past_its_time_limit(tmp_path, monkeypatch) -> None:
+    import time
+
+    from qa_core.ingest import convert
+
+    def slow(data):
+        time.sleep(5)
+
+    monkeypatch.setitem(convert._FILE_CONVERTERS, "txt", slow)
+    (tmp_path / "slow.txt").write_text("x")
+    started = time.perf_counter()
+    result = convert_file(str(tmp_path), "slow.txt", timeout_s=0.2)
+    assert time.perf_counter() - started < 2
+    assert result.report == [ReportRow("slow.txt", None, "conversion took longer than 0.2 s (a pathological file?)")]
+    assert result.documents == []
+
+
 def test_two_sources_of_one_id_are_an_error_naming_both(tmp_path) -> None:
     (tmp_path / "a.jsonl").write_text(json.dumps({"id": "x", "content": "one"}) + "\n")
     (tmp_path / "b.csv").write_text("id,content\nx,two\n")
