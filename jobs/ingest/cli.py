@@ -182,9 +182,15 @@ def _prepare_output(output: Path, overwrite: bool) -> Path:
     if output.exists():
         if not output.is_dir():
             raise IngestError(f"--output {output}: exists and is not a folder.")
-        if any(output.iterdir()):
+        names = {path.name for path in output.iterdir()}
+        if names:
             if not overwrite:
                 raise IngestError(f"--output {output}: the folder is not empty; pass --overwrite to replace it.")
+            if not names & {MANIFEST_FILE, STAGING_DIR}:
+                raise IngestError(
+                    f"--output {output}: the folder holds files but no {MANIFEST_FILE}: it is not an earlier "
+                    "ingestion's output, and --overwrite replaces only those. Choose a new or empty folder."
+                )
             shutil.rmtree(output)
     output.mkdir(parents=True, exist_ok=True)
     return output

@@ -41,7 +41,8 @@ def convert_jsonl(data: bytes, path: str, meta: dict, columns: RowColumns) -> tu
     """
     text, encoding = decode_text(data, "utf-8-sig")
     documents, report = [], []
-    for line, raw in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" only: `str.splitlines` would also end one inside a JSON string at a form feed or U+2028.
+    for line, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
         try:

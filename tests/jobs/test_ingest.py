@@ -57,7 +57,9 @@ def test_writes_documents_report_and_a_manifest_that_reconciles(ray_for_ingest, 
 
 def test_strict_refuses_to_write_documents_on_any_report_row(ray_for_ingest, folder, tmp_path, capsys) -> None:
     out = tmp_path / "out"
-    assert main(["--input", str(folder), "--output", str(out), "--strict", *FAST]) == 2
+    (out / "documents").mkdir(parents=True)  # an earlier run's output, replaced with --overwrite
+    (out / "manifest.json").write_text("{}")
+    assert main(["--input", str(folder), "--output", str(out), "--strict", "--overwrite", *FAST]) == 2
     assert not (out / "documents").exists()
     assert pq.read_table(out / "report.parquet").num_rows == 3
     err = capsys.readouterr().err
@@ -112,6 +114,9 @@ def test_bad_options_and_folders_exit_2_before_ray_work(tmp_path, capsys) -> Non
     (tmp_path / "o2" / "x").write_text("keep")
     assert main(["--input", str(tmp_path), "--output", str(tmp_path / "o2")]) == 2
     assert "the folder is not empty; pass --overwrite" in capsys.readouterr().err
+    assert main(["--input", str(tmp_path), "--output", str(tmp_path / "o2"), "--overwrite"]) == 2
+    assert "holds files but no manifest.json: it is not an earlier ingestion's output" in capsys.readouterr().err
+    assert (tmp_path / "o2" / "x").read_text() == "keep"
     assert main(["--input", str(tmp_path), "--output", str(tmp_path / "o3"), "--split-length", "2",
                  "--split-overlap", "2"]) == 2  # fmt: skip
     assert "--split-overlap at least 0 and less than it" in capsys.readouterr().err

@@ -225,6 +225,13 @@ def test_malformed_jsonl_lines(tmp_path) -> None:
     ]  # fmt: skip
 
 
+def test_jsonl_lines_end_at_newlines_only(tmp_path) -> None:
+    content = "page one\fpage two\u2028same line\r"
+    (tmp_path / "r.jsonl").write_text(json.dumps({"content": content}, ensure_ascii=False) + "\r\n")
+    [doc] = convert_folder(str(tmp_path)).documents
+    assert (doc.content, doc.meta["pages"], doc.id) == (content, 2, "r.jsonl#1")
+
+
 def test_malformed_csv_rows(tmp_path) -> None:
     (tmp_path / "t.csv").write_text('content,n\ngood,1\ntoo,many,fields\nshort\n"multi\nline",2\n,3\n')
     result = convert_folder(str(tmp_path))
