@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             raise IngestError(f"missing libraries {', '.join(missing)}: install the files extra ({extra}).")
         settings = _settings(args)
         output = _prepare_output(Path(args.output), args.overwrite)
-        paths = list_files(args.input) if Path(args.input).is_dir() else _missing(args.input)
+        paths = _list(args.input)
         manifest = run(paths, settings, output, args)
     except (IngestError, ValueError) as error:
         print(f"jobs.ingest: error: {error}", file=sys.stderr)
@@ -102,8 +102,10 @@ def run(paths: list[str], settings: StageSettings, output: Path, args) -> dict:
     started = time.perf_counter()
     staging = output / STAGING_DIR
     (staging / "report").mkdir(parents=True)
-    if not ray.is_initialized():
-        ray.init(address=args.address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False)
+    if not ray.is_initialized():  # else this process's own Ray is used, as it is
+        address = args.address or os.environ.get("RAY_ADDRESS") or "local"
+        # A Ray of its own (never one someone started with `ray start`) needs no dashboard: nothing submits to it.
+        ray.init(address=address, log_to_driver=False, include_dashboard=False if address == "local" else None)
     if paths:
         dataset = ray.data.from_items([{"path": path} for path in paths], override_num_blocks=_blocks(paths, args))
         dataset = dataset.map_batches(
@@ -141,9 +143,8 @@ def run(paths: list[str], settings: StageSettings, output: Path, args) -> dict:
 
 
 def _settings(args) -> StageSettings:
-    for name in ("files_per_task",):
-        if getattr(args, name) < 1:
-            raise IngestError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}.")
+    if args.files_per_task < 1:
+        raise IngestError(f"--files-per-task must be at least 1, not {args.files_per_task}.")
     if args.timeout_per_file < 0:
         raise IngestError(f"--timeout-per-file must be at least 0, not {args.timeout_per_file}.")
     if args.cpus_per_task <= 0:
@@ -174,8 +175,11 @@ def _settings(args) -> StageSettings:
     return StageSettings(root, report_dir, args.timeout_per_file or None, columns, cleaner, split)
 
 
-def _missing(path: str):
-    raise IngestError(f"--input {path}: no such folder.")
+def _list(folder: str) -> list[str]:
+    try:
+        return list_files(folder)
+    except FileNotFoundError:
+        raise IngestError(f"--input {folder}: no such folder.") from None
 
 
 def _prepare_output(output: Path, overwrite: bool) -> Path:
