@@ -74,7 +74,8 @@ class Converted:
 
 # The libraries the converters and the sentence splitter import (the `files` extra), by import name.
 LIBRARIES = (
-    "pypdf", "docx", "trafilatura", "lxml_html_clean", "markdown_it", "mdit_plain", "charset_normalizer", "nltk"
+    "pypdf", "docx", "trafilatura", "lxml_html_clean", "markdown_it", "mdit_plain", "charset_normalizer", "nltk",
+    "punkt",
 )  # fmt: skip
 
 

