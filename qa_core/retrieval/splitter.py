@@ -25,8 +25,8 @@ def split_documents(
     Splits each document into passages of `split_length` units, as Haystack's `DocumentSplitter` does with the same
     `split_by`: words are the pieces between single spaces (`content.split(" ")`), passages the pieces between blank
     lines (`"\\n\\n"`), pages the pieces between form feeds, lines the pieces between newlines, each keeping its
-    delimiter; sentences are `qa_core.ingest.sentences.split_sentences`' (Punkt, offline: see there where they may
-    differ from Haystack's). Consecutive passages share `split_overlap` units.
+    delimiter; sentences are `qa_core.ingest.sentences.split_sentences`' (Haystack's `SentenceSplitter`'s, on NLTK's
+    English Punkt model shipped in a wheel instead of downloaded). Consecutive passages share `split_overlap` units.
 
     Each passage's meta is its source's meta plus `source_id` (the source document's id), `split_id` (its rank
     within the source), `split_idx_start` (the character offset of its start in the source), `page_number` (counting
