@@ -66,11 +66,6 @@ class Converted:
         self.report += other.report
         self.files += other.files
 
-    @property
-    def files_converted(self) -> int:
-        """Files that gave at least one document (the others have at least one report row)."""
-        return len({doc.meta["file_path"] for doc in self.documents})
-
 
 # The libraries the converters and the sentence splitter import (the `files` extra), by import name.
 LIBRARIES = (
