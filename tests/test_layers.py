@@ -42,6 +42,19 @@ def test_worker_side_imports_nothing_of_the_driver_side(path: Path) -> None:
     assert not driver_side, f"{path.relative_to(ROOT)} imports {sorted(driver_side)}"
 
 
+@pytest.mark.parametrize("path", modules("qa_core"), ids=lambda path: str(path.relative_to(ROOT)))
+def test_qa_core_imports_no_haystack(path: Path) -> None:
+    """Haystack is the parity suite's reference (a test dependency), never the core's."""
+    offending = {name for name in imported_modules(path) if name.split(".")[0] == "haystack"}
+    assert not offending, f"{path.relative_to(ROOT)} imports {sorted(offending)}"
+
+
+def test_ingest_stage_imports_nothing_of_the_driver_side() -> None:
+    """What runs in Ray's workers for jobs.ingest (stage.py) imports `qa_core`, never the CLI."""
+    jobs_imports = {name for name in imported_modules(ROOT / "jobs/ingest/stage.py") if name.split(".")[0] == "jobs"}
+    assert not jobs_imports, f"jobs/ingest/stage.py imports {sorted(jobs_imports)}"
+
+
 def test_the_scan_sees_lazy_and_nested_imports() -> None:
     """The checks above can fail: the scan finds the driver's imports, the reader's lazy torch import included."""
     assert "jobs.bulk_qa.waves" in imported_modules(ROOT / "jobs/bulk_qa/driver.py")

@@ -1,18 +1,32 @@
-"""Splitting long documents into passages of words, with Haystack's `DocumentSplitter(split_by="word")` semantics."""
+"""
+Splitting long documents into passages of words, sentences, passages, pages or lines, with Haystack's
+`DocumentSplitter` semantics.
+"""
 
 from copy import deepcopy
-from typing import Any
+from typing import Any, Literal
 
 from qa_core.document import Document
 
+SplitBy = Literal["word", "sentence", "passage", "page", "line"]
+# The delimiter each character-based unit ends with (Haystack's `_CHARACTER_SPLIT_BY_MAPPING`).
+SPLIT_DELIMITERS = {"word": " ", "passage": "\n\n", "page": "\f", "line": "\n"}
+SPLIT_BY = ("word", "sentence", "passage", "page", "line")
+
 
 def split_documents(
-    documents: list[Document], split_length: int = 200, split_overlap: int = 0, split_threshold: int = 0
+    documents: list[Document],
+    split_length: int = 200,
+    split_overlap: int = 0,
+    split_threshold: int = 0,
+    split_by: SplitBy = "word",
 ) -> list[Document]:
     """
-    Splits each document into passages of `split_length` words, as Haystack's `DocumentSplitter` with
-    `split_by="word"` does: words are the pieces between single spaces (`content.split(" ")`), each keeping its
-    trailing space, and consecutive passages share `split_overlap` words.
+    Splits each document into passages of `split_length` units, as Haystack's `DocumentSplitter` does with the same
+    `split_by`: words are the pieces between single spaces (`content.split(" ")`), passages the pieces between blank
+    lines (`"\\n\\n"`), pages the pieces between form feeds, lines the pieces between newlines, each keeping its
+    delimiter; sentences are `qa_core.ingest.sentences.split_sentences`' (Haystack's `SentenceSplitter`'s, on NLTK's
+    English Punkt model shipped in a wheel instead of downloaded). Consecutive passages share `split_overlap` units.
 
     Each passage's meta is its source's meta plus `source_id` (the source document's id), `split_id` (its rank
     within the source), `split_idx_start` (the character offset of its start in the source), `page_number` (counting
@@ -29,10 +43,13 @@ def split_documents(
     :param documents: The documents to split.
     :param split_length: Most words per passage (at least 1).
     :param split_overlap: Words shared by consecutive passages (at least 0, less than `split_length`).
-    :param split_threshold: A trailing passage of fewer words is appended to the previous passage instead.
+    :param split_threshold: A trailing passage of fewer units is appended to the previous passage instead.
+    :param split_by: The unit: "word", "sentence", "passage", "page" or "line".
     :returns: The passages, source by source.
     :raises ValueError: If a parameter is out of range or a document's content is `None`.
     """
+    if split_by not in SPLIT_BY:
+        raise ValueError(f"split_by must be one of {', '.join(SPLIT_BY)}, not {split_by!r}.")
     if split_length <= 0:
         raise ValueError(f"split_length must be greater than 0, not {split_length}.")
     if not 0 <= split_overlap < split_length:
@@ -43,19 +60,33 @@ def split_documents(
             raise ValueError(f"split_documents works with text documents only, but document {doc.id} has no content.")
         if doc.content == "":
             continue
-        words = doc.content.split(" ")
-        units = [word + " " for word in words[:-1]] + words[-1:]
-        texts, pages, starts = _concatenate_units(units, split_length, split_overlap, split_threshold)
+        texts, pages, starts = _concatenate_units(
+            _units(doc.content, split_by), split_length, split_overlap, split_threshold, split_by == "page"
+        )
         meta = deepcopy(doc.meta)
         meta["source_id"] = doc.id
         passages += _passages(texts, pages, starts, meta, split_overlap)
     return passages
 
 
+def _units(content: str, split_by: str) -> list[str]:
+    """The document's units, each with its trailing delimiter (or whitespace, for sentences)."""
+    if split_by == "sentence":
+        from qa_core.ingest.sentences import split_sentences
+
+        return split_sentences(content)
+    delimiter = SPLIT_DELIMITERS[split_by]
+    pieces = content.split(delimiter)
+    return [piece + delimiter for piece in pieces[:-1]] + pieces[-1:]
+
+
 def _concatenate_units(
-    units: list[str], split_length: int, split_overlap: int, split_threshold: int
+    units: list[str], split_length: int, split_overlap: int, split_threshold: int, by_page: bool = False
 ) -> tuple[list[str], list[int], list[int]]:
-    """Haystack's `DocumentSplitter._concatenate_units`: window texts, their start pages and start offsets."""
+    """
+    Haystack's `DocumentSplitter._concatenate_units`: window texts, their start pages and start offsets. By page,
+    each unit passed counts one page (Haystack's rule, which also holds for the last page, that has no form feed).
+    """
     step = split_length - split_overlap
     texts: list[str] = []
     pages: list[int] = []
@@ -78,7 +109,7 @@ def _concatenate_units(
             starts.append(cur_start)
         processed = current[:step]
         cur_start += len("".join(processed))
-        cur_page += sum(unit.count("\f") for unit in processed)
+        cur_page += len(processed) if by_page else sum(unit.count("\f") for unit in processed)
     return texts, pages, starts
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from jobs.ingest.cli import main
+
+sys.exit(main())

@@ -1,0 +1,188 @@
+"""
+Files into documents: the converter for each extension, the ids, and the report of what could not be converted.
+
+Usage example:
+```python
+result = convert_folder("corpus/")
+for row in result.report:
+    print(row.path, row.line, row.reason)
+```
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from qa_core.document import Document
+from qa_core.ingest.limits import ConversionTimeout, time_limit
+from qa_core.ingest.pdf import convert_pdf
+from qa_core.ingest.report import BadInput, DuplicateIdError, ReportRow
+from qa_core.ingest.rows import RowColumns, convert_csv, convert_jsonl
+from qa_core.ingest.sources import base_meta, file_id, list_files, read_bytes
+from qa_core.ingest.text import convert_markdown, convert_text
+from qa_core.ingest.web import convert_html
+from qa_core.ingest.word import convert_docx
+
+# Extension (lower case) -> format name, as recorded in `meta["format"]`.
+FORMATS = {
+    ".txt": "txt",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+    ".docx": "docx",
+    ".jsonl": "jsonl",
+    ".csv": "csv",
+}
+
+# Formats whose file is one document: bytes -> (text, format-specific meta).
+_FILE_CONVERTERS: dict[str, Callable[[bytes], tuple[str, dict]]] = {
+    "txt": convert_text,
+    "markdown": convert_markdown,
+    "html": convert_html,
+    "pdf": convert_pdf,
+    "docx": convert_docx,
+}
+_ROW_CONVERTERS = {"jsonl": convert_jsonl, "csv": convert_csv}
+
+
+@dataclass
+class Converted:
+    """
+    What some files gave.
+
+    :param documents: The documents, file by file in the order given, rows in file order.
+    :param report: One row per file, JSONL line or CSV record that gave no document.
+    :param files: The files read (relative paths).
+    """
+
+    documents: list[Document] = field(default_factory=list)
+    report: list[ReportRow] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    def extend(self, other: "Converted") -> None:
+        self.documents += other.documents
+        self.report += other.report
+        self.files += other.files
+
+
+# The libraries the converters and the sentence splitter import (the `files` extra), by import name.
+LIBRARIES = (
+    "pypdf", "docx", "trafilatura", "lxml_html_clean", "markdown_it", "mdit_plain", "charset_normalizer", "nltk",
+    "punkt",
+)  # fmt: skip
+
+
+def missing_libraries() -> list[str]:
+    """The libraries of the `files` extra that are not installed (import names)."""
+    from importlib.util import find_spec
+
+    return [name for name in LIBRARIES if find_spec(name) is None]
+
+
+def file_format(relative_path: str) -> str | None:
+    """The format of a file by its extension (case-insensitive), or `None` for an unknown one."""
+    return FORMATS.get(PurePosixPath(relative_path).suffix.lower())
+
+
+def convert_file(
+    root: str, relative_path: str, columns: RowColumns | None = None, timeout_s: float | None = None
+) -> Converted:
+    """
+    One file's documents, or the report rows saying why it gave none (never an exception for bad input).
+
+    Each document's meta has `file_path` (relative to `root`), `format`, `size_bytes`, `pages` (form feeds + 1,
+    the PDF's page count for a PDF), `encoding` for text formats, and the format's own keys (see each converter).
+
+    :param root: The input folder.
+    :param relative_path: The file, relative to `root`, POSIX separators.
+    :param columns: The content and id columns of JSONL and CSV files.
+    :param timeout_s: Seconds the file's conversion may take (see `limits.time_limit`), or `None` for no limit.
+    :returns: The file's documents and report rows.
+    """
+    result = Converted(files=[relative_path])
+    try:
+        with time_limit(timeout_s):
+            _convert(root, relative_path, columns, result)
+    except BadInput as error:
+        result.documents, result.report = [], [ReportRow(relative_path, None, str(error))]
+    except ConversionTimeout:
+        reason = f"conversion took longer than {timeout_s:g} s (a pathological file?)"
+        result.documents, result.report = [], [ReportRow(relative_path, None, reason)]
+    return result
+
+
+def _convert(root: str, relative_path: str, columns: RowColumns | None, result: Converted) -> None:
+    """Fills `result` with the file's documents and its rows' report rows; raises `BadInput` for the whole file."""
+    fmt = file_format(relative_path)
+    if fmt is None:
+        raise BadInput(f"unknown file extension (known: {', '.join(sorted(FORMATS))})")
+    data = read_bytes(root, relative_path)
+    meta = base_meta(relative_path, fmt, len(data))
+    if fmt in _ROW_CONVERTERS:
+        documents, report = _ROW_CONVERTERS[fmt](data, relative_path, meta, columns or RowColumns())
+        result.report += report
+        result.documents += documents
+        if not documents and not report:
+            raise BadInput("no rows: the file holds only blank lines or a header")
+    else:
+        text, format_meta = _FILE_CONVERTERS[fmt](data)
+        if not text.strip():
+            raise BadInput("no text: the file converts to blank text")
+        meta = {**meta, "pages": text.count("\f") + 1, **format_meta}
+        result.documents.append(Document(content=text, id=file_id(relative_path), meta=meta))
+
+
+def convert_files(
+    root: str, relative_paths: Iterable[str], columns: RowColumns | None = None, timeout_s: float | None = None
+) -> Converted:
+    """`convert_file` for each file, their results concatenated (ids are not checked here: see `check_unique_ids`)."""
+    result = Converted()
+    for path in relative_paths:
+        result.extend(convert_file(root, path, columns, timeout_s))
+    return result
+
+
+def convert_folder(root: str, columns: RowColumns | None = None) -> Converted:
+    """
+    Every file under `root` (see `sources.list_files`), converted, with ids checked unique.
+
+    :raises DuplicateIdError: If two documents have one id, naming both sources.
+    """
+    result = convert_files(root, list_files(root), columns)
+    check_unique_ids((doc.id, source_of(doc)) for doc in result.documents)
+    return result
+
+
+def source_of(doc: Document) -> str:
+    """Where a document came from, for messages: its file, and its line for a JSONL or CSV row."""
+    line = doc.meta.get("line")
+    return doc.meta["file_path"] if line is None else f"{doc.meta['file_path']} line {line}"
+
+
+def check_unique_ids(ids_and_sources: Iterable[tuple[str, str]]) -> None:
+    """
+    Checks that no id is given twice.
+
+    :param ids_and_sources: (id, where it came from) pairs.
+    :raises DuplicateIdError: Naming the id and both of its sources.
+    """
+    seen: dict[str, str] = {}
+    for doc_id, source in ids_and_sources:
+        if doc_id in seen:
+            raise DuplicateIdError(f"Two documents have the id {doc_id!r}: {seen[doc_id]} and {source}.")
+        seen[doc_id] = source
+
+
+__all__ = [
+    "FORMATS",
+    "LIBRARIES",
+    "Converted",
+    "check_unique_ids",
+    "convert_file",
+    "convert_files",
+    "convert_folder",
+    "file_format",
+    "missing_libraries",
+]
