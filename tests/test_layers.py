@@ -55,6 +55,15 @@ def test_ingest_stage_imports_nothing_of_the_driver_side() -> None:
     assert not jobs_imports, f"jobs/ingest/stage.py imports {sorted(jobs_imports)}"
 
 
+def test_the_local_model_builders_import_nothing_of_training() -> None:
+    """The random-head builders sit below `training/` (whose minilm-squad recipe builds on them): no import circle."""
+    core_imports = {
+        name for name in imported_modules(ROOT / "qa_core/local_models/__init__.py") if name.startswith("qa_core.")
+    }
+    assert not {name for name in core_imports if name.startswith("qa_core.training")}, sorted(core_imports)
+    assert "qa_core.local_models" in imported_modules(ROOT / "qa_core/training/minilm_squad.py")
+
+
 def test_the_scan_sees_lazy_and_nested_imports() -> None:
     """The checks above can fail: the scan finds the driver's imports, the reader's lazy torch import included."""
     assert "jobs.bulk_qa.waves" in imported_modules(ROOT / "jobs/bulk_qa/driver.py")
