@@ -11,9 +11,9 @@ from qa_core.tokenization import Sequence
 
 DEFAULT_BATCH_SIZE = 32
 DEFAULT_ANSWERS_PER_SEQ = 20
-# Padded tokens per forward pass when `max_batch_tokens` is None, by device type: on the CPU the fastest budget of
-# `python -m jobs.bench`'s limit rows (BENCHMARK.md, "Batch shapes"); on a GPU, where larger passes keep it busy,
-# 128 sequences of 384 tokens.
+# Padded tokens per forward pass when `max_batch_tokens` is None, by device type: on the CPU one of the two fastest
+# budgets of `python -m jobs.bench`'s limit rows (BENCHMARK.md, "Batch shapes, precision and other levers on the
+# CPU"); on a GPU (and any other accelerator), where larger passes keep it busy, 128 sequences of 384 tokens.
 DEFAULT_BATCH_TOKENS = {"cpu": 4096, "cuda": 49152}
 
 

@@ -24,7 +24,7 @@ class ModelSettings(Settings):
     """The question-answering model and how it is loaded."""
 
     model: str = "deepset/roberta-base-squad2-distilled"  # hub id or local folder of a QA model
-    precision: str = "fp32"  # fp32; bf16 (the encoder in bfloat16, spans decoded in fp32); auto: bf16 where fast
+    precision: str = "fp32"  # fp32; bf16 (the model in bfloat16, spans decoded in fp32); auto: bf16 where fast
     quantization: str | None = None  # "int8": dynamic int8 on CPU (faster, answers may differ slightly)
     model_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to from_pretrained (torch_dtype, ...)
 
