@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from jobs.ingest.stage import REPORT_SCHEMA, SplitSettings, convert_batch, StageSettings
+from jobs.ingest.stage import REPORT_SCHEMA, SplitSettings, StageSettings, convert_batch
 from qa_core.ingest import CleanerSettings, RowColumns
 from qa_core.ingest.convert import missing_libraries
 from qa_core.ingest.sources import list_files

@@ -81,7 +81,7 @@ def clean_text(text: str, settings: CleanerSettings) -> str:
     if settings.remove_extra_whitespaces:
         text = "\f".join(re.sub(r"\s\s+", " ", page).strip() for page in text.split("\f"))
     if settings.remove_empty_lines:
-        text = "\f".join("\n".join(l for l in page.split("\n") if l.strip()) for page in text.split("\f"))
+        text = "\f".join("\n".join(line for line in page.split("\n") if line.strip()) for page in text.split("\f"))
     for substring in settings.remove_substrings:
         text = text.replace(substring, "")
     if settings.remove_regex:

@@ -200,7 +200,9 @@ def test_blank_text(tmp_path) -> None:
 
 def test_html_without_text(tmp_path) -> None:
     assert report_of(tmp_path, {"empty.html": b"<html><body><script>x()</script></body></html>"}) == [
-        ReportRow("empty.html", None, "HTML without text: trafilatura extracts nothing and the page's body holds no text")  # noqa: E501
+        ReportRow(
+            "empty.html", None, "HTML without text: trafilatura extracts nothing and the page's body holds no text"
+        )
     ]
 
 
