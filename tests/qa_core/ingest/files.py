@@ -1,38 +1,10 @@
-"""Test files of every format, written with the formats' own libraries or by hand (PDF)."""
+"""Test files of every format: the generators are the ingestion benchmark's (`jobs.bench.files`), shared."""
 
 import io
 import json
 from pathlib import Path
 
-
-def pdf_bytes(pages: list[str]) -> bytes:
-    """
-    A PDF with one page per text (a text layer in Helvetica, one line per page; an empty text makes a page without
-    content), built by hand so that the text layer is known exactly.
-    """
-    objects = ["<< /Type /Catalog /Pages 2 0 R >>", None, "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    kids = []
-    for text in pages:
-        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode() if text else b""
-        objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream.decode()}\nendstream")
-        objects.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
-            f"/Contents {len(objects)} 0 R >>"
-        )
-        kids.append(f"{len(objects)} 0 R")
-    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>"
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(f"{number} 0 obj\n{body}\nendobj\n".encode())
-    xref = out.tell()
-    out.write(f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode())
-    for offset in offsets:
-        out.write(f"{offset:010d} 00000 n \n".encode())
-    out.write(f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode())
-    return out.getvalue()
+from jobs.bench.files import docx_bytes, pdf_bytes
 
 
 def encrypted_pdf_bytes(text: str, password: str) -> bytes:
@@ -43,30 +15,6 @@ def encrypted_pdf_bytes(text: str, password: str) -> bytes:
     writer.encrypt(user_password=password, owner_password=password, algorithm="AES-128")
     out = io.BytesIO()
     writer.write(out)
-    return out.getvalue()
-
-
-def docx_bytes(paragraphs: list[str], table: list[list[str]], new_page: int, title: str) -> bytes:
-    """
-    A DOCX file written with python-docx: paragraphs, the one at index `new_page` starting a new page (a rendered
-    page break, as Word records where its layout broke pages), a table and a title property.
-    """
-    import docx
-    from docx.oxml import OxmlElement
-
-    document = docx.Document()
-    for i, text in enumerate(paragraphs):
-        paragraph = document.add_paragraph()
-        if i == new_page:
-            paragraph.add_run()._r.append(OxmlElement("w:lastRenderedPageBreak"))
-        paragraph.add_run(text)
-    grid = document.add_table(rows=len(table), cols=len(table[0]))
-    for row, values in zip(grid.rows, table, strict=True):
-        for cell, value in zip(row.cells, values, strict=True):
-            cell.text = value
-    document.core_properties.title = title
-    out = io.BytesIO()
-    document.save(out)
     return out.getvalue()
 
 

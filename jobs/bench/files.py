@@ -1,0 +1,163 @@
+"""
+Files of every format ingestion reads, written with the formats' own libraries or by hand (PDF): the generators the
+ingestion tests use, and `write_mixed_folder`, the ingestion benchmark's folder of them (text from `data/text/`).
+"""
+
+import csv
+import html
+import io
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from qa_core.local_models import TEXT_FILE
+
+# The extensions `write_mixed_folder` cycles through: one of each format `qa_core.ingest` converts.
+EXTENSIONS = (".txt", ".md", ".html", ".pdf", ".docx", ".jsonl", ".csv")
+
+
+def _pdf_string(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+
+
+def pdf_bytes(pages: list[str]) -> bytes:
+    """
+    A PDF with one page per text (a text layer in Helvetica, a line per line of the text; an empty text makes a page
+    without content), built by hand so that the text layer is known exactly.
+    """
+    objects = ["<< /Type /Catalog /Pages 2 0 R >>", None, "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    kids = []
+    for text in pages:
+        lines = " T* ".join(f"({_pdf_string(line)}) Tj" for line in text.split("\n"))
+        stream = f"BT /F1 12 Tf 14 TL 72 720 Td {lines} ET".encode() if text else b""
+        objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream.decode()}\nendstream")
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
+            f"/Contents {len(objects)} 0 R >>"
+        )
+        kids.append(f"{len(objects)} 0 R")
+    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>"
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(f"{number} 0 obj\n{body}\nendobj\n".encode())
+    xref = out.tell()
+    out.write(f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode())
+    for offset in offsets:
+        out.write(f"{offset:010d} 00000 n \n".encode())
+    out.write(f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode())
+    return out.getvalue()
+
+
+def docx_bytes(paragraphs: list[str], table: list[list[str]], new_page: int, title: str) -> bytes:
+    """
+    A DOCX file written with python-docx: paragraphs, the one at index `new_page` starting a new page (a rendered
+    page break, as Word records where its layout broke pages), a table and a title property.
+    """
+    import docx
+    from docx.oxml import OxmlElement
+
+    document = docx.Document()
+    for i, text in enumerate(paragraphs):
+        paragraph = document.add_paragraph()
+        if i == new_page:
+            paragraph.add_run()._r.append(OxmlElement("w:lastRenderedPageBreak"))
+        paragraph.add_run(text)
+    grid = document.add_table(rows=len(table), cols=len(table[0]))
+    for row, values in zip(grid.rows, table, strict=True):
+        for cell, value in zip(row.cells, values, strict=True):
+            cell.text = value
+    document.core_properties.title = title
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+@lru_cache(maxsize=1)
+def _words() -> tuple[list[str], list[str]]:
+    """The local text's words (ASCII only, so that the PDFs' Helvetica text layer holds them) and its titles."""
+    with TEXT_FILE.open(encoding="utf-8") as file:
+        records = [json.loads(line) for line in file]
+    words = " ".join(record["text"] for record in records).encode("ascii", "ignore").decode().split()
+    return words, [record["title"] for record in records]
+
+
+class _Text:
+    """Random passages of consecutive words of the local text, and titles, from one seeded generator."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.words, self.titles = _words()
+
+    def passage(self, low: int, high: int) -> str:
+        n = int(self.rng.integers(low, high))
+        start = int(self.rng.integers(0, len(self.words) - n))
+        return " ".join(self.words[start : start + n])
+
+    def title(self) -> str:
+        return self.titles[int(self.rng.integers(0, len(self.titles)))]
+
+    def count(self, low: int, high: int) -> int:
+        return int(self.rng.integers(low, high))
+
+
+def _lines(text: str, words_per_line: int = 12) -> str:
+    words = text.split()
+    return "\n".join(" ".join(words[i : i + words_per_line]) for i in range(0, len(words), words_per_line))
+
+
+def _file(kind: str, text: _Text) -> bytes:
+    title = text.title()
+    if kind == ".txt":
+        return "\n\n".join(text.passage(40, 160) for _ in range(text.count(1, 4))).encode() + b"\n"
+    if kind == ".md":
+        items = "\n".join(f"- {text.passage(3, 10)}" for _ in range(text.count(2, 5)))
+        return f"# {title}\n\nSome *{text.passage(2, 5)}* and more: {text.passage(30, 120)}\n\n{items}\n".encode()
+    if kind == ".html":
+        paragraphs = "".join(f"<p>{html.escape(text.passage(30, 90))}</p>\n" for _ in range(text.count(2, 5)))
+        return (
+            f"<html><head><title>{html.escape(title)}</title></head><body>\n<nav>Home | About | Contact</nav>\n"
+            f"<article><h1>{html.escape(title)}</h1>\n{paragraphs}</article><footer>Copyright footer</footer>"
+            "</body></html>\n"
+        ).encode()
+    if kind == ".pdf":
+        return pdf_bytes([_lines(text.passage(40, 150)) for _ in range(text.count(1, 4))])
+    if kind == ".docx":
+        paragraphs = [text.passage(20, 80) for _ in range(text.count(2, 5))]
+        table = [["name", "value"], [text.passage(1, 3), text.passage(1, 3)]]
+        return docx_bytes(paragraphs, table, len(paragraphs) - 1, title)
+    rows = [{"content": text.passage(20, 80), "topic": title} for _ in range(text.count(3, 10))]
+    if kind == ".jsonl":
+        return "".join(json.dumps(row) + "\n" for row in rows).encode()
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=["content", "topic"])
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue().encode()
+
+
+def write_mixed_folder(root: str | Path, files: int, seed: int = 0) -> dict[str, int]:
+    """
+    `files` small files under `root`, the formats in turn (`EXTENSIONS`), one subfolder per format
+    (`txt/00000.txt`, `md/00001.md`, ...): text of 1 to 3 paragraphs, Markdown with a heading, emphasis and a list,
+    HTML articles with navigation and a footer, PDFs of 1 to 3 pages, DOCX files with paragraphs, a page break and a
+    table, and JSONL and CSV files of 3 to 9 rows (`content`, `topic`), all from the local text, seeded.
+
+    :returns: Relative path -> size in bytes.
+    """
+    root, text, written = Path(root), _Text(seed), {}
+    for i in range(files):
+        kind = EXTENSIONS[i % len(EXTENSIONS)]
+        path = f"{kind[1:]}/{i:05d}{kind}"
+        data = _file(kind, text)
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+        written[path] = len(data)
+    return written
+
+
+__all__ = ["EXTENSIONS", "docx_bytes", "pdf_bytes", "write_mixed_folder"]
