@@ -1,5 +1,8 @@
 """Plain text and Markdown files, as Haystack's `TextFileToDocument` and `MarkdownToDocument` convert them."""
 
+from functools import cache
+from typing import Any
+
 from qa_core.ingest.sources import decode_text
 
 
@@ -23,11 +26,17 @@ def convert_markdown(data: bytes) -> tuple[str, dict]:
     :returns: The text and its meta (`encoding`).
     :raises BadInput: For binary data, or bytes in no detectable encoding.
     """
+    text, encoding = decode_text(data, "utf-8-sig")
+    return _markdown_parser().render(text), {"encoding": encoding}
+
+
+@cache
+def _markdown_parser() -> Any:
+    """One parser per process, as `MarkdownToDocument` keeps one per run (building it costs more than a small file)."""
     from markdown_it import MarkdownIt
     from mdit_plain.renderer import RendererPlain
 
-    text, encoding = decode_text(data, "utf-8-sig")
-    return MarkdownIt(renderer_cls=RendererPlain).render(text), {"encoding": encoding}
+    return MarkdownIt(renderer_cls=RendererPlain)
 
 
 __all__ = ["convert_markdown", "convert_text"]
