@@ -8,6 +8,8 @@ from typing import Any
 import torch
 
 PRECISIONS = ("fp32", "bf16", "auto")
+# The model dtype of each precision a model runs in (fp16: a dtype given in model_kwargs, for GPUs).
+PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The CPU features that decide the precision and that the benchmark reports, as torch.cpu.get_capabilities() names
 # them: AMX tiles with bf16 and int8 matrix products, AVX-512 with bf16 dot products, and the int8 dot products.
 MATRIX_EXTENSIONS = ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_vnni", "avx_vnni")

@@ -12,7 +12,7 @@ from transformers import AutoModelForQuestionAnswering
 
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
-from qa_core.hardware import resolve_precision
+from qa_core.hardware import PRECISION_DTYPES, resolve_precision
 from qa_core.inference import InferenceSettings, predict_spans, resolve_device
 from qa_core.models import DEFAULT_TOKEN, DTYPE_KEYS, ModelSettings, load_tokenizer, resolve_token
 from qa_core.secret import Secret
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 # The reader's parameters, by phase: each phase's settings class defines their defaults, documentation and checks.
 PHASES = {"tokenization": TokenizationSettings, "inference": InferenceSettings, "selection": SelectionSettings}
 _MODEL, _TOKENIZATION, _INFERENCE, _SELECTION = (ModelSettings(), *(phase() for phase in PHASES.values()))
-_PRECISION_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_PRECISION_NAMES = {dtype: name for name, dtype in PRECISION_DTYPES.items()}
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ from jobs.bench.data import (
     write_parquet,
 )
 from jobs.bulk_qa.config import add_options, with_values
-from qa_core.hardware import cpu_description, resolve_precision
+from qa_core.hardware import PRECISION_DTYPES, cpu_description, resolve_precision
 from qa_core.inference import InferenceSettings, length_sorted_batches, pad_batch
 from qa_core.models import ModelSettings, load_tokenizer
 from qa_core.reader import ExtractiveReader
@@ -74,8 +74,6 @@ LIMIT_SHAPES = {
     "cuda": (("sequences", 32), ("sequences", 64), ("sequences", 128), ("sequences", 256),
              ("tokens", 16384), ("tokens", 49152), ("tokens", 131072)),
 }  # fmt: skip
-# The model dtype of each precision the rows run in besides fp32 (fp16: GPUs only).
-PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # How often the Ray row samples every Ray process's PSS: never where its speed is compared with run_batch's (even
 # every 10 s the samples cost the job 5 to 9% of its wall time on two cores), every second where its peak
 # memory is the figure (`--scale`).
