@@ -205,7 +205,7 @@ def add_options(
             options: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS}
             if kind is bool:
                 group.add_argument(flag, action=_BooleanFlag, **options)
-            elif kind is dict:
+            elif kind in (dict, list):
                 group.add_argument(flag, type=_yaml_value, metavar="YAML", **options)
             else:
                 parse = _none_or(kind) if _is_optional(annotation) else kind

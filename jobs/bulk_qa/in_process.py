@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from jobs.bulk_qa.workers.storage import parquet_dataset
 
@@ -79,6 +81,13 @@ class InProcessDataset:
     def materialize(self) -> "InProcessDataset":
         """The dataset itself: its blocks are already computed."""
         return self
+
+    def write_parquet(self, path: str, *, filesystem: pafs.FileSystem) -> None:
+        """The blocks as Parquet files in the folder `path` of `filesystem`, one file per block, as Ray Data writes."""
+        filesystem.create_dir(path, recursive=True)
+        for index, block in enumerate(self._blocks):
+            with filesystem.open_output_stream(f"{path.rstrip('/')}/{index:06d}.parquet") as stream:
+                pq.write_table(block, stream)
 
     def iter_rows(self) -> Iterator[dict[str, Any]]:
         """The rows, block by block, as dicts."""

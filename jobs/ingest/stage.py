@@ -1,20 +1,24 @@
 """
-The conversion stage, what runs in Ray's workers: a batch of file paths in, a batch of document rows out (converted,
-cleaned and split with `qa_core.ingest`), the batch's report rows written beside the output as one Parquet file per
-batch, named by the batch's paths, so that a retried task replaces its file instead of adding to it.
+The conversion stage, what runs in Ray's workers (or in the bulk job's process, on its in-process engine): a batch
+of file paths in, a batch of document rows out (converted, cleaned and split with `qa_core.ingest`), the batch's
+report rows written beside the output as one Parquet file per batch, named by the batch's paths, so that a retried
+task replaces its file instead of adding to it. The input folder and the report folder are local paths or URIs.
 """
 
 import hashlib
 import json
-import os
+import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
+from functools import partial
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from qa_core.ingest import CleanerSettings, RowColumns, clean_documents, convert_files
+from jobs.bulk_qa.workers.storage import resolve_path
+from qa_core.ingest import BadInput, CleanerSettings, RowColumns, clean_documents, convert_files
 from qa_core.retrieval.splitter import split_documents
+from qa_core.settings import Settings, at_least
 
 # The documents table the stage writes: the bulk job's contract (`id`, `content`, `page_number`) and the meta a
 # user filters on as columns; `meta` holds the whole meta as JSON (a converter's own keys, a row's other columns).
@@ -39,6 +43,31 @@ REPORT_SCHEMA = pa.schema([("path", pa.string()), ("line", pa.int64()), ("reason
 
 
 @dataclass(frozen=True)
+class IngestSettings(Settings):
+    """Ingestion: how a folder of files becomes documents (`python -m jobs.ingest`, or the bulk job's --documents)."""
+
+    strict: bool = False  # any report row (a file or row that gave no document) stops the run with exit status 2
+    content_column: str = "content"  # JSONL/CSV column holding a document's text
+    id_column: str = "id"  # JSONL/CSV column holding a document's id, where a row has one
+    files_per_task: int = 16  # files one conversion task converts
+    cpus_per_task: float = 1.0  # CPUs a conversion task reserves
+    timeout_per_file: float = 300.0  # seconds one file's conversion may take (0: no limit)
+
+    def problems(self) -> list[str]:
+        problems = at_least("files_per_task", self.files_per_task, 1) + at_least(
+            "timeout_per_file", self.timeout_per_file, 0
+        )
+        if not self.cpus_per_task > 0:
+            problems.append(f"cpus_per_task must be > 0, not {self.cpus_per_task}")
+        return problems
+
+    @property
+    def columns(self) -> RowColumns:
+        """The JSONL/CSV columns to read."""
+        return RowColumns(self.content_column, self.id_column)
+
+
+@dataclass(frozen=True)
 class SplitSettings:
     """
     How documents are split into passages (`qa_core.retrieval.split_documents`); none when `split_length` is `None`.
@@ -58,8 +87,8 @@ class SplitSettings:
 @dataclass(frozen=True)
 class StageSettings:
     """
-    Everything a conversion task needs: where the files are, how to read rows, clean and split, and how long one
-    file's conversion may take (`timeout_s` seconds, or `None`).
+    Everything a conversion task needs: where the files are and where report rows go (local paths or URIs), how
+    to read rows, clean and split, and how long one file's conversion may take (`timeout_s` seconds, or `None`).
     """
 
     root: str
@@ -70,13 +99,17 @@ class StageSettings:
     split: SplitSettings = field(default_factory=SplitSettings)
 
 
-def convert_batch(batch: dict, settings: StageSettings) -> pa.Table:
+def convert_batch(batch: pa.Table, settings: StageSettings) -> pa.Table:
     """
-    `map_batches` function: a batch with a `path` column (relative to `settings.root`) -> its documents' rows
-    (`DOCUMENTS_SCHEMA`), converted, cleaned, then split; its report rows go to `settings.report_dir`.
+    `map_batches` function (pyarrow batches): a batch with a `path` column (relative to `settings.root`) -> its
+    documents' rows (`DOCUMENTS_SCHEMA`), converted, cleaned, then split; its report rows go to
+    `settings.report_dir`.
     """
-    paths = [str(path) for path in batch["path"]]
-    converted = convert_files(settings.root, paths, settings.columns, settings.timeout_s)
+    paths = batch["path"].to_pylist()
+    filesystem, root = resolve_path(settings.root)
+    # A local folder is read by qa_core's own reader; another filesystem's files through pyarrow.
+    read = None if isinstance(filesystem, pafs.LocalFileSystem) else partial(_read_file, filesystem, root)
+    converted = convert_files(root, paths, settings.columns, settings.timeout_s, read)
     _write_report(settings.report_dir, paths, converted.report)
     documents = converted.documents
     if settings.cleaner.active:
@@ -91,16 +124,27 @@ def convert_batch(batch: dict, settings: StageSettings) -> pa.Table:
     return _rows(documents)
 
 
+def _read_file(filesystem: pafs.FileSystem, root: str, relative_path: str) -> bytes:
+    """A file's bytes from a folder on any filesystem; `BadInput` when it cannot be read."""
+    try:
+        with filesystem.open_input_stream(f"{root.rstrip('/')}/{relative_path}") as stream:
+            return stream.read()
+    except OSError as error:
+        raise BadInput(f"cannot read the file: {error}") from error
+
+
 def _write_report(report_dir: str, paths: list[str], rows) -> None:
     """The batch's report rows as one Parquet file named by its paths, written atomically (a retry replaces it)."""
     if not rows:
         return
+    filesystem, folder = resolve_path(report_dir)
     name = hashlib.sha256("\n".join(paths).encode("utf-8")).hexdigest()[:32] + ".parquet"
     table = pa.Table.from_pylist([row.to_dict() for row in rows], schema=REPORT_SCHEMA)
-    target = Path(report_dir) / name
-    staging = target.with_suffix(f".{os.getpid()}.tmp")
-    pq.write_table(table, staging)
-    os.replace(staging, target)
+    target = f"{folder.rstrip('/')}/{name}"
+    staging = f"{target}.{uuid.uuid4().hex}.tmp"
+    with filesystem.open_output_stream(staging) as stream:
+        pq.write_table(table, stream)
+    filesystem.move(staging, target)
 
 
 def _rows(documents) -> pa.Table:
@@ -120,4 +164,4 @@ def _rows(documents) -> pa.Table:
     return pa.table(columns, schema=DOCUMENTS_SCHEMA)
 
 
-__all__ = ["DOCUMENTS_SCHEMA", "REPORT_SCHEMA", "SplitSettings", "StageSettings", "convert_batch"]
+__all__ = ["DOCUMENTS_SCHEMA", "REPORT_SCHEMA", "IngestSettings", "SplitSettings", "StageSettings", "convert_batch"]

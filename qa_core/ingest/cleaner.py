@@ -5,51 +5,45 @@ import unicodedata
 from dataclasses import dataclass, field, replace
 from functools import partial, reduce
 from itertools import chain
-from typing import Literal
 
 from qa_core.document import Document
+from qa_core.settings import Settings
+
+NORMALIZATIONS = ("NFC", "NFKC", "NFD", "NFKD")
 
 
 @dataclass(frozen=True)
-class CleanerSettings:
+class CleanerSettings(Settings):
     """
-    `DocumentCleaner`'s options, applied in its order; all off by default (Haystack switches the first three on),
-    so that text is kept as converted unless asked. Every option works page by page where Haystack's does, so form
-    feeds, and with them page numbers, are kept.
-
-    :param unicode_normalization: "NFC", "NFKC", "NFD" or "NFKD", or `None`.
-    :param ascii_only: Accents removed (NFKD) and other non-ASCII characters dropped.
-    :param remove_extra_whitespaces: Runs of whitespace made one space, each page stripped.
-    :param remove_empty_lines: Lines holding only whitespace removed.
-    :param remove_substrings: Substrings removed everywhere.
-    :param remove_regex: Matches of this regular expression removed, each page stripped.
-    :param replace_regexes: pattern -> replacement, applied page by page.
-    :param remove_repeated_substrings: Headers and footers repeated on every page removed (Haystack's heuristic:
-        the longest common 3- to 29-word n-gram of the pages' first and last 300 characters, first and last pages
-        ignored).
-    :param strip_whitespaces: Leading and trailing whitespace of the whole text removed.
+    Cleaning: Haystack's `DocumentCleaner` options, applied in its order; all off by default (Haystack switches the
+    first three on), so that text is kept as converted unless asked. Every option works page by page where
+    Haystack's does, so form feeds, and with them page numbers, are kept. `remove_repeated_substrings` is
+    Haystack's heuristic: the longest common 3- to 29-word n-gram of the pages' first and last 300 characters,
+    first and last pages ignored.
     """
 
-    unicode_normalization: Literal["NFC", "NFKC", "NFD", "NFKD"] | None = None
-    ascii_only: bool = False
-    remove_extra_whitespaces: bool = False
-    remove_empty_lines: bool = False
-    remove_substrings: tuple[str, ...] = ()
-    remove_regex: str | None = None
-    replace_regexes: dict[str, str] = field(default_factory=dict)
-    remove_repeated_substrings: bool = False
-    strip_whitespaces: bool = False
+    unicode_normalization: str | None = None  # NFC, NFKC, NFD or NFKD: the text Unicode-normalized; None: as is
+    ascii_only: bool = False  # accents removed (NFKD) and other non-ASCII characters dropped
+    remove_extra_whitespaces: bool = False  # runs of whitespace made one space, each page stripped
+    remove_empty_lines: bool = False  # lines holding only whitespace removed
+    remove_substrings: list[str] = field(default_factory=list)  # substrings removed everywhere
+    remove_regex: str | None = None  # matches of this regular expression removed, each page stripped
+    replace_regexes: dict[str, str] = field(default_factory=dict)  # pattern -> replacement, page by page
+    remove_repeated_substrings: bool = False  # headers and footers repeated on every page removed
+    strip_whitespaces: bool = False  # leading and trailing whitespace of the whole text removed
 
-    def __post_init__(self) -> None:
-        if self.unicode_normalization not in (None, "NFC", "NFKC", "NFD", "NFKD"):
-            raise ValueError(
-                f"unicode_normalization must be NFC, NFKC, NFD, NFKD or None, not {self.unicode_normalization!r}."
+    def problems(self) -> list[str]:
+        problems = []
+        if self.unicode_normalization not in (None, *NORMALIZATIONS):
+            problems.append(
+                f"unicode_normalization must be {', '.join(NORMALIZATIONS)} or None, not {self.unicode_normalization!r}"
             )
         for pattern in [self.remove_regex or "", *self.replace_regexes]:
             try:
                 re.compile(pattern)
             except re.error as error:
-                raise ValueError(f"Invalid regular expression {pattern!r}: {error}.") from error
+                problems.append(f"Invalid regular expression {pattern!r}: {error}")
+        return problems
 
     @property
     def active(self) -> bool:
@@ -66,7 +60,10 @@ def clean_documents(documents: list[Document], settings: CleanerSettings) -> lis
     docs = clean_documents([Document(content="a  b\\n\\n c", id="x")], CleanerSettings(remove_extra_whitespaces=True))
     assert docs[0].content == "a b c" and docs[0].id == "x"
     ```
+
+    :raises ValueError: If the settings are invalid (see `CleanerSettings.problems`).
     """
+    settings.check()
     return [
         doc if doc.content is None else replace(doc, content=clean_text(doc.content, settings)) for doc in documents
     ]

@@ -11,6 +11,7 @@ for row in result.report:
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import PurePosixPath
 
 from qa_core.document import Document
@@ -86,8 +87,16 @@ def file_format(relative_path: str) -> str | None:
     return FORMATS.get(PurePosixPath(relative_path).suffix.lower())
 
 
+# Reads a file's bytes by its path relative to the input root; raises `BadInput` when it cannot.
+Reader = Callable[[str], bytes]
+
+
 def convert_file(
-    root: str, relative_path: str, columns: RowColumns | None = None, timeout_s: float | None = None
+    root: str,
+    relative_path: str,
+    columns: RowColumns | None = None,
+    timeout_s: float | None = None,
+    read: Reader | None = None,
 ) -> Converted:
     """
     One file's documents, or the report rows saying why it gave none (never an exception for bad input).
@@ -99,12 +108,13 @@ def convert_file(
     :param relative_path: The file, relative to `root`, POSIX separators.
     :param columns: The content and id columns of JSONL and CSV files.
     :param timeout_s: Seconds the file's conversion may take (see `limits.time_limit`), or `None` for no limit.
+    :param read: What reads the file's bytes (a folder on another filesystem); default: `root` is a local folder.
     :returns: The file's documents and report rows.
     """
     result = Converted(files=[relative_path])
     try:
         with time_limit(timeout_s):
-            _convert(root, relative_path, columns, result)
+            _convert(relative_path, columns, result, read or partial(read_bytes, root))
     except BadInput as error:
         result.documents, result.report = [], [ReportRow(relative_path, None, str(error))]
     except ConversionTimeout:
@@ -113,12 +123,14 @@ def convert_file(
     return result
 
 
-def _convert(root: str, relative_path: str, columns: RowColumns | None, result: Converted) -> None:
+def _convert(relative_path: str, columns: RowColumns | None, result: Converted, read: Reader) -> None:
     """Fills `result` with the file's documents and its rows' report rows; raises `BadInput` for the whole file."""
     fmt = file_format(relative_path)
     if fmt is None:
         raise BadInput(f"unknown file extension (known: {', '.join(sorted(FORMATS))})")
-    data = read_bytes(root, relative_path)
+    data = read(relative_path)
+    if not data:
+        raise BadInput("empty file")
     meta = base_meta(relative_path, fmt, len(data))
     if fmt in _ROW_CONVERTERS:
         documents, report = _ROW_CONVERTERS[fmt](data, relative_path, meta, columns or RowColumns())
@@ -135,12 +147,16 @@ def _convert(root: str, relative_path: str, columns: RowColumns | None, result: 
 
 
 def convert_files(
-    root: str, relative_paths: Iterable[str], columns: RowColumns | None = None, timeout_s: float | None = None
+    root: str,
+    relative_paths: Iterable[str],
+    columns: RowColumns | None = None,
+    timeout_s: float | None = None,
+    read: Reader | None = None,
 ) -> Converted:
     """`convert_file` for each file, their results concatenated (ids are not checked here: see `check_unique_ids`)."""
     result = Converted()
     for path in relative_paths:
-        result.extend(convert_file(root, path, columns, timeout_s))
+        result.extend(convert_file(root, path, columns, timeout_s, read))
     return result
 
 
@@ -179,6 +195,7 @@ __all__ = [
     "FORMATS",
     "LIBRARIES",
     "Converted",
+    "Reader",
     "check_unique_ids",
     "convert_file",
     "convert_files",

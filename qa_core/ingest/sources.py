@@ -42,15 +42,12 @@ def read_bytes(root: str | Path, relative_path: str) -> bytes:
     """
     A file's bytes.
 
-    :raises BadInput: If the file cannot be read (permissions, vanished) or is empty.
+    :raises BadInput: If the file cannot be read (permissions, vanished).
     """
     try:
-        data = (Path(root) / relative_path).read_bytes()
+        return (Path(root) / relative_path).read_bytes()
     except OSError as error:
         raise BadInput(f"cannot read the file: {error.strerror or error}") from error
-    if not data:
-        raise BadInput("empty file")
-    return data
 
 
 def decode_text(data: bytes, encoding: str = "utf-8") -> tuple[str, str]:

@@ -32,7 +32,7 @@ OPTIONS = [
 def test_cleaning_equals_document_cleaner(options: dict) -> None:
     cleaner = DocumentCleaner(**{**OFF, **options}, keep_id=True)
     expected = cleaner.run([HaystackDocument(content=text, id=str(i)) for i, text in enumerate(TEXTS)])["documents"]
-    settings = CleanerSettings(**{key: tuple(v) if isinstance(v, list) else v for key, v in options.items()})
+    settings = CleanerSettings(**options)
     ours = clean_documents([Document(content=text, id=str(i), meta={"k": i}) for i, text in enumerate(TEXTS)], settings)
     assert [(doc.id, doc.content) for doc in ours] == [(doc.id, doc.content) for doc in expected]
     assert [doc.content.count("\f") for doc in ours] == [text.count("\f") for text in TEXTS]  # pages kept
@@ -46,6 +46,6 @@ def test_off_by_default() -> None:
 
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="unicode_normalization must be NFC, NFKC, NFD, NFKD or None, not 'NFX'"):
-        CleanerSettings(unicode_normalization="NFX")
+        CleanerSettings(unicode_normalization="NFX").check()
     with pytest.raises(ValueError, match=r"Invalid regular expression '\(': missing \), unterminated subpattern"):
-        CleanerSettings(remove_regex="(")
+        clean_documents([Document(content="a", id="x")], CleanerSettings(remove_regex="("))

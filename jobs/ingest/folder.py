@@ -1,0 +1,60 @@
+"""
+An input folder of files, a local path or a URI (any filesystem pyarrow reads: `s3://`, `gs://`, ...): its files
+listed once, as paths relative to it, and whether a `--documents` folder is one to convert or a Parquet table.
+"""
+
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+from jobs.bulk_qa.workers.storage import resolve_path
+
+
+@dataclass(frozen=True)
+class InputFolder:
+    """
+    A folder of files to convert.
+
+    :param location: The folder (local path or URI), as given.
+    :param paths: Its files, relative to it with POSIX separators, sorted (hidden files and folders skipped).
+    :param size_bytes: Their bytes, together.
+    """
+
+    location: str
+    paths: list[str]
+    size_bytes: int
+
+
+def list_folder(location: str) -> InputFolder:
+    """
+    The files under a folder, as `qa_core.ingest.sources.list_files` lists a local one (names starting with a dot,
+    files or folders, skipped), on any filesystem.
+
+    :raises FileNotFoundError: If `location` is not a folder.
+    """
+    filesystem, root = resolve_path(location)
+    if filesystem.get_file_info(root).type != pafs.FileType.Directory:
+        raise FileNotFoundError(f"The input folder {location} does not exist or is not a folder.")
+    prefix = root.rstrip("/") + "/"
+    files = []
+    for info in filesystem.get_file_info(pafs.FileSelector(root, recursive=True)):
+        relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
+        if info.type == pafs.FileType.File and not any(part.startswith(".") for part in relative.split("/")):
+            files.append((relative, info.size or 0))
+    files.sort()
+    return InputFolder(location, [path for path, _ in files], sum(size for _, size in files))
+
+
+def files_folder(location: str) -> InputFolder | None:
+    """
+    The folder at `location` when it is a folder of files to convert: a folder holding no `.parquet` file (else it
+    is a Parquet table, and a path that is no folder is a table's file or does not exist: `None` for both).
+    """
+    filesystem, root = resolve_path(location)
+    if filesystem.get_file_info(root).type != pafs.FileType.Directory:
+        return None
+    folder = list_folder(location)
+    return None if any(path.endswith(".parquet") for path in folder.paths) else folder
+
+
+__all__ = ["InputFolder", "files_folder", "list_folder"]

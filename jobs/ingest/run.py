@@ -1,0 +1,197 @@
+"""
+One ingestion, on either of the bulk job's engines (Ray Data, or its in-process dataset): an input folder's files
+converted by the stage (`jobs.ingest.stage.convert_batch`) into an output folder, local or at a URI:
+`documents/` (the bulk job's documents table), `report.parquet` (path, line, reason: every file or row that gave no
+document) and `manifest.json`, written last (counts that reconcile: files in = files converted + files rejected).
+The documents are staged in `_staging/` and moved out only once the ids are checked unique and `strict` allows
+them; used by `python -m jobs.ingest` and by the bulk job for a `--documents` folder of files.
+"""
+
+import json
+import time
+from dataclasses import asdict
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from jobs.bulk_qa.workers.storage import redact, resolve_path
+from jobs.ingest.folder import InputFolder
+from jobs.ingest.stage import (
+    DOCUMENTS_SCHEMA,
+    REPORT_SCHEMA,
+    IngestSettings,
+    SplitSettings,
+    StageSettings,
+    convert_batch,
+)
+from qa_core.ingest import CleanerSettings
+
+DOCUMENTS_DIR = "documents"
+REPORT_FILE = "report.parquet"
+MANIFEST_FILE = "manifest.json"
+# Where the stage streams documents and report parts before the id check and `strict` allow them out.
+STAGING_DIR = "_staging"
+WRITTEN = "written"  # the manifest's status when the documents were written
+
+
+class IngestError(Exception):
+    """Unusable input or options, or a corpus that cannot be written; the message names the file or option."""
+
+
+def ingest(
+    folder: InputFolder,
+    output: str,
+    settings: IngestSettings,
+    cleaner: CleanerSettings,
+    split: SplitSettings,
+    engine: Any,
+) -> dict[str, Any]:
+    """
+    Converts `folder`'s files into `output` (which should hold nothing of an earlier ingestion) with `engine`
+    (`jobs.bulk_qa.engines`: its Ray, already started, or this process).
+
+    :returns: The manifest (also written as `manifest.json`); its `status` is `written`, or says why the documents
+        were not (`strict` and report rows).
+    :raises IngestError: When two documents have one id (the manifest is written first), naming both sources.
+    """
+    started = time.perf_counter()
+    filesystem, root = resolve_path(output)
+    root = root.rstrip("/")
+    staging = f"{root}/{STAGING_DIR}"
+    filesystem.create_dir(f"{staging}/report", recursive=True)
+    stage = StageSettings(
+        folder.location,
+        f"{output.rstrip('/')}/{STAGING_DIR}/report",
+        settings.timeout_per_file or None,
+        settings.columns,
+        cleaner,
+        split,
+    )
+    if folder.paths:
+        per_task = settings.files_per_task
+        blocks = [pa.table({"path": folder.paths[i : i + per_task]}) for i in range(0, len(folder.paths), per_task)]
+        dataset = engine.from_arrow(blocks).map_batches(
+            convert_batch,
+            fn_kwargs={"settings": stage},
+            batch_size=per_task,
+            batch_format="pyarrow",
+            num_cpus=settings.cpus_per_task,
+        )
+        dataset.write_parquet(f"{staging}/{DOCUMENTS_DIR}", filesystem=filesystem)
+    convert_s = time.perf_counter() - started
+    sources = _sources(filesystem, f"{staging}/{DOCUMENTS_DIR}")
+    report = _read_report(filesystem, f"{staging}/report")
+    with filesystem.open_output_stream(f"{root}/{REPORT_FILE}") as stream:
+        pq.write_table(report, stream)
+    manifest = _manifest(folder, sources, report, settings, cleaner, split)
+    manifest["timings"] = {"convert_s": round(convert_s, 3)}
+    duplicate = _duplicate_id(sources)
+    if duplicate:
+        manifest["status"] = "refused: duplicate id"
+        manifest["error"] = duplicate
+    elif settings.strict and report.num_rows:
+        manifest["status"] = "refused: strict and report rows"
+    else:
+        manifest["status"] = WRITTEN
+        _publish(filesystem, f"{staging}/{DOCUMENTS_DIR}", f"{root}/{DOCUMENTS_DIR}", sources is not None)
+    filesystem.delete_dir(staging)
+    with filesystem.open_output_stream(f"{root}/{MANIFEST_FILE}") as stream:
+        stream.write((json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
+    if duplicate:
+        raise IngestError(duplicate)
+    return manifest
+
+
+def _publish(filesystem: pafs.FileSystem, staged: str, target: str, written: bool) -> None:
+    """
+    The staged documents moved to `target` (copied on a filesystem without folder renames); no documents: one
+    empty table, so that the folder is a documents table all the same.
+    """
+    if not written:
+        filesystem.create_dir(target, recursive=True)
+        with filesystem.open_output_stream(f"{target}/empty.parquet") as stream:
+            pq.write_table(DOCUMENTS_SCHEMA.empty_table(), stream)
+    elif isinstance(filesystem, pafs.LocalFileSystem):
+        filesystem.move(staged, target)
+    else:
+        pafs.copy_files(staged, target, source_filesystem=filesystem, destination_filesystem=filesystem)
+
+
+def _sources(filesystem: pafs.FileSystem, documents: str) -> pa.Table | None:
+    """Each document's (source_id, file_path, line), read from the written table's columns only; None: no table."""
+    if filesystem.get_file_info(documents).type != pafs.FileType.Directory:
+        return None
+    parts = [
+        info.path
+        for info in filesystem.get_file_info(pafs.FileSelector(documents, recursive=True))
+        if info.path.endswith(".parquet")
+    ]
+    if not parts:
+        return None
+    dataset = pads.dataset(parts, filesystem=filesystem, format="parquet", schema=DOCUMENTS_SCHEMA)
+    return dataset.to_table(columns=["source_id", "file_path", "line"])
+
+
+def _duplicate_id(sources: pa.Table | None) -> str | None:
+    """A message naming an id that two sources gave, with both, or `None`."""
+    if sources is None or sources.num_rows == 0:
+        return None
+    distinct = sources.group_by(["source_id", "file_path", "line"]).aggregate([])
+    counts = distinct.group_by("source_id").aggregate([("file_path", "count")])
+    repeated = counts.filter(pc.greater(counts["file_path_count"], 1))
+    if repeated.num_rows == 0:
+        return None
+    doc_id = repeated["source_id"][0].as_py()
+    rows = distinct.filter(pc.equal(distinct["source_id"], doc_id))
+    rows = rows.sort_by([("file_path", "ascending"), ("line", "ascending")])
+    first, second = [where(row) for row in rows.to_pylist()[:2]]
+    return f"Two documents have the id {doc_id!r}: {first} and {second}."
+
+
+def where(row: dict) -> str:
+    """A report row's or a document's source, for messages: its file, and its line where it has one."""
+    return row["file_path" if "file_path" in row else "path"] + ("" if row["line"] is None else f" line {row['line']}")
+
+
+def _read_report(filesystem: pafs.FileSystem, folder: str) -> pa.Table:
+    parts = sorted(
+        info.path for info in filesystem.get_file_info(pafs.FileSelector(folder)) if info.path.endswith(".parquet")
+    )
+    if not parts:
+        return REPORT_SCHEMA.empty_table()
+    table = pads.dataset(parts, filesystem=filesystem, format="parquet", schema=REPORT_SCHEMA).to_table()
+    return table.sort_by([("path", "ascending"), ("line", "ascending")])
+
+
+def _manifest(
+    folder: InputFolder,
+    sources: pa.Table | None,
+    report: pa.Table,
+    settings: IngestSettings,
+    cleaner: CleanerSettings,
+    split: SplitSettings,
+) -> dict[str, Any]:
+    paths = folder.paths
+    converted = set() if sources is None else set(sources["file_path"].to_pylist())
+    source_ids = 0 if sources is None else len(set(sources["source_id"].to_pylist()))
+    rejected = sorted(set(paths) - converted)
+    reported_files = set(report["path"].to_pylist())
+    return {
+        "input": redact(folder.location),
+        "files": len(paths),
+        "files_converted": len(converted),
+        "files_rejected": len(rejected),
+        "reconciles": len(paths) == len(converted) + len(rejected) and set(rejected) <= reported_files,
+        "documents": source_ids,
+        "rows_written": 0 if sources is None else sources.num_rows,
+        "report_rows": report.num_rows,
+        "report_rows_for_files_converted": sum(1 for path in report["path"].to_pylist() if path in converted),
+        "settings": {**settings.as_dict(), "cleaner": cleaner.as_dict(), "split": asdict(split)},
+    }
+
+
+__all__ = ["DOCUMENTS_DIR", "MANIFEST_FILE", "REPORT_FILE", "STAGING_DIR", "WRITTEN", "IngestError", "ingest", "where"]
