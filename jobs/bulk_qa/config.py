@@ -21,8 +21,10 @@ from jobs.bulk_qa.engines import AUTO_ENGINE, ENGINES, IN_PROCESS_ENGINE
 from jobs.bulk_qa.workers.aggregate import RefusalSettings
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError, redact
+from jobs.ingest.stage import IngestSettings
 from qa_core.answer_builder import AnswerBuilderSettings
 from qa_core.inference import InferenceSettings
+from qa_core.ingest import CleanerSettings
 from qa_core.models import ModelSettings
 from qa_core.selection import SelectionSettings
 from qa_core.settings import Settings, at_least
@@ -34,7 +36,7 @@ class WorkSettings(Settings):
     """What the run answers, and how its output is sharded."""
 
     questions: str | None = None  # questions Parquet (id, query, document_ids or context) or a SQuAD file
-    documents: str | None = None  # documents Parquet: id, content, optional page_number
+    documents: str | None = None  # documents Parquet (id, content, optional page_number), or a folder of files
     replies: str | None = None  # optional generator replies Parquet: question_id, replies, meta
     shard_size: int = 1000  # questions per output shard (the unit of atomic commit and of resume)
     allow_misaligned_gold: bool = False  # SQuAD: report and leave out gold that misses its context
@@ -97,6 +99,9 @@ class JobConfig:
     replies: AnswerBuilderSettings = field(default_factory=AnswerBuilderSettings)
     refusal: RefusalSettings = field(default_factory=RefusalSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
+    # A --documents folder of files is converted with these (`jobs.bulk_qa.corpus`).
+    ingest: IngestSettings = field(default_factory=IngestSettings)
+    cleaning: CleanerSettings = field(default_factory=CleanerSettings)
     run: RunSettings = field(default_factory=RunSettings)
 
     @classmethod

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from jobs.bulk_qa import report
 from jobs.bulk_qa.config import JobConfig, RunSettings, load_config
+from jobs.bulk_qa.corpus import convert_corpus
 from jobs.bulk_qa.engines import (
     AUTO_ENGINE,
     IN_PROCESS_ENGINE,
@@ -62,7 +63,10 @@ from jobs.bulk_qa.waves import (
     partition_documents,
     plan_documents_join,
 )
+from jobs.bulk_qa.workers.explode import JOINED_DOCUMENT_COLUMNS
 from jobs.bulk_qa.workers.storage import InputError, redact
+from jobs.ingest.folder import InputFolder, files_folder
+from jobs.ingest.stage import DOCUMENTS_SCHEMA as INGESTED_DOCUMENTS_SCHEMA
 from qa_core.models import DEFAULT_TOKEN, model_fingerprint
 
 
@@ -120,23 +124,30 @@ def run(config: JobConfig) -> int:
     """
     started = time.time()
     squad = load_squad_input(config.work.questions, config.work.allow_misaligned_gold)  # None unless a SQuAD file
-    schemas = check_inputs(config, squad)
+    corpus = files_folder(config.work.documents) if config.work.documents else None  # None: a Parquet table
+    schemas = check_inputs(config, squad, corpus)
     n_questions = count_questions(config, squad)  # read once from the footers: every check before Ray uses it
-    engine = choose_engine(config, squad, n_questions)
-    # before Ray starts, when the id columns are small
-    ids = check_small_ids(config, schemas, squad, engine, n_questions)
+    engine = choose_engine(config, squad, n_questions, corpus)
     identity = run_identity(config, schemas)
     output = OutputFolder(config.run.output)
     existing = output.check(identity, config.run.overwrite)  # refused before reading any input if it would be
+    resuming = existing == identity and not config.run.overwrite
+    cluster, converted, tables = None, None, config  # tables: the run's settings with the documents table it reads
+    if corpus is not None:  # converted into the claimed output folder first: the conversion makes the ids
+        cluster = start_engine(config.run, engine)
+        output.claim(identity, config.run.overwrite)
+        converted = convert_corpus(corpus, output.uri, config.ingest, config.cleaning, engine, resuming)
+        tables = dataclasses.replace(config, work=dataclasses.replace(config.work, documents=converted.documents))
+    # before Ray starts, when the id columns are small (a folder of files: once converted)
+    ids = check_small_ids(tables, schemas, squad, engine, n_questions)
     index = None
     if schemas.retrieval:  # built (or checked) before Ray starts: an unusable corpus fails at once
-        resuming = existing == identity and not config.run.overwrite
-        index = prepare_index(config.retrieval, config.work.documents, output, resuming)
-    cluster = engine.cluster() if isinstance(engine, InProcessEngine) else start_ray(config.run)
-    if isinstance(engine, RayEngine):  # before the inputs' datasets are made: each copies these settings
-        configure_ray_data(config.run)
-    inputs, expected = read_inputs(config, schemas, squad, ids, engine)
-    output.claim(identity, config.run.overwrite)
+        index = prepare_index(config.retrieval, tables.work.documents, output, resuming)
+    if cluster is None:
+        cluster = start_engine(config.run, engine)
+    inputs, expected = read_inputs(tables, schemas, squad, ids, engine)
+    if corpus is None:  # else claimed before the conversion
+        output.claim(identity, config.run.overwrite)
     if index is not None:
         index = save_built_index(index)  # into the claimed output folder, so that a resumed run keeps it
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
@@ -157,12 +168,14 @@ def run(config: JobConfig) -> int:
     manifest = report.manifest(config, identity, markers, n_questions, expected, resumed, started, pipeline_s, cluster)
     if index is not None:
         manifest["index"] = index.record
+    if converted is not None:
+        manifest["ingestion"] = converted.record
     if inputs.documents is not None:
         manifest["documents_join"] = "partitioned" if inputs.document_table is None else "broadcast"
         manifest["document_parts"] = inputs.document_parts
         manifest["timings"]["document_parts_s"] = round(parts_s, 3) if partitioned else None
     if manifest["reconciled"]:
-        manifest.update(write_results(output, sorted(markers), squad, config.work, config.refusal.no_answer_source))
+        manifest.update(write_results(output, sorted(markers), squad, tables.work, config.refusal.no_answer_source))
         manifest["result_files"] += write_report(output, manifest)  # report.html; none without matplotlib
         output.write_manifest(manifest)
     report.print_summary(manifest, output)
@@ -184,8 +197,11 @@ class Schemas:
         return is_squad_style(self.questions.names)
 
 
-def check_inputs(config: JobConfig, squad_input: SquadInput | None) -> Schemas:
-    """Checks every input table's schema and the model, before Ray starts (a SQuAD input is checked when read)."""
+def check_inputs(config: JobConfig, squad_input: SquadInput | None, corpus: InputFolder | None = None) -> Schemas:
+    """
+    Checks every input table's schema and the model, before Ray starts (a SQuAD input is checked when read; a
+    `corpus`, the documents as a folder of files, is converted into the ingestion's documents table).
+    """
     work = config.work
     if squad_input is not None:
         questions = squad_input.table.schema
@@ -197,7 +213,10 @@ def check_inputs(config: JobConfig, squad_input: SquadInput | None) -> Schemas:
             f"{redact(work.questions)}: the questions carry their document in 'context' (SQuAD-style), so "
             f"--documents {redact(work.documents)} would not be read: leave it out, or name document_ids."
         )
-    documents = table_schema(work.documents, DOCUMENTS) if not squad else None
+    if squad:
+        documents = None
+    else:
+        documents = INGESTED_DOCUMENTS_SCHEMA if corpus is not None else table_schema(work.documents, DOCUMENTS)
     replies = table_schema(work.replies, REPLIES) if work.replies else None
     retrieval = documents is not None and needs_retrieval(work.questions, questions)
     check_model(config.model, DEFAULT_TOKEN)
@@ -222,6 +241,18 @@ def run_identity(config: JobConfig, schemas: Schemas) -> dict[str, Any]:
 
 
 RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def start_engine(run: RunSettings, engine: Engine) -> dict[str, Any]:
+    """
+    Where the run runs, started: this process for the in-process engine, else the Ray `start_ray` starts or joins,
+    with Ray Data configured for the run (before any of its datasets is made: each copies these settings).
+    """
+    if isinstance(engine, InProcessEngine):
+        return engine.cluster()
+    cluster = start_ray(run)
+    configure_ray_data(run)
+    return cluster
 
 
 def start_ray(run: RunSettings) -> dict[str, Any]:
@@ -331,11 +362,14 @@ def count_questions(config: JobConfig, squad: SquadInput | None) -> int:
     return squad.table.num_rows if squad is not None else table_rows(config.work.questions)
 
 
-def choose_engine(config: JobConfig, squad: SquadInput | None, n_questions: int) -> Engine:
+def choose_engine(
+    config: JobConfig, squad: SquadInput | None, n_questions: int, corpus: InputFolder | None = None
+) -> Engine:
     """
     The engine the run's `engine` setting names; for `auto`, in-process when the job joins no Ray (no `--address`,
     no `RAY_ADDRESS`, no Ray already running in this process), asks for one reader (`num_actors` unset or 1),
-    its `n_questions` are at most `IN_PROCESS_MAX_QUESTIONS` and its documents can be joined by broadcast; else Ray.
+    its `n_questions` are at most `IN_PROCESS_MAX_QUESTIONS` and its documents can be joined by broadcast (a
+    `corpus` of files to convert: by the files' bytes); else Ray.
     """
     run = config.run
     if run.engine != AUTO_ENGINE:
@@ -347,7 +381,7 @@ def choose_engine(config: JobConfig, squad: SquadInput | None, n_questions: int)
     small = (
         n_questions <= IN_PROCESS_MAX_QUESTIONS
         and (run.num_actors or 1) == 1
-        and (documents is None or joins_by_broadcast(table_bytes(documents)))
+        and (documents is None or joins_by_broadcast(corpus.size_bytes if corpus else table_bytes(documents)))
     )
     return InProcessEngine() if small and not joins else RayEngine()
 
@@ -391,8 +425,8 @@ def read_inputs(
     checks = [(QUESTIONS, work.questions, questions)]
     documents = replies = None
     if schemas.documents is not None:
-        page = ["page_number"] if "page_number" in schemas.documents.names else []
-        documents = engine.read_parquet(work.documents, ["id", "content", *page])
+        columns = [name for name in JOINED_DOCUMENT_COLUMNS if name in schemas.documents.names]
+        documents = engine.read_parquet(work.documents, columns)
         checks.append((DOCUMENTS, work.documents, documents))
     if schemas.replies is not None:
         meta = ["meta"] if "meta" in schemas.replies.names else []

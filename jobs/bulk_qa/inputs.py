@@ -38,7 +38,9 @@ class TableSpec:
 QUESTIONS = TableSpec(
     "questions", {"id": "string", "query": "string"}, {"document_ids": "list<string>", "context": "string"}, "id"
 )
-DOCUMENTS = TableSpec("documents", {"id": "string", "content": "string"}, {"page_number": "integer"}, "id")
+DOCUMENTS = TableSpec(
+    "documents", {"id": "string", "content": "string"}, {"page_number": "integer", "file_path": "string"}, "id"
+)
 REPLIES = TableSpec(
     "replies", {"question_id": "string", "replies": "list<string>"}, {"meta": "list<string>"}, "question_id"
 )

@@ -11,6 +11,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from jobs.bulk_qa.corpus import CORPUS_FOLDER
 from jobs.bulk_qa.workers.storage import DOCUMENT_PARTS, PAIR_NOTES, InputError, ShardStore, shard_name
 from jobs.bulk_qa.workers.tables import TABLES
 from qa_core.models import changed_model_files
@@ -33,7 +34,8 @@ RESULT_FILES = (
 # What the job writes, in the order `clear` deletes it: the manifest first (the run is no longer complete) and the
 # identity last (a folder holding any of the others without `_job.json` is not the job's, and is never cleared).
 _OWN_NAMES = (
-    "manifest.json", *RESULT_FILES, *TABLES, "_shards", "_index", DOCUMENT_PARTS, PAIR_NOTES, "_tmp", "_job.json"
+    "manifest.json", *RESULT_FILES, *TABLES, "_shards", "_index", CORPUS_FOLDER, DOCUMENT_PARTS, PAIR_NOTES, "_tmp",
+    "_job.json",
 )  # fmt: skip
 
 

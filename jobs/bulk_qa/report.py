@@ -95,6 +95,18 @@ def engine_line(manifest: dict[str, Any]) -> str:
     return f"Ray start {manifest['timings']['ray_start_s']} s"
 
 
+def corpus_line(ingestion: dict[str, Any] | None) -> str:
+    """The summary's line on a --documents folder of files (empty without one): its files, documents, report."""
+    if ingestion is None:
+        return ""
+    kept = " (kept from the run this one resumes)" if ingestion["source"] == "resumed" else ""
+    return (
+        f"  corpus      {ingestion['files']} files{kept}: {ingestion['files_converted']} converted into "
+        f"{ingestion['documents']} documents, {ingestion['files_rejected']} rejected; {ingestion['report_rows']} "
+        f"report rows in {ingestion['report']}"
+    )
+
+
 def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
     """Prints the run's summary (from its manifest) on stdout: the last thing the job prints there."""
     outputs, statuses = manifest["outputs"], manifest["outputs"]["statuses"]
@@ -112,6 +124,7 @@ def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
         idle_readers(manifest),
         f"  shards      {manifest['shards']['committed']}/{manifest['shards']['total']} committed"
         f" ({manifest['shards']['resumed']} from an earlier run)",
+        corpus_line(manifest.get("ingestion")),
         f"  tables      {output.table_path('answers')}, {output.table_path('questions')}"
         + (f", {output.table_path('generated_answers')}" if outputs["generated_answers"] else ""),
         f"  manifest    {output.table_path('manifest.json')}" if manifest["reconciled"] else "",

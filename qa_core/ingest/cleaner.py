@@ -14,12 +14,12 @@ NORMALIZATIONS = ("NFC", "NFKC", "NFD", "NFKD")
 
 @dataclass(frozen=True)
 class CleanerSettings(Settings):
-    """
-    Cleaning: Haystack's `DocumentCleaner` options, applied in its order; all off by default (Haystack switches the
-    first three on), so that text is kept as converted unless asked. Every option works page by page where
-    Haystack's does, so form feeds, and with them page numbers, are kept. `remove_repeated_substrings` is
-    Haystack's heuristic: the longest common 3- to 29-word n-gram of the pages' first and last 300 characters,
-    first and last pages ignored.
+    """Cleaning of converted text: Haystack's `DocumentCleaner` options, all off by default.
+
+    The options apply in `DocumentCleaner`'s order; all are off by default (Haystack switches the first three on),
+    so that text is kept as converted unless asked. Every option works page by page where Haystack's does, so form
+    feeds, and with them page numbers, are kept. `remove_repeated_substrings` is Haystack's heuristic: the longest
+    common 3- to 29-word n-gram of the pages' first and last 300 characters, first and last pages ignored.
     """
 
     unicode_normalization: str | None = None  # NFC, NFKC, NFD or NFKD: the text Unicode-normalized; None: as is

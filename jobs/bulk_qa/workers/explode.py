@@ -114,18 +114,25 @@ def replies_rows(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> pa
 
 
 DOCUMENTS_SCHEMA = pa.schema([("id", pa.string()), *DOCUMENT_COLUMNS])
+# The columns of a documents table the pairs' join reads, where present (`id` and `content` always are).
+JOINED_DOCUMENT_COLUMNS = ("id", "content", "page_number", "file_path")
 # The column that names a document's part (`DocumentParts`), on documents and on pairs.
 PART = "document_part"
 
 
 def document_columns(batch: pa.Table) -> pa.Table:
-    """Documents as the pairs join them: content, page_number (int64 or null) and a marker that the id is known."""
+    """
+    Documents as the pairs join them: content, page_number (int64 or null), file_path (or null) and a marker that
+    the id is known.
+    """
     page_number = batch["page_number"] if "page_number" in batch.column_names else pa.nulls(len(batch), pa.int64())
+    file_path = batch["file_path"] if "file_path" in batch.column_names else pa.nulls(len(batch), pa.string())
     return pa.table(
         {
             "id": batch["id"].cast(pa.string()),
             "content": batch["content"],
             "page_number": page_number.cast(pa.int64()),
+            "file_path": file_path.cast(pa.string()),
             "known": pa.array([True] * len(batch)),
         },
         schema=DOCUMENTS_SCHEMA,
@@ -135,7 +142,7 @@ def document_columns(batch: pa.Table) -> pa.Table:
 def read_document_columns(path: str) -> pa.Table:
     """The documents' columns the pairs join (`document_columns`), read whole with pyarrow (a broadcast join's)."""
     dataset = parquet_dataset(path)
-    columns = [name for name in ("id", "content", "page_number") if name in dataset.schema.names]
+    columns = [name for name in JOINED_DOCUMENT_COLUMNS if name in dataset.schema.names]
     return document_columns(dataset.to_table(columns=columns))
 
 

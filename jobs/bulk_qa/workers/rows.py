@@ -46,7 +46,10 @@ _COMMON = [
     ("passage_end", pa.int64()),
 ]
 PAIRS_SCHEMA = pa.schema(_COMMON)
-DOCUMENT_COLUMNS = [("content", pa.string()), ("page_number", pa.int64()), ("known", pa.bool_())]
+# The file a document came from (a documents table's optional `file_path`: jobs.ingest's), carried from the join to
+# the sequences, candidates and answers.
+FILE_PATH = ("file_path", pa.string())
+DOCUMENT_COLUMNS = [("content", pa.string()), ("page_number", pa.int64()), FILE_PATH, ("known", pa.bool_())]
 SEQUENCES_SCHEMA = pa.schema(
     _COMMON
     + [
@@ -59,6 +62,7 @@ SEQUENCES_SCHEMA = pa.schema(
         ("window_text", pa.string()),  # the document text the sequence's answers and contexts are cut from
         ("window_offset", pa.int64()),
         ("first_page", pa.int64()),  # page at window_offset, when the document is paged
+        FILE_PATH,
     ]
 )
 # What reaches the aggregation: question, replies, read-note and candidate rows (pair notes come from storage).
@@ -77,6 +81,7 @@ AGGREGATION_SCHEMA = pa.schema(
         ("end", pa.int64()),
         ("answer", pa.string()),
         ("answer_page_number", pa.int64()),
+        FILE_PATH,  # candidates: their document's file
         ("context", pa.string()),
         ("context_offset", pa.int64()),  # where the context starts in the document
         ("worker", pa.string()),  # read notes: which reader actor read the sequence
@@ -123,6 +128,7 @@ def sequence_row(pair: dict[str, Any], sequence_index: int, sequence: Sequence, 
         "window_text": window.text,
         "window_offset": window.offset,
         "first_page": window.first_page,
+        "file_path": pair.get("file_path"),
     }
 
 
@@ -165,6 +171,7 @@ def candidate_row(sequence: dict[str, Any], rank: int, answer: ExtractedAnswer) 
         "end": answer.document_offset.end,
         "answer": answer.data,
         "answer_page_number": answer.meta.get("answer_page_number"),
+        "file_path": sequence["file_path"],
         "context": answer.context,
         "context_offset": context_offset,
     }
@@ -176,7 +183,7 @@ def candidate_answer(query: str, row: dict[str, Any]) -> ExtractedAnswer:
     if row["context_offset"] is not None:
         start = row["context_offset"]
         context_offset = ExtractedAnswer.Span(row["start"] - start, row["end"] - start)
-    page = row["answer_page_number"]
+    meta = {name: row[name] for name in ("answer_page_number", "file_path") if row[name] is not None}
     return ExtractedAnswer(
         query=query,
         score=row["score"],
@@ -185,5 +192,5 @@ def candidate_answer(query: str, row: dict[str, Any]) -> ExtractedAnswer:
         context=row["context"],
         document_offset=ExtractedAnswer.Span(row["start"], row["end"]),
         context_offset=context_offset,
-        meta={} if page is None else {"answer_page_number": page},
+        meta=meta,
     )

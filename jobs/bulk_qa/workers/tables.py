@@ -26,6 +26,7 @@ ANSWERS_SCHEMA = pa.schema(
         ("answer_page_number", pa.int64()),
         ("retrieval_score", pa.float64()),  # BM25 score of the answer's document (or passage); null if not retrieved
         ("passage_id", pa.string()),  # the retrieved passage the answer was read in (split_length); else null
+        ("file_path", pa.string()),  # the file the answer's document came from (documents' file_path); else null
     ]
 )
 
@@ -93,6 +94,7 @@ def answer_rows(
                 "answer_page_number": answer.meta.get("answer_page_number"),
                 "retrieval_score": retrieval_scores.get(passage_id or document_id),
                 "passage_id": passage_id,
+                "file_path": answer.meta.get("file_path"),
             }
         )
     return rows

@@ -1,0 +1,122 @@
+"""
+A `--documents` folder of files (local or at a URI): converted once per run, on the run's engine, by the ingestion
+stage of `python -m jobs.ingest` (`jobs.ingest.run.ingest`, with the run's `ingest` and `cleaning` settings) into
+`_corpus/` in the output folder (`documents/`, `report.parquet`, `manifest.json`), whose `documents/` the run
+then reads as it reads any documents table. A resumed run keeps it, as it keeps its index: a run resumes only with
+the same identity, which holds the folder's fingerprint (every file's path, size and modification time, as for
+any input) and the ingestion and cleaning settings; a run with a changed folder or settings is refused (or, with
+`--overwrite`, starts afresh and converts again). Passages are the retrieval settings' (`split_length`), not
+the ingestion's: the documents stay whole, so that answers name their source documents.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+from jobs.ingest.folder import InputFolder
+from jobs.ingest.run import DOCUMENTS_DIR, MANIFEST_FILE, REPORT_FILE, WRITTEN, IngestError, ingest, where
+from jobs.ingest.stage import IngestSettings, SplitSettings
+from qa_core.ingest import CleanerSettings
+from qa_core.ingest.convert import missing_libraries
+
+CORPUS_FOLDER = "_corpus"  # the converted documents, inside the run's output folder
+# Report rows a --strict refusal names (all of them are in the report file).
+SHOWN_REPORT_ROWS = 3
+# What the manifest's `ingestion` keeps of the ingestion's own manifest.
+_RECORDED = (
+    "files", "files_converted", "files_rejected", "reconciles", "documents", "report_rows",
+    "report_rows_for_files_converted",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ConvertedCorpus:
+    """
+    The run's converted documents.
+
+    :param documents: The documents table (`_corpus/documents`, local path or URI).
+    :param record: The manifest's `ingestion`: files in, converted and rejected, whether they reconcile, documents,
+        report rows and where the report is, the seconds the conversion took, and `source`: `converted` (by this
+        run) or `resumed` (kept from the run this one resumes).
+    """
+
+    documents: str
+    record: dict[str, Any]
+
+
+def convert_corpus(
+    folder: InputFolder,
+    output: str,
+    settings: IngestSettings,
+    cleaner: CleanerSettings,
+    engine: Any,
+    resuming: bool,
+) -> ConvertedCorpus:
+    """
+    The run's documents from `folder`: converted into `output`'s `_corpus/` on `engine` (its Ray started), or
+    with `resuming` kept from the run this one resumes when that run converted them.
+
+    :raises InputError: For a folder with no file, missing libraries of the `files` extra, two documents with one id,
+        or with `settings.strict` any report row, naming the folder and the first report rows.
+    """
+    location = f"{output.rstrip('/')}/{CORPUS_FOLDER}"
+    shown = redact(folder.location)
+    manifest = _read_manifest(location) if resuming else None
+    source = "resumed"
+    if manifest is None or manifest.get("status") != WRITTEN:
+        if not folder.paths:
+            raise InputError(f"--documents {shown}: the folder holds neither Parquet files nor files to convert.")
+        missing = missing_libraries()
+        if missing:
+            raise InputError(
+                f"--documents {shown} is a folder of files to convert, which needs the libraries "
+                f"{', '.join(missing)}: install the files extra (pip install 'ray-extractive-qa[files]')."
+            )
+        _delete(location)  # a conversion an interrupted attempt left
+        try:
+            manifest = ingest(folder, location, settings, cleaner, SplitSettings(), engine)
+        except IngestError as error:
+            raise InputError(f"--documents {shown}: {error}") from None
+        source = "converted"
+    report = f"{location}/{REPORT_FILE}"
+    if manifest["status"] != WRITTEN:
+        raise InputError(
+            f"--documents {shown}: strict, and {manifest['report_rows']} files or rows gave no document "
+            f"({_first_rows(report)}); all in {redact(report)}. Fix them, or run without --strict to answer from "
+            "the others."
+        )
+    record = {key: manifest[key] for key in _RECORDED}
+    record.update(report=redact(report), convert_s=manifest["timings"]["convert_s"], source=source)
+    return ConvertedCorpus(f"{location}/{DOCUMENTS_DIR}", record)
+
+
+def _first_rows(report: str) -> str:
+    """The report's first rows, for a message."""
+    filesystem, path = resolve_path(report)
+    with filesystem.open_input_file(path) as file:
+        rows = pq.read_table(file).slice(0, SHOWN_REPORT_ROWS).to_pylist()
+    return "; ".join(f"{where(row)}: {row['reason']}" for row in rows)
+
+
+def _read_manifest(location: str) -> dict[str, Any] | None:
+    """A conversion's manifest, or None when there is none (never converted, or interrupted)."""
+    filesystem, folder = resolve_path(location)
+    try:
+        with filesystem.open_input_stream(f"{folder}/{MANIFEST_FILE}") as stream:
+            manifest = json.loads(stream.read().decode("utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def _delete(location: str) -> None:
+    filesystem, folder = resolve_path(location)
+    if filesystem.get_file_info(folder).type == pafs.FileType.Directory:
+        filesystem.delete_dir(folder)
+
+
+__all__ = ["CORPUS_FOLDER", "ConvertedCorpus", "convert_corpus"]
