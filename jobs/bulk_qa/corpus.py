@@ -60,16 +60,14 @@ def convert_corpus(
     The run's documents from `folder`: converted into `output`'s `_corpus/` on `engine` (its Ray started), or
     with `resuming` kept from the run this one resumes when that run converted them.
 
-    :raises InputError: For a folder with no file, missing libraries of the `files` extra, two documents with one id,
-        or with `settings.strict` any report row, naming the folder and the first report rows.
+    :raises InputError: For missing libraries of the `files` extra, two documents with one id, or with
+        `settings.strict` any report row, naming the folder and the first report rows.
     """
     location = f"{output.rstrip('/')}/{CORPUS_FOLDER}"
     shown = redact(folder.location)
     manifest = _read_manifest(location) if resuming else None
     source = "resumed"
     if manifest is None or manifest.get("status") != WRITTEN:
-        if not folder.paths:
-            raise InputError(f"--documents {shown}: the folder holds neither Parquet files nor files to convert.")
         missing = missing_libraries()
         if missing:
             raise InputError(

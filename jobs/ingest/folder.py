@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 
 from jobs.bulk_qa.workers.storage import resolve_path
+from qa_core.ingest.convert import file_format
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,17 @@ def list_folder(location: str) -> InputFolder:
 
 def files_folder(location: str) -> InputFolder | None:
     """
-    The folder at `location` when it is a folder of files to convert: a folder holding no `.parquet` file (else it
-    is a Parquet table, and a path that is no folder is a table's file or does not exist: `None` for both).
+    The folder at `location` when it is a folder of files to convert: one holding a file of a format the ingestion
+    converts (`qa_core.ingest.FORMATS`) and no `.parquet` file. `None` for anything else: a Parquet table's file or
+    folder, a folder of neither (read as Parquet, whose checks say what is wrong), or no such path.
     """
     filesystem, root = resolve_path(location)
     if filesystem.get_file_info(root).type != pafs.FileType.Directory:
         return None
     folder = list_folder(location)
-    return None if any(path.endswith(".parquet") for path in folder.paths) else folder
+    if any(path.endswith(".parquet") for path in folder.paths):
+        return None
+    return folder if any(file_format(path) for path in folder.paths) else None
 
 
 __all__ = ["InputFolder", "files_folder", "list_folder"]

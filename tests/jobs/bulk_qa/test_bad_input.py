@@ -140,10 +140,11 @@ def test_documents_folder_without_parquet_files(
     args = ["--questions", inputs["questions"], "--documents", folder, "--model", tiny_bert_model]
     error = fails_with_input_error(capsys, tmp_path / "out", *args)
     assert f"{folder}: the documents folder holds no Parquet files." in error
-    # A file of another format in the folder is named as not Parquet.
-    (folder / "documents.csv").write_text("id,content\nd1,hello\n")
+    # A file of a format that is neither Parquet nor one the job converts (a folder of .csv, .pdf, ... files is a
+    # corpus to convert: test_corpus_files.py) is named as not Parquet.
+    (folder / "documents.xlsx").write_bytes(b"PK\x03\x04")
     error = fails_with_input_error(capsys, tmp_path / "out", *args)
-    assert f"{folder}: the documents file is not readable Parquet: " in error and "documents.csv" in error
+    assert f"{folder}: the documents file is not readable Parquet: " in error and "documents.xlsx" in error
 
 
 def test_empty_questions_table(capsys: pytest.CaptureFixture, tmp_path: Path, inputs: dict, tiny_bert_model) -> None:

@@ -21,6 +21,8 @@ VALUES: dict[str, Any] = {
     "precision": "auto",
     "bm25_algorithm": "BM25Okapi",
     "bm25_parameters": {"k1": 1.2},
+    "unicode_normalization": "NFKC",
+    "remove_substrings": ["a b", "c"],
 }
 CHOICES = {"no_answer_source": ("haystack", "model"), "engine": ("auto", "ray")}  # the other choice than the default
 COMPANIONS = {"split_overlap": {"split_length": 5}}  # the options a field's other value needs beside it

@@ -88,7 +88,8 @@ def test_a_resume_keeps_the_conversion_and_a_changed_folder_or_setting_is_refuse
     manifest = json.loads((in_process_run / "manifest.json").read_text())
     assert manifest["ingestion"]["source"] == "resumed"
     out = capsys.readouterr().out
-    assert "  corpus      11 files (kept from the run this one resumes): 9 converted into 11 documents, 2 rejected;" in out
+    kept = "(kept from the run this one resumes)"
+    assert f"  corpus      11 files {kept}: 9 converted into 11 documents, 2 rejected; 3 report rows in" in out
 
     assert run_job(*args, "--remove-extra-whitespaces") == 2
     assert "holds the output of a run with other settings (remove_extra_whitespaces)" in capsys.readouterr().err
