@@ -1,6 +1,7 @@
 """
-Writes the sample tables (questions, documents, replies, SQuAD-style questions) and a small SQuAD v2.0 file
-(`squad_sample.json`, over the same texts) next to this file.
+Writes the sample tables (questions, documents, replies, SQuAD-style questions), a small SQuAD v2.0 file
+(`squad_sample.json`, over the same texts) and the questions over the sample folder of files (`files/`, asked with
+`--documents data/sample/files`: retrieved for, as they name no documents) next to this file.
 """
 
 import json
@@ -102,6 +103,17 @@ SQUAD = [
     ("sq12", "ray", "Who founded Ray?", []),
 ]
 
+# Questions over the sample folder of files (`files/`: Python documentation pages as TXT, Markdown, HTML, PDF, DOCX,
+# JSONL and CSV): (id, query), no document_ids, so that BM25 retrieves each one's documents among the files'.
+FILE_QUESTIONS = [
+    ("f1", "What does memLevel control?"),
+    ("f2", "What does the command-line parsing library produce?"),
+    ("f3", "What function compiles a modified abstract syntax tree into a code object?"),
+    ("f4", "What does pvariance return?"),
+    ("f5", "What does the os.uname function also return?"),
+    ("f6", "Which module creates temporary files and directories?"),
+]
+
 
 def squad_sample() -> dict:
     """The SQuAD v2.0 sample: one article per document, answer offsets found in the document's text."""
@@ -161,6 +173,10 @@ def main() -> None:
         HERE / "squad_questions.parquet",
     )
     write_squad_sample()
+    pq.write_table(
+        pa.table({"id": [q[0] for q in FILE_QUESTIONS], "query": [q[1] for q in FILE_QUESTIONS]}),
+        HERE / "files_questions.parquet",
+    )
 
 
 if __name__ == "__main__":
