@@ -7,10 +7,6 @@ A new reader option reaches the job by being a field of its phase's settings cla
 """
 
 import argparse
-import dataclasses
-import types
-import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -22,6 +18,7 @@ from jobs.bulk_qa.workers.aggregate import RefusalSettings
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError, redact
 from jobs.ingest.stage import IngestSettings
+from jobs.options import add_options, base_type, is_optional, with_values
 from qa_core.answer_builder import AnswerBuilderSettings
 from qa_core.inference import InferenceSettings
 from qa_core.ingest import CleanerSettings
@@ -151,80 +148,6 @@ OPTIONS: dict[str, tuple[str, Any]] = {
 URI_FIELDS = ("questions", "documents", "replies", "output", "address", "model", "index")
 
 
-def _base_type(annotation: Any) -> type:
-    """`int | None` -> int."""
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        return next(arg for arg in typing.get_args(annotation) if arg is not type(None))
-    return typing.get_origin(annotation) or annotation
-
-
-def _is_optional(annotation: Any) -> bool:
-    """`int | None` -> True."""
-    return type(None) in typing.get_args(annotation)
-
-
-def _none_or(kind: type) -> Callable[[str], Any]:
-    """A command-line parser of `kind` that reads `none` as None, for the fields that may be None."""
-
-    def parse(text: str) -> Any:
-        return None if text.lower() == "none" else kind(text)
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-class _BooleanFlag(argparse.BooleanOptionalAction):
-    """`--x` sets True and `--no-x` False, also for an option named `no_...` (`--no-answer` / `--no-no-answer`)."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        setattr(namespace, self.dest, option_string == self.option_strings[0])
-
-
-def _yaml_value(text: str) -> Any:
-    """A command-line value written in YAML (`--model-kwargs '{dtype: torch.bfloat16}'`)."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise argparse.ArgumentTypeError(f"not valid YAML: {error}") from None
-
-
-def add_options(
-    parser: argparse.ArgumentParser, phases: dict[str, Settings], only: frozenset[str] | None = None
-) -> None:
-    """
-    One flag per field of each phase's settings (dashes for underscores), in a group per phase, documented by the
-    field's comment and showing the given settings' value as the default. Flags not given are absent from the
-    parsed namespace, so that they keep their default.
-
-    :param only: The fields to offer (default: all of them).
-    """
-    for phase in phases.values():
-        group = parser.add_argument_group(type(phase).__doc__.splitlines()[0].rstrip("."))
-        docs, values = phase.docs(), phase.as_dict()
-        for name, annotation in phase.types().items():
-            if only is not None and name not in only:
-                continue
-            flag = "--" + name.replace("_", "-")
-            kind = _base_type(annotation)
-            help_text = f"{docs.get(name, '')} (default: {values[name]})"
-            options: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS}
-            if kind is bool:
-                group.add_argument(flag, action=_BooleanFlag, **options)
-            elif kind in (dict, list):
-                group.add_argument(flag, type=_yaml_value, metavar="YAML", **options)
-            else:
-                parse = _none_or(kind) if _is_optional(annotation) else kind
-                group.add_argument(flag, type=parse, metavar=kind.__name__.upper(), **options)
-
-
-def with_values(phases: dict[str, Settings], values: dict[str, Any]) -> dict[str, Settings]:
-    """Each phase's settings with the options of `values` that are its fields replaced."""
-    return {
-        name: dataclasses.replace(phase, **{key: values[key] for key in phase.types() if key in values})
-        for name, phase in phases.items()
-    }
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line: `--config` plus one flag per option of every phase."""
     parser = argparse.ArgumentParser(
@@ -271,8 +194,8 @@ def _read_yaml(path: str) -> dict[str, Any]:
         raise InputError(f"{path}: unknown configuration keys {unknown}. Known keys: {sorted(OPTIONS)}.")
     for name, value in data.items():
         annotation = OPTIONS[name][1]
-        kind = _base_type(annotation)
-        if value is None and not _is_optional(annotation):
+        kind = base_type(annotation)
+        if value is None and not is_optional(annotation):
             raise InputError(f"{path}: {name} must be {kind.__name__}, not null.")
         if value is None or isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
             continue

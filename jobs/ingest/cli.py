@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from jobs.bulk_qa.config import add_options
 from jobs.bulk_qa.engines import RayEngine
 from jobs.ingest.folder import InputFolder, list_folder
 from jobs.ingest.run import DOCUMENTS_DIR, MANIFEST_FILE, REPORT_FILE, STAGING_DIR, WRITTEN, IngestError, ingest, where
 from jobs.ingest.stage import IngestSettings, SplitSettings
+from jobs.options import add_options
 from qa_core.ingest import CleanerSettings
 from qa_core.ingest.convert import missing_libraries
 from qa_core.retrieval.splitter import SPLIT_BY

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from jobs.bulk_qa.config import JobConfig, _base_type, load_config
+from jobs.bulk_qa.config import JobConfig, load_config
+from jobs.options import base_type
 
 REQUIRED = {"questions": "q.parquet", "output": "out"}
 # A valid value other than the default where the generic choice below is not one (a choice among names, a rule
@@ -34,7 +35,7 @@ def other_value(phase: str, name: str) -> Any:
     if name in VALUES:
         return VALUES[name]
     settings = JobConfig().phases()[phase]
-    default, kind = getattr(settings, name), _base_type(settings.types()[name])
+    default, kind = getattr(settings, name), base_type(settings.types()[name])
     if name in CHOICES:
         return next(choice for choice in CHOICES[name] if choice != default)
     if kind is bool:
