@@ -225,10 +225,11 @@ def main(argv: list[str] | None = None) -> dict:
         if side.manifest:
             manifest = side.manifest
             result["ray_job"] = {key: manifest[key] for key in ("files_converted", "documents", "report_rows")}
-            result["ray_job"]["convert_s"] = manifest["timings"]["convert_s"]
+            result["ray_job"].update(manifest["timings"])
             print(
-                f"ray: the job's own convert_s {manifest['timings']['convert_s']:.1f} s (Ray's start included) of "
-                f"{side.seconds['all']:.1f} s end to end; {manifest['report_rows']} report rows"
+                f"ray: Ray's start {manifest['timings'].get('ray_start_s', 0):.1f} s and the conversion "
+                f"{manifest['timings']['convert_s']:.1f} s of {side.seconds['all']:.1f} s end to end; "
+                f"{manifest['report_rows']} report rows"
             )
     if args.output:
         args.output.write_text(json.dumps(result, indent=2) + "\n")

@@ -54,11 +54,12 @@ def convert_corpus(
     settings: IngestSettings,
     cleaner: CleanerSettings,
     engine: Any,
+    cpus: float,
     resuming: bool,
 ) -> ConvertedCorpus:
     """
-    The run's documents from `folder`: converted into `output`'s `_corpus/` on `engine` (its Ray started), or
-    with `resuming` kept from the run this one resumes when that run converted them.
+    The run's documents from `folder`: converted into `output`'s `_corpus/` on `engine` (its Ray started, with
+    `cpus`), or with `resuming` kept from the run this one resumes when that run converted them.
 
     :raises InputError: For missing libraries of the `files` extra, two documents with one id, or with
         `settings.strict` any report row, naming the folder and the first report rows.
@@ -76,7 +77,7 @@ def convert_corpus(
             )
         _delete(location)  # a conversion an interrupted attempt left
         try:
-            manifest = ingest(folder, location, settings, cleaner, SplitSettings(), engine)
+            manifest = ingest(folder, location, settings, cleaner, SplitSettings(), engine, cpus)
         except IngestError as error:
             raise InputError(f"--documents {shown}: {error}") from None
         source = "converted"

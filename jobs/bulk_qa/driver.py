@@ -136,7 +136,9 @@ def run(config: JobConfig) -> int:
     if corpus is not None:  # converted into the claimed output folder first: the conversion makes the ids
         cluster = start_engine(config.run, engine)
         output.claim(identity, config.run.overwrite)
-        converted = convert_corpus(corpus, output.uri, config.ingest, config.cleaning, engine, resuming)
+        converted = convert_corpus(
+            corpus, output.uri, config.ingest, config.cleaning, engine, cluster["cpus"], resuming
+        )
         tables = dataclasses.replace(config, work=dataclasses.replace(config.work, documents=converted.documents))
     # before Ray starts, when the id columns are small (a folder of files: once converted)
     ids = check_small_ids(tables, schemas, squad, engine, n_questions)

@@ -5,7 +5,8 @@ Converts a folder of files into a documents table for the bulk job, as a Ray Dat
         [--remove-empty-lines] [--remove-extra-whitespaces] [...cleaner flags] [--address ADDRESS]
 
 The driver lists the files; Ray Data tasks convert them (`qa_core.ingest`: .txt, .md, .html/.htm, .pdf, .docx,
-.jsonl, .csv), clean and split them, `--files-per-task` files per task, streaming into Parquet (`jobs.ingest.run`).
+.jsonl, .csv), clean and split them, up to `--files-per-task` files and `--bytes-per-task` bytes per task, streaming
+into Parquet (`jobs.ingest.run`).
 OUT receives `documents/` (the bulk job's `--documents`: `id`, `content`, `page_number`, and the meta as columns and
 as JSON), `report.parquet` (path, line, reason: every file or row that gave no document) and `manifest.json` (counts
 that reconcile: files in = files converted + files rejected). The ingestion and cleaning options are the bulk job's
@@ -19,6 +20,7 @@ import dataclasses
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -62,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         settings, cleaner, split = _settings(args)
         output = _prepare_output(Path(args.output), args.overwrite)
         folder = _list(args.input)
-        _start_ray(args.address)
-        manifest = ingest(folder, str(output), settings, cleaner, split, RayEngine())
+        started = time.perf_counter()
+        cpus = _start_ray(args.address)
+        timings = {"ray_start_s": round(time.perf_counter() - started, 3)}
+        manifest = ingest(folder, str(output), settings, cleaner, split, RayEngine(), cpus, timings)
     except (IngestError, ValueError) as error:
         print(f"jobs.ingest: error: {error}", file=sys.stderr)
         return 2
@@ -71,13 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     return 2 if manifest["status"] != WRITTEN else 0
 
 
-def _start_ray(address: str | None) -> None:
+def _start_ray(address: str | None) -> float:
+    """Starts or joins Ray (this process's own, if already running); returns its CPUs."""
     import ray
 
     if not ray.is_initialized():  # else this process's own Ray is used, as it is
         address = address or os.environ.get("RAY_ADDRESS") or "local"
         # A Ray of its own (never one someone started with `ray start`) needs no dashboard: nothing submits to it.
         ray.init(address=address, log_to_driver=False, include_dashboard=False if address == "local" else None)
+    return ray.cluster_resources().get("CPU", 1.0)
 
 
 def _settings(args) -> tuple[IngestSettings, CleanerSettings, SplitSettings]:

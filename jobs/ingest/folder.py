@@ -18,12 +18,17 @@ class InputFolder:
 
     :param location: The folder (local path or URI), as given.
     :param paths: Its files, relative to it with POSIX separators, sorted (hidden files and folders skipped).
-    :param size_bytes: Their bytes, together.
+    :param sizes: Their sizes in bytes, in the same order.
     """
 
     location: str
     paths: list[str]
-    size_bytes: int
+    sizes: list[int]
+
+    @property
+    def size_bytes(self) -> int:
+        """The files' bytes, together."""
+        return sum(self.sizes)
 
 
 def list_folder(location: str) -> InputFolder:
@@ -43,7 +48,7 @@ def list_folder(location: str) -> InputFolder:
         if info.type == pafs.FileType.File and not any(part.startswith(".") for part in relative.split("/")):
             files.append((relative, info.size or 0))
     files.sort()
-    return InputFolder(location, [path for path, _ in files], sum(size for _, size in files))
+    return InputFolder(location, [path for path, _ in files], [size for _, size in files])
 
 
 def files_folder(location: str) -> InputFolder | None:

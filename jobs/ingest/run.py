@@ -8,6 +8,7 @@ them; used by `python -m jobs.ingest` and by the bulk job for a `--documents` fo
 """
 
 import json
+import math
 import time
 from dataclasses import asdict
 from typing import Any
@@ -36,6 +37,9 @@ MANIFEST_FILE = "manifest.json"
 # Where the stage streams documents and report parts before the id check and `strict` allow them out.
 STAGING_DIR = "_staging"
 WRITTEN = "written"  # the manifest's status when the documents were written
+# Conversion tasks per task slot (CPUs / cpus_per_task) a folder is cut into, at most: enough for the slots to
+# share the work evenly, few enough that small files do not pay a task each.
+TASKS_PER_SLOT = 4
 
 
 class IngestError(Exception):
@@ -49,10 +53,13 @@ def ingest(
     cleaner: CleanerSettings,
     split: SplitSettings,
     engine: Any,
+    cpus: float,
+    timings: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """
     Converts `folder`'s files into `output` (which should hold nothing of an earlier ingestion) with `engine`
-    (`jobs.bulk_qa.engines`: its Ray, already started, or this process).
+    (`jobs.bulk_qa.engines`: its Ray, already started, or this process), whose `cpus` the tasks share
+    (`plan_tasks`). `timings` (seconds by name, e.g. the Ray start before it) join the manifest's own.
 
     :returns: The manifest (also written as `manifest.json`); its `status` is `written`, or says why the documents
         were not (`strict` and report rows).
@@ -71,13 +78,12 @@ def ingest(
         cleaner,
         split,
     )
-    if folder.paths:
-        per_task = settings.files_per_task
-        blocks = [pa.table({"path": folder.paths[i : i + per_task]}) for i in range(0, len(folder.paths), per_task)]
-        dataset = engine.from_arrow(blocks).map_batches(
+    tasks = plan_tasks(folder, settings, max(1, math.floor(cpus / settings.cpus_per_task)))
+    if tasks:
+        dataset = engine.from_arrow([pa.table({"path": paths}) for paths in tasks]).map_batches(
             convert_batch,
             fn_kwargs={"settings": stage},
-            batch_size=per_task,
+            batch_size=None,  # a block is a task's files
             batch_format="pyarrow",
             num_cpus=settings.cpus_per_task,
         )
@@ -88,7 +94,7 @@ def ingest(
     with filesystem.open_output_stream(f"{root}/{REPORT_FILE}") as stream:
         pq.write_table(report, stream)
     manifest = _manifest(folder, sources, report, settings, cleaner, split)
-    manifest["timings"] = {"convert_s": round(convert_s, 3)}
+    manifest["timings"] = {**(timings or {}), "convert_s": round(convert_s, 3)}
     duplicate = _duplicate_id(sources)
     if duplicate:
         manifest["status"] = "refused: duplicate id"
@@ -104,6 +110,26 @@ def ingest(
     if duplicate:
         raise IngestError(duplicate)
     return manifest
+
+
+def plan_tasks(folder: InputFolder, settings: IngestSettings, slots: int) -> list[list[str]]:
+    """
+    The folder's files cut into conversion tasks, in order: as many files each as make `TASKS_PER_SLOT` tasks per
+    task slot (`slots` tasks run at once), but at most `files_per_task` files and `bytes_per_task` bytes (a larger
+    file goes alone), so that a task's memory stays bounded whatever the files, and small files share a task's
+    overhead (Ray's scheduling, the task's output block and its Parquet file).
+    """
+    per_task = min(settings.files_per_task, max(1, math.ceil(len(folder.paths) / (TASKS_PER_SLOT * slots))))
+    tasks: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    for path, file_size in zip(folder.paths, folder.sizes, strict=True):
+        if current and (len(current) == per_task or size + file_size > settings.bytes_per_task):
+            tasks.append(current)
+            current, size = [], 0
+        current.append(path)
+        size += file_size
+    return tasks + [current] if current else tasks
 
 
 def _publish(filesystem: pafs.FileSystem, staged: str, target: str, written: bool) -> None:
@@ -194,4 +220,7 @@ def _manifest(
     }
 
 
-__all__ = ["DOCUMENTS_DIR", "MANIFEST_FILE", "REPORT_FILE", "STAGING_DIR", "WRITTEN", "IngestError", "ingest", "where"]
+__all__ = [
+    "DOCUMENTS_DIR", "MANIFEST_FILE", "REPORT_FILE", "STAGING_DIR", "WRITTEN", "IngestError", "ingest", "plan_tasks",
+    "where",
+]  # fmt: skip

@@ -49,14 +49,16 @@ class IngestSettings(Settings):
     strict: bool = False  # any report row (a file or row that gave no document) stops the run with exit status 2
     content_column: str = "content"  # JSONL/CSV column holding a document's text
     id_column: str = "id"  # JSONL/CSV column holding a document's id, where a row has one
-    files_per_task: int = 16  # files one conversion task converts
+    files_per_task: int = 256  # most files one conversion task converts (fewer in a small folder: 4 tasks per CPU)
+    bytes_per_task: int = 64 * 2**20  # most bytes of files one conversion task converts (a larger file: alone)
     cpus_per_task: float = 1.0  # CPUs a conversion task reserves
     timeout_per_file: float = 300.0  # seconds one file's conversion may take (0: no limit)
 
     def problems(self) -> list[str]:
         problems = at_least("files_per_task", self.files_per_task, 1) + at_least(
-            "timeout_per_file", self.timeout_per_file, 0
+            "bytes_per_task", self.bytes_per_task, 1
         )
+        problems += at_least("timeout_per_file", self.timeout_per_file, 0)
         if not self.cpus_per_task > 0:
             problems.append(f"cpus_per_task must be > 0, not {self.cpus_per_task}")
         return problems

@@ -7,6 +7,9 @@ import pytest
 
 from jobs.bulk_qa.inputs import DOCUMENTS, table_schema
 from jobs.ingest import main
+from jobs.ingest.folder import InputFolder
+from jobs.ingest.run import plan_tasks
+from jobs.ingest.stage import IngestSettings
 from qa_core.ingest import convert_folder
 from qa_core.retrieval import split_documents
 from tests.jobs.conftest import own_local_ray
@@ -120,3 +123,14 @@ def test_bad_options_and_folders_exit_2_before_ray_work(tmp_path, capsys) -> Non
     assert main(["--input", str(tmp_path), "--output", str(tmp_path / "o3"), "--split-length", "2",
                  "--split-overlap", "2"]) == 2  # fmt: skip
     assert "--split-overlap at least 0 and less than it" in capsys.readouterr().err
+
+
+def test_files_are_cut_into_tasks_by_count_and_bytes() -> None:
+    """Four tasks per slot, each of at most files_per_task files and bytes_per_task bytes; a larger file alone."""
+    folder = InputFolder("in", [f"f{i}" for i in range(10)], [10] * 4 + [500] + [10] * 5)
+    settings = IngestSettings(files_per_task=3, bytes_per_task=100)
+    by_three = [["f0", "f1", "f2"], ["f3"], ["f4"], ["f5", "f6", "f7"], ["f8", "f9"]]
+    assert plan_tasks(folder, settings, slots=1) == by_three  # 3 files, 100 bytes at most
+    by_two = [["f0", "f1"], ["f2", "f3"], ["f4"], ["f5", "f6"], ["f7", "f8"], ["f9"]]
+    assert plan_tasks(folder, settings, slots=2) == by_two  # 8 tasks wanted: ceil(10 / 8) = 2 files each
+    assert plan_tasks(InputFolder("in", [], []), settings, slots=1) == []
