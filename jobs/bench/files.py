@@ -160,4 +160,16 @@ def write_mixed_folder(root: str | Path, files: int, seed: int = 0) -> dict[str,
     return written
 
 
-__all__ = ["EXTENSIONS", "docx_bytes", "pdf_bytes", "write_mixed_folder"]
+__all__ = ["EXTENSIONS", "docx_bytes", "pdf_bytes", "write_large_pdf", "write_mixed_folder"]
+
+
+def write_large_pdf(path: str | Path, megabytes: float, seed: int = 0) -> int:
+    """One PDF of about `megabytes` MB under `path`: pages of 500 to 700 of the local text's words; returns its size."""
+    text = _Text(seed)
+    pages, size = [], 0
+    while size < megabytes * 1e6:
+        pages.append(_lines(text.passage(500, 700)))
+        size += len(pages[-1]) + 40  # a page's text, its line operators and its page objects, about
+    data = pdf_bytes(pages)
+    Path(path).write_bytes(data)
+    return len(data)

@@ -1,0 +1,103 @@
+"""
+The ingestion's memory (prints only): `python -m jobs.ingest` on a local Ray of its own, its peak memory (the
+resident memory of the command and every process under it: Ray's own and its workers, sampled every 0.1 s) for
+(a) many small files (`jobs.bench.files.write_mixed_folder`: every format) and (b) one large PDF (pages of the
+local text's words), each against the job's baseline: the same command on a folder of one small text file.
+
+    .venv/bin/python -m jobs.bench.ingest_memory [--small-files 100000] [--pdf-mb 500] [--skip small,pdf]
+        [--output memory.json]
+
+The issue's target: under 2 GB above the baseline for 100,000 small files and for one 500 MB file.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from jobs.bench.files import write_large_pdf, write_mixed_folder
+
+REPOSITORY = Path(__file__).resolve().parents[2]  # where `python -m jobs.ingest` runs
+SAMPLE_S = 0.1
+CASES = ("small", "pdf")
+
+
+def peak_memory(folder: Path, output: Path) -> dict:
+    """`python -m jobs.ingest` on `folder`: its seconds and the peak resident memory of its process tree (bytes)."""
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    # No time limit per file: a large file's conversion is what is measured.
+    command = [sys.executable, "-m", "jobs.ingest", "--input", str(folder), "--output", str(output), "--overwrite"]
+    command += ["--timeout-per-file", "0"]
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env, cwd=REPOSITORY, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    root, peak = psutil.Process(process.pid), 0
+    while process.poll() is None:
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            break
+        total = 0
+        for member in tree:
+            try:
+                total += member.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        peak = max(peak, total)
+        time.sleep(SAMPLE_S)
+    seconds = time.perf_counter() - started
+    stderr = process.stderr.read().decode(errors="replace")
+    if process.returncode != 0:
+        raise RuntimeError(f"jobs.ingest exited {process.returncode}: {stderr[-2000:]}")
+    manifest = json.loads((output / "manifest.json").read_text())
+    return {"seconds": round(seconds, 1), "peak_bytes": peak, "documents": manifest["documents"]}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Measures the baseline and each case; prints one line each; returns (and with `--output` writes) them."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--small-files", type=int, default=100_000, help="files of the many-small-files case")
+    parser.add_argument("--pdf-mb", type=float, default=500.0, help="size of the large PDF, in MB")
+    parser.add_argument("--skip", default="", help=f"comma-separated cases to skip: {', '.join(CASES)}")
+    parser.add_argument("--output", type=Path, default=None, help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    skip = {name for name in args.skip.split(",") if name}
+    given = argv if argv is not None else sys.argv[1:]
+    result = {"command": " ".join(["python -m jobs.bench.ingest_memory", *given])}
+    with tempfile.TemporaryDirectory(prefix="bench_ingest_memory_") as folder:
+        work = Path(folder)
+        (work / "one").mkdir()
+        (work / "one" / "a.txt").write_text("One small file.\n")
+        result["baseline"] = peak_memory(work / "one", work / "out-one")
+        if "small" not in skip:
+            write_mixed_folder(work / "small", args.small_files)
+            result["small"] = {"files": args.small_files, **peak_memory(work / "small", work / "out-small")}
+            result["small"]["input_mb"] = round(sum(p.stat().st_size for p in (work / "small").rglob("*")) / 1e6, 1)
+        if "pdf" not in skip:
+            (work / "pdf").mkdir()
+            size = write_large_pdf(work / "pdf" / "large.pdf", args.pdf_mb)
+            result["pdf"] = {"input_mb": round(size / 1e6, 1), **peak_memory(work / "pdf", work / "out-pdf")}
+    baseline = result["baseline"]["peak_bytes"]
+    print(f"baseline (one small file): peak {baseline / 2**30:.2f} GiB, {result['baseline']['seconds']} s")
+    for case in CASES:
+        if case in result:
+            figures = result[case]
+            figures["above_baseline_bytes"] = figures["peak_bytes"] - baseline
+            files = f"{figures['files']:,} files, " if "files" in figures else ""
+            print(
+                f"{case}: {files}{figures['input_mb']} MB in, {figures['documents']:,} documents, "
+                f"{figures['seconds']} s; peak {figures['peak_bytes'] / 2**30:.2f} GiB, "
+                f"{figures['above_baseline_bytes'] / 2**30:.2f} GiB above the baseline"
+            )
+    if args.output:
+        args.output.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
