@@ -4,9 +4,9 @@ The bulk QA job's driver: `python -m jobs.bulk_qa --questions Q --documents D --
 Checks the inputs, the model and the ids (small id columns here, before Ray starts; large ones on the cluster),
 chooses the engine (a small local job runs in this process, any other on Ray: `choose_engine`), converts a
 `--documents` folder of files into the output folder (`jobs.bulk_qa.corpus`; its ids are checked once converted),
-reads the tables, answers the pending shards in waves (see `jobs.bulk_qa.waves`), then writes the manifest and prints the summary.
-Exit status: 0 when every question is accounted for, 2 for unusable input or configuration, 1 for any other
-failure.
+reads the tables, answers the pending shards in waves (see `jobs.bulk_qa.waves`), then writes the manifest and
+prints the summary. Exit status: 0 when every question is accounted for, 2 for unusable input or configuration, 1
+for any other failure.
 """
 
 import dataclasses
