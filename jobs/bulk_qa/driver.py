@@ -50,7 +50,7 @@ from jobs.bulk_qa.inputs import (
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.progress import Progress
 from jobs.bulk_qa.results import write_results
-from jobs.bulk_qa.retrieval import needs_retrieval, prepare_index, save_built_index
+from jobs.bulk_qa.retrieval import complete_index, needs_retrieval, prepare_index
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
 from jobs.bulk_qa.waves import (
     MAX_SHUFFLE_PARTITIONS,
@@ -129,16 +129,18 @@ def run(config: JobConfig) -> int:
     output = OutputFolder(config.run.output)
     existing = output.check(identity, config.run.overwrite)  # refused before reading any input if it would be
     index = None
-    if schemas.retrieval:  # built (or checked) before Ray starts: an unusable corpus fails at once
+    if schemas.retrieval:  # checked (or built in memory) before Ray starts: an unusable option fails at once
         resuming = existing == identity and not config.run.overwrite
-        index = prepare_index(config.retrieval, config.work.documents, output, resuming)
+        distributed = isinstance(engine, RayEngine)  # built by Ray Data once Ray runs
+        index = prepare_index(config.retrieval, config.work.documents, output, resuming, distributed)
     cluster = engine.cluster() if isinstance(engine, InProcessEngine) else start_ray(config.run)
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: each copies these settings
         configure_ray_data(config.run)
     inputs, expected = read_inputs(config, schemas, squad, ids, engine)
     output.claim(identity, config.run.overwrite)
     if index is not None:
-        index = save_built_index(index)  # into the claimed output folder, so that a resumed run keeps it
+        # into the claimed output folder, so that a resumed run keeps it
+        index = complete_index(index, config.retrieval, config.work.documents)
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
     resumed = output.committed_shards()
     pipeline_started = time.time()
