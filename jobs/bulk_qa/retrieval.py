@@ -39,12 +39,10 @@ from jobs.bulk_qa.workers.rows import wave_questions
 from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact, resolve_path
 from jobs.indexing.bm25 import corpus_statistics, write_shards
 from jobs.indexing.passages import indexed_passages
-from qa_core.retrieval.corpus import check_corpus
+from qa_core.retrieval.corpus import weigh_corpus
 from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.index_io import HEADER_FILE
-from qa_core.retrieval.sharding import build_shard
-from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
 INDEX_FOLDER = "_index"  # the run's index, inside its output folder
@@ -154,8 +152,9 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
     """
     Builds the BM25 index of the documents that have content, in table order (documents without content are
     never retrieved and do not count in the corpus statistics, as in Haystack), or with `settings.split_length`
-    of their passages, in shards of `settings.shard_size` passages, in this process: for corpora that fit in
-    its memory (the in-process engine's). `build_index_with_ray` builds the same index by Ray Data.
+    of their passages, in shards of `settings.shard_size` passages, in this process (tokenizing once): for
+    corpora that fit in its memory (the in-process engine's). `build_index_with_ray` builds the same index, bit
+    for bit, by Ray Data.
 
     :returns: The shards, the build record and the passages' sources.
     :raises InputError: If the documents cannot be indexed, naming the documents file.
@@ -171,21 +170,19 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
     _check_shards(settings, len(texts))
     algorithm, parameters = settings.bm25_algorithm, settings.parameters()
     try:
-        check_corpus(ids, texts)
-        statistics = CorpusStatistics.of_texts(ids, texts, 0, Tokenizer(DEFAULT_TOKENIZATION_REGEX))
-        statistics.check(DEFAULT_TOKENIZATION_REGEX)
-        weights = statistics.weights(algorithm, parameters)
-        size = settings.shard_size(len(texts))
-        shards = [
-            build_shard(ids[first : first + size], texts[first : first + size], first, weights, algorithm,
-                        parameters, DEFAULT_TOKENIZATION_REGEX)
-            for first in range(0, len(texts), size)
-        ]  # fmt: skip
+        weighted = weigh_corpus(ids, texts, algorithm, parameters, Tokenizer(DEFAULT_TOKENIZATION_REGEX))
     except ValueError as error:
         raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
+    size = settings.shard_size(len(texts))
+    shards = [
+        BM25Index.from_rows(weighted, ids, texts, first, min(first + size, len(texts)), algorithm, parameters,
+                            DEFAULT_TOKENIZATION_REGEX)
+        for first in range(0, len(texts), size)
+    ]  # fmt: skip
     sources = Passages.concat(passages) if settings.split_length is not None else None
     n_sources = len(set(sources.source_ids)) if sources is not None else None
-    record = _build_record(settings, documents, statistics, len(shards), size, n_sources, started)
+    corpus = (weighted.n_docs, len(weighted.vocabulary), weighted.fingerprint)
+    record = _build_record(settings, documents, corpus, len(shards), size, n_sources, started)
     return BuiltIndex(shards, record, sources)
 
 
@@ -218,7 +215,8 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
         write_shards(passages, statistics, settings, shard_locations(folder, n_shards), size)
     except ValueError as error:  # e.g. a document id that is not a non-empty string
         raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
-    record = _build_record(settings, documents, statistics, n_shards, size, n_sources, started)
+    corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
+    record = _build_record(settings, documents, corpus, n_shards, size, n_sources, started)
     if local:
         (Path(folder) / BUILD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
         if Path(inner).exists():
@@ -241,23 +239,24 @@ def _check_shards(settings: RetrievalSettings, n_docs: int) -> None:
 def _build_record(
     settings: RetrievalSettings,
     documents: str,
-    statistics: CorpusStatistics,
+    corpus: tuple[int, int, str],
     n_shards: int,
     shard_size: int,
     n_sources: int | None,
     started: float,
 ) -> dict[str, Any]:
-    """The build record (`build.json`) of an index."""
+    """The build record (`build.json`) of an index of a corpus of (documents, terms, fingerprint)."""
+    n_docs, n_terms, corpus_fingerprint = corpus
     record = {
-        "documents": statistics.n_docs,
+        "documents": n_docs,
         "shards": n_shards,
         "shard_size": shard_size,
-        "vocabulary": len(statistics.vocabulary),
+        "vocabulary": n_terms,
         "build_s": round(time.time() - started, 3),
         "algorithm": settings.bm25_algorithm,
         "parameters": settings.parameters(),
         "tokenization_regex": DEFAULT_TOKENIZATION_REGEX,
-        "fingerprint": statistics.fingerprint_hex,
+        "fingerprint": corpus_fingerprint,
         "documents_files": input_fingerprint(documents),
         **_split_record(settings),
     }

@@ -3,6 +3,7 @@ The passages an index holds, as a Ray Dataset read and split by Ray Data tasks: 
 table order (or, with `split_length`, their passages), numbered by corpus position.
 """
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,11 @@ def indexed_passages(documents: str, settings: RetrievalSettings) -> Any:
         fn_kwargs={"split_length": settings.split_length, "split_overlap": settings.split_overlap},
     ).materialize()
     numbers = ray.data.range(split.count()).rename_columns({"id": "position"})
-    return split.zip(numbers).select_columns(PASSAGE_SCHEMA.names)
+    with warnings.catch_warnings():
+        # Ray 2.60 warns that `zip` goes in 2.64 and relies on a deterministic order: the order is preserved here.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        numbered = split.zip(numbers)
+    return numbered.select_columns(PASSAGE_SCHEMA.names)
 
 
 def _passages_of_batch(batch: pa.Table, split_length: int | None, split_overlap: int) -> pa.Table:
