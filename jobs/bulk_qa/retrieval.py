@@ -37,12 +37,13 @@ from jobs.bulk_qa.workers.passages import Passages, split_batch
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments
 from jobs.bulk_qa.workers.rows import wave_questions
 from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact, resolve_path
-from jobs.indexing.bm25 import corpus_statistics, write_shards
+from jobs.indexing.bm25 import corpus_statistics, reweigh_shards, save_files, write_shards
 from jobs.indexing.passages import indexed_passages
 from qa_core.retrieval.corpus import weigh_corpus
 from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.index_io import HEADER_FILE
+from qa_core.retrieval.statistics import FREQUENCIES_FILE, STATISTICS_FILE, CorpusStatistics
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
 INDEX_FOLDER = "_index"  # the run's index, inside its output folder
@@ -215,6 +216,7 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
         write_shards(passages, statistics, settings, shard_locations(folder, n_shards), size)
     except ValueError as error:  # e.g. a document id that is not a non-empty string
         raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
+    save_files(folder, statistics.save)  # what `add_documents_with_ray` grows the index from
     corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
     record = _build_record(settings, documents, corpus, n_shards, size, n_sources, started)
     if local:
@@ -226,6 +228,74 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
         with filesystem.open_output_stream(f"{inner.rstrip('/')}/{BUILD_FILE}") as stream:
             stream.write(json.dumps(record, indent=2, sort_keys=True).encode("utf-8"))
     return record
+
+
+def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
+    """
+    Grows a local index folder built by `build_index_with_ray` with more documents, by Ray Data, without reading
+    its documents again: the added documents (split as the index's were) are counted and merged into the stored
+    statistics, indexed as new shards after the old ones (of the index's shard size), and every old shard is
+    weighed again from its stored term counts (no tokenizing). The result is bit for bit the index of the old
+    documents followed by the new ones built at once, shards aside (the old last shard may hold fewer passages).
+    `build.json` is removed first and written last: an interrupted addition leaves an incomplete folder.
+
+    :returns: The new build record (its `documents_files` lists both builds' files).
+    :raises InputError: If the folder is not such an index, or the documents cannot be indexed.
+    """
+    started = time.time()
+    filesystem, inner = resolve_path(location)
+    folder = Path(inner)
+    record = _read_json(location, BUILD_FILE)
+    if not isinstance(filesystem, pafs.LocalFileSystem) or not isinstance(record, dict):
+        raise InputError(f"--index {redact(location)}: not a complete local index folder (no {BUILD_FILE}).")
+    try:
+        old = CorpusStatistics.load(folder)
+    except ValueError as error:
+        raise InputError(
+            f"--index {redact(location)}: it keeps no corpus statistics to grow from (built by the in-process "
+            f"engine or an earlier version): rebuild it with `python -m jobs.index`. {error}"
+        ) from None
+    settings = RetrievalSettings(
+        bm25_algorithm=record["algorithm"], bm25_parameters=record["parameters"], index_shard_size=record["shard_size"],
+        split_length=record.get("split_length"), split_overlap=record.get("split_overlap", 0),
+    )  # fmt: skip
+    passages = indexed_passages(documents, settings).map_batches(
+        _shifted, batch_format="pyarrow", fn_kwargs={"offset": old.n_docs}
+    )
+    try:
+        added, n_sources = corpus_statistics(passages, DEFAULT_TOKENIZATION_REGEX)
+        added.check(DEFAULT_TOKENIZATION_REGEX)
+    except ValueError as error:
+        raise InputError(f"{redact(documents)}: cannot add the documents to the index: {error}") from None
+    statistics = CorpusStatistics.merge([old, added])
+    (folder / BUILD_FILE).unlink()  # incomplete until the new record is written
+    old_shards, size = record["shards"], record["shard_size"]
+    if old_shards == 1:  # a one-shard index keeps its files at the top: into shard-00000/ beside the new shards
+        first_shard = folder / Path(shard_locations(str(folder), 2)[0]).name
+        first_shard.mkdir()
+        for path in list(folder.iterdir()):
+            if path.is_file() and path.name not in (STATISTICS_FILE, FREQUENCIES_FILE):
+                path.rename(first_shard / path.name)
+    locations = shard_locations(str(folder), old_shards + -(-added.n_docs // size))
+    try:
+        write_shards(passages, statistics, settings, locations, size, first_position=old.n_docs)
+    except ValueError as error:
+        raise InputError(f"{redact(documents)}: cannot add the documents to the index: {error}") from None
+    reweigh_shards(locations[:old_shards], statistics, settings)
+    statistics.save(folder)
+    corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
+    grown = _build_record(settings, documents, corpus, len(locations), size, None, started)
+    grown["documents_files"] = [record["documents_files"], grown["documents_files"]]
+    if settings.split_length is not None:
+        grown["source_documents"] = record["source_documents"] + n_sources
+    (folder / BUILD_FILE).write_text(json.dumps(grown, indent=2, sort_keys=True), encoding="utf-8")
+    return grown
+
+
+def _shifted(batch: pa.Table, offset: int) -> pa.Table:
+    """Passages numbered after an index's `offset` passages."""
+    position = batch.schema.get_field_index("position")
+    return batch.set_column(position, "position", pc.add(batch["position"], offset))
 
 
 def _check_shards(settings: RetrievalSettings, n_docs: int) -> None:

@@ -16,7 +16,7 @@ same shards.
 """
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import resolve_path
 from qa_core.retrieval.fingerprint import fingerprint_hex
 from qa_core.retrieval.index import BM25Index
-from qa_core.retrieval.sharding import build_shard
+from qa_core.retrieval.sharding import ShardCounts, build_shard, reweigh_shard
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.tokenizer import Tokenizer
 
@@ -86,11 +86,17 @@ class _SourceCount:
 
 
 def write_shards(
-    passages: Any, statistics: CorpusStatistics, settings: RetrievalSettings, locations: list[str], shard_size: int
+    passages: Any,
+    statistics: CorpusStatistics,
+    settings: RetrievalSettings,
+    locations: list[str],
+    shard_size: int,
+    first_position: int = 0,
 ) -> list[dict[str, Any]]:
     """
-    Builds and writes each shard of the index by a Ray Data task: shard `i` holds corpus positions
-    `i * shard_size` to `(i + 1) * shard_size` and goes into `locations[i]`.
+    Builds and writes each shard of the passages by a Ray Data task, with its term counts (`ShardCounts`, to
+    weigh it again when the corpus grows): the passages, from corpus position `first_position` on (documents
+    added to an index), in shards of `shard_size`, go into the last of `locations`, in order.
 
     :returns: Per shard, in order: its `shard` number, `n_docs`, `fingerprint` and `vocabulary` size.
     """
@@ -98,6 +104,7 @@ def write_shards(
 
     algorithm, parameters = settings.bm25_algorithm, settings.parameters()
     weights = ray.put(statistics.weights(algorithm, parameters))
+    first_shard = len(locations) - -(-(statistics.n_docs - first_position) // shard_size)
     written = passages.repartition(target_num_rows_per_block=shard_size, strict=True).map_batches(
         _write_shard,
         batch_format="pyarrow",
@@ -106,6 +113,8 @@ def write_shards(
             "weights": weights,
             "locations": locations,
             "shard_size": shard_size,
+            "first_position": first_position,
+            "first_shard": first_shard,
             "n_docs": statistics.n_docs,
             "algorithm": algorithm,
             "parameters": parameters,
@@ -156,6 +165,8 @@ def _write_shard(
     weights: Any,
     locations: list[str],
     shard_size: int,
+    first_position: int,
+    first_shard: int,
     n_docs: int,
     algorithm: str,
     parameters: dict[str, float],
@@ -167,15 +178,16 @@ def _write_shard(
 
     positions = batch["position"].to_numpy()
     first = int(positions[0])
-    if first % shard_size or batch.num_rows != min(shard_size, n_docs - first) or positions[-1] - first >= shard_size:
+    within = first - first_position  # the shard's place among the passages written
+    if within % shard_size or batch.num_rows != min(shard_size, n_docs - first) or positions[-1] - first >= shard_size:
         raise ValueError(f"The block of passages from position {first} is not one whole shard of {shard_size}.")
-    shard, ids, texts = first // shard_size, batch["id"].to_pylist(), batch["content"].to_pylist()
-    index = build_shard(ids, texts, first, ray.get(weights), algorithm, parameters, tokenization_regex)
+    shard, ids, texts = first_shard + within // shard_size, batch["id"].to_pylist(), batch["content"].to_pylist()
+    index, counts = build_shard(ids, texts, first, ray.get(weights), algorithm, parameters, tokenization_regex)
     del texts
     passages = None
     if split:
         passages = Passages(batch["source_id"].to_pylist(), batch["start"].to_pylist(), batch["end"].to_pylist())
-    save_shard(index, passages, locations[shard])
+    save_files(locations[shard], lambda folder: _save_local(index, counts, passages, folder))
     return pa.table(
         {
             "shard": [shard],
@@ -186,18 +198,43 @@ def _write_shard(
     )
 
 
-def save_shard(index: BM25Index, passages: Passages | None, location: str) -> None:
-    """Writes a shard (and its passages) into its folder, local or remote."""
+def reweigh_shards(locations: list[str], statistics: CorpusStatistics, settings: RetrievalSettings) -> None:
+    """
+    Weighs local shards again with the statistics of their grown corpus (`sharding.reweigh_shard`, from their
+    term counts, without tokenizing), a Ray Data task per shard, each rewriting its shard's weights and header.
+    """
+    import ray
+    import ray.data
+
+    weights = ray.put(statistics.weights(settings.bm25_algorithm, settings.parameters()))
+    shards = ray.data.from_items([{"location": location} for location in locations], override_num_blocks=len(locations))
+    shards.map_batches(_reweigh, batch_size=1, fn_kwargs={"weights": weights}).materialize()
+
+
+def _reweigh(batch: dict[str, Any], weights: Any) -> dict[str, Any]:
+    """One shard folder (local) weighed again and rewritten in place."""
+    import ray
+
+    folder = Path(str(batch["location"][0]))
+    index = reweigh_shard(BM25Index.load(folder, mmap=False), ShardCounts.load(folder), ray.get(weights))
+    index.save(folder)
+    return batch
+
+
+def save_files(location: str, save: Callable[[Path], None]) -> None:
+    """Runs `save(folder)` into a folder at `location`, local or remote (written locally, then copied)."""
     filesystem, inner = resolve_path(location)
     if isinstance(filesystem, pafs.LocalFileSystem):
-        _save_local(index, passages, Path(inner))
+        Path(inner).mkdir(parents=True, exist_ok=True)
+        save(Path(inner))
         return
     with tempfile.TemporaryDirectory() as local:
-        _save_local(index, passages, Path(local))
+        save(Path(local))
         pafs.copy_files(local, inner, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
 
 
-def _save_local(index: BM25Index, passages: Passages | None, folder: Path) -> None:
+def _save_local(index: BM25Index, counts: ShardCounts, passages: Passages | None, folder: Path) -> None:
     index.save(folder)
+    counts.save(folder)
     if passages is not None:
         passages.save(folder)

@@ -57,7 +57,7 @@ class PostingLists:
     dense_weights: np.ndarray
 
 
-def _dense_rows(
+def dense_rows(
     starts: np.ndarray, doc_indices: np.ndarray, weights: np.ndarray, n_docs: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """
@@ -75,6 +75,23 @@ def _dense_rows(
         span = _span(starts, term_id)
         rows[row, doc_indices[span]] = weights[span]
     return terms, rows
+
+
+def term_major(rows: sp.csr_matrix) -> tuple[np.ndarray, sp.csc_matrix]:
+    """
+    Documents' values by term: the terms they contain, and the values renumbered to those terms, term-major.
+
+    :param rows: `(documents, corpus terms)` CSR values, columns by corpus term id.
+    :returns: The corpus term ids present, ascending, and the `(documents, present terms)` CSC matrix (documents
+        ascending within a term); two matrices of one sparsity structure come out in one order.
+    """
+    present = np.bincount(rows.indices, minlength=rows.shape[1]) > 0
+    used_terms = np.flatnonzero(present)
+    if used_terms.size < rows.shape[1]:  # renumber the documents' terms 0, 1, ...
+        local_term = (np.cumsum(present) - 1).astype(rows.indices.dtype)
+        shape = (rows.shape[0], used_terms.size)
+        rows = sp.csr_matrix((rows.data, local_term[rows.indices], rows.indptr), shape=shape)
+    return used_terms, rows.tocsc()
 
 
 def _span(starts: np.ndarray, term_id: int) -> slice:
@@ -227,17 +244,11 @@ class BM25Index:
         :param tokenization_regex: The tokenizer's regex.
         :returns: The index; its vocabulary holds only the terms its documents contain, in corpus term id order.
         """
-        present = np.bincount(rows.indices, minlength=rows.shape[1]) > 0
-        used_terms = np.flatnonzero(present)
-        if used_terms.size < rows.shape[1]:  # renumber the documents' terms 0, 1, ...
-            local_term = (np.cumsum(present) - 1).astype(rows.indices.dtype)
-            shape = (rows.shape[0], used_terms.size)
-            rows = sp.csr_matrix((rows.data, local_term[rows.indices], rows.indptr), shape=shape)
-        by_term = rows.tocsc()  # (documents, their terms), documents ascending within a term
+        used_terms, by_term = term_major(rows)
         starts = by_term.indptr.astype(np.int64, copy=False)
         doc_indices = by_term.indices.astype(np.int64)
         weights = by_term.data.astype(np.float64, copy=False)
-        dense_terms, dense_weights = _dense_rows(starts, doc_indices, weights, rows.shape[0])
+        dense_terms, dense_weights = dense_rows(starts, doc_indices, weights, rows.shape[0])
         postings = PostingLists(starts, doc_indices, weights, dense_terms, dense_weights)
         return cls(
             algorithm=algorithm,

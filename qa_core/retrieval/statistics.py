@@ -3,8 +3,10 @@ The corpus statistics BM25 weighs with (documents, total length, each term's doc
 by batch, possibly in parallel, and merged in corpus order into the very numbers a one-pass count gives.
 """
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -12,6 +14,10 @@ from qa_core.retrieval.counts import TermCounts, TermIds, count_terms
 from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
 from qa_core.retrieval.scoring import inverse_document_frequencies
 from qa_core.retrieval.tokenizer import Tokenizer
+
+# Where an index folder keeps its corpus's statistics (to grow it).
+STATISTICS_FILE = "statistics.json"
+FREQUENCIES_FILE = "doc_frequencies.npy"
 
 
 @dataclass
@@ -88,6 +94,37 @@ class CorpusStatistics:
     def fingerprint_hex(self) -> str:
         """The fingerprint as the index files hold it."""
         return fingerprint_hex(self.fingerprint)
+
+    def save(self, folder: Path) -> None:
+        """Writes `statistics.json` (counts, fingerprint, vocabulary) and `doc_frequencies.npy` into a folder."""
+        np.save(folder / FREQUENCIES_FILE, self.doc_frequencies.astype(np.int64), allow_pickle=False)
+        header = {"n_docs": self.n_docs, "total_length": self.total_length, "fingerprint": self.fingerprint_hex}
+        with (folder / STATISTICS_FILE).open("w", encoding="utf-8") as file:
+            json.dump({**header, "vocabulary": self.vocabulary}, file, ensure_ascii=False)
+
+    @classmethod
+    def load(cls, folder: Path) -> "CorpusStatistics":
+        """
+        Reads what `save` wrote, never unpickling.
+
+        :raises ValueError: If a file is missing or malformed.
+        """
+        try:
+            with (folder / STATISTICS_FILE).open(encoding="utf-8") as file:
+                values = json.load(file)
+            frequencies = np.load(folder / FREQUENCIES_FILE, allow_pickle=False)
+            statistics = cls(
+                values["vocabulary"],
+                frequencies,
+                values["n_docs"],
+                values["total_length"],
+                int(values["fingerprint"], 16),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"Cannot read the corpus statistics in {folder}: {error}") from error
+        if frequencies.dtype != np.int64 or frequencies.shape != (len(statistics.vocabulary),):
+            raise ValueError(f"{folder / FREQUENCIES_FILE} does not match the vocabulary of {STATISTICS_FILE}.")
+        return statistics
 
     def check(self, tokenization_regex: str) -> None:
         """:raises ValueError: If the corpus is empty or has no terms at all."""

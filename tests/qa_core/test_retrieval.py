@@ -29,7 +29,7 @@ from qa_core.retrieval import counts as counts_module
 from qa_core.retrieval import index as index_module
 from qa_core.retrieval.fingerprint import add_fingerprints
 from qa_core.retrieval.scoring import resolve_parameters
-from qa_core.retrieval.sharding import build_shard, shard_bounds
+from qa_core.retrieval.sharding import ShardCounts, build_shard, reweigh_shard, shard_bounds
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.topk import top_k
 
@@ -215,7 +215,7 @@ def test_shards_built_apart_from_merged_batch_statistics_equal_build_sharded(alg
     weights = statistics.weights(algorithm, parameters)
     bounds = shard_bounds(len(texts), 3)
     shards = [
-        build_shard(ids[start:stop], texts[start:stop], start, weights, algorithm, parameters, Tokenizer().regex)
+        build_shard(ids[start:stop], texts[start:stop], start, weights, algorithm, parameters, Tokenizer().regex)[0]
         for start, stop in zip(bounds[:-1], bounds[1:], strict=True)
     ]
     for shard, reference in zip(shards, expected, strict=True):  # bit for bit: the same numbers, the same order
@@ -229,6 +229,38 @@ def test_shards_built_apart_from_merged_batch_statistics_equal_build_sharded(alg
             assert getattr(shard.postings, name).dtype == array.dtype
             assert getattr(shard.postings, name).tobytes() == array.tobytes(), name
     assert add_fingerprints([shard.fingerprint for shard in shards]) == expected[0].corpus.fingerprint
+
+
+@pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L", "Lucene"])
+def test_shards_weighed_again_for_a_grown_corpus_equal_shards_built_with_its_statistics(
+    algorithm: str, tmp_path: Path
+) -> None:
+    """Documents added as new shards: the old shards weighed again from their saved term counts, not tokenized."""
+    ids, texts, _ = _search_grid()
+    parameters, tokenizer = resolve_parameters(algorithm, None), Tokenizer()
+    old = 500  # the corpus's first 500 documents, in 2 shards; the rest added later
+
+    def statistics(start: int, stop: int) -> CorpusStatistics:
+        return CorpusStatistics.of_texts(ids[start:stop], texts[start:stop], start, tokenizer)
+
+    before, after = statistics(0, old), CorpusStatistics.merge([statistics(0, old), statistics(old, len(texts))])
+    for start, stop in ((0, 250), (250, old)):
+        shard, counts = build_shard(ids[start:stop], texts[start:stop], start, before.weights(algorithm, parameters),
+                                    algorithm, parameters, tokenizer.regex)  # fmt: skip
+        shard.save(tmp_path)
+        counts.save(tmp_path)
+        grown = reweigh_shard(
+            BM25Index.load(tmp_path), ShardCounts.load(tmp_path), after.weights(algorithm, parameters)
+        )
+        expected, _ = build_shard(ids[start:stop], texts[start:stop], start, after.weights(algorithm, parameters),
+                                  algorithm, parameters, tokenizer.regex)  # fmt: skip
+        assert (grown.vocabulary, grown.corpus, grown.fingerprint) == (
+            expected.vocabulary,
+            expected.corpus,
+            expected.fingerprint,
+        )
+        for name, array in vars(expected.postings).items():
+            assert np.asarray(getattr(grown.postings, name)).tobytes() == array.tobytes(), name
 
 
 @pytest.mark.parametrize("n_docs", [1, 7, 100, 5000])

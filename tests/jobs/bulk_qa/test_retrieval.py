@@ -333,4 +333,4 @@ def test_index_command_refuses_bad_options_and_foreign_folders(
     assert index_command.main(sharded) == 0
     assert index_command.main(sharded) == 0  # an index there, sharded or not, is replaced
     names = sorted(path.name for path in (tmp_path / "sharded").iterdir())
-    assert names == ["build.json", "shard-00000", "shard-00001"]
+    assert names == ["build.json", "doc_frequencies.npy", "shard-00000", "shard-00001", "statistics.json"]

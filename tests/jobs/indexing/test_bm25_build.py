@@ -17,6 +17,7 @@ from jobs.bulk_qa.retrieval import (
     _indexed_texts,
     build_index,
     build_index_with_ray,
+    check_given_index,
     shard_locations,
     write_index,
 )
@@ -113,3 +114,34 @@ def test_index_command_builds_shards_of_a_size_and_refuses_a_corpus_without_term
     both = ["--index-shards", "2", "--index-shard-size", "5"]
     assert index_command.main(["--documents", documents, "--output", str(tmp_path / "both"), *both]) == 2
     assert "index_shards 2 and index_shard_size: set one of them, not both" in capsys.readouterr().err
+
+
+def test_documents_added_as_shards_give_the_index_of_all_the_documents(
+    local_ray, tmp_path: Path, documents: str
+) -> None:
+    """`--add`: old shards weighed again from their term counts; the hits, scores and statistics of a build of all."""
+    old = tmp_path / "old"
+    old.mkdir()
+    for part in ("part-0.parquet", "part-1.parquet"):
+        (old / part).write_bytes((Path(documents) / part).read_bytes())
+    grown, whole = tmp_path / "grown", tmp_path / "whole"
+    size = ["--index-shard-size", "70", "--split-length", "12"]  # the old documents' last shard is not full
+    assert index_command.main(["--documents", str(old), "--output", str(grown), *size]) == 0
+    assert index_command.main(["--add", str(Path(documents) / "part-2.parquet"), "--index", str(grown)]) == 0
+    assert index_command.main(["--documents", documents, "--output", str(whole), *size]) == 0
+    record, expected = (json.loads((folder / BUILD_FILE).read_text()) for folder in (grown, whole))
+    for key in ("documents", "source_documents", "vocabulary", "fingerprint", "split_length", "shard_size"):
+        assert record[key] == expected[key], key
+    offsets = [BM25Index.load(shard).doc_offset for shard in shard_locations(str(grown), record["shards"])]
+    assert any(offset % 70 for offset in offsets)  # the added documents' shards start after a partial one
+    found, wanted = (
+        merge_top_k(
+            [BM25Index.load(location).search(QUERIES, 7) for location in shard_locations(str(folder), count)], 7
+        )
+        for folder, count in ((grown, record["shards"]), (whole, expected["shards"]))
+    )
+    for ours, theirs in zip(found, wanted, strict=True):
+        assert ours.tobytes() == theirs.tobytes()
+    # The grown index is the index of the documents, old then new (checked by fingerprint: other files).
+    settings = RetrievalSettings(index=str(grown), split_length=12)
+    assert check_given_index(settings, documents)["documents"] == expected["documents"]
