@@ -26,6 +26,8 @@ PASSAGE_SCHEMA = pa.schema(
     ]
 )
 
+_SPLIT_SCHEMA = pa.schema([field for field in PASSAGE_SCHEMA if field.name != "position"])  # before numbering
+
 
 def indexed_passages(documents: str, settings: RetrievalSettings) -> Any:
     """
@@ -60,11 +62,13 @@ def indexed_passages(documents: str, settings: RetrievalSettings) -> Any:
 def _passages_of_batch(batch: pa.Table, split_length: int | None, split_overlap: int) -> pa.Table:
     """A batch of documents -> its documents with content, or their passages (`PASSAGE_SCHEMA` without position)."""
     batch = batch.filter(pc.is_valid(batch["content"]))
-    ids, texts = batch["id"].to_pylist(), batch["content"].to_pylist()
-    if split_length is None:
-        sources, starts, ends = ids, np.zeros(len(texts), np.int64), [len(text) for text in texts]
-    else:
-        ids, texts, passages = split_batch(ids, texts, split_length, split_overlap)
-        sources, starts, ends = passages.source_ids, passages.starts, passages.ends
-    columns = {"id": ids, "content": texts, "source_id": sources, "start": starts, "end": ends}
-    return pa.table({name: pa.array(values, PASSAGE_SCHEMA.field(name).type) for name, values in columns.items()})
+    if split_length is None:  # each document is its own passage, all of its content: no Python strings made
+        ids, texts = batch["id"].cast(pa.string()), batch["content"].cast(pa.string())
+        ends = pc.utf8_length(texts).cast(pa.int64())  # in characters, as Python's len
+        columns = [ids, texts, ids, pa.array(np.zeros(batch.num_rows, np.int64)), ends]
+        return pa.Table.from_arrays(columns, schema=_SPLIT_SCHEMA)
+    documents = batch["id"].to_pylist(), batch["content"].to_pylist()
+    ids, texts, passages = split_batch(*documents, split_length, split_overlap)
+    values = (ids, texts, passages.source_ids, passages.starts, passages.ends)
+    columns = [pa.array(column, field.type) for column, field in zip(values, _SPLIT_SCHEMA, strict=True)]
+    return pa.Table.from_arrays(columns, schema=_SPLIT_SCHEMA)
