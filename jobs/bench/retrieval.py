@@ -49,27 +49,36 @@ def synthetic_texts(n: int, words_per_text: int, seed: int) -> list[str]:
     return [" ".join(words[start : start + words_per_text]) for start in starts]
 
 
-def write_synthetic_documents(path: Path, n: int, words_per_text: int) -> None:
-    """A documents table (`id` p0, p1, ..., `content`) of `n` synthetic passages, made and written in steps."""
+def write_synthetic_documents(path: Path, n: int, words_per_text: int, first_id: int = 0) -> None:
+    """A documents table (`id` p0, p1, ... from `first_id`, `content`) of `n` synthetic passages, written in steps."""
     schema = pa.schema([("id", pa.string()), ("content", pa.string())])
     with pq.ParquetWriter(path, schema) as writer:
-        for first in range(0, n, _PASSAGES_PER_WRITE):
-            count = min(_PASSAGES_PER_WRITE, n - first)
+        for first in range(first_id, first_id + n, _PASSAGES_PER_WRITE):
+            count = min(_PASSAGES_PER_WRITE, first_id + n - first)
             ids = [f"p{i}" for i in range(first, first + count)]
             texts = synthetic_texts(count, words_per_text, seed=first)
             writer.write_table(pa.table({"id": ids, "content": texts}, schema=schema))
 
 
-def measure_build(kind: str, documents: str, index: str, shard_size: int, queries: list[str], k: int) -> dict:
+def measure_build(
+    kind: str, documents: str, index: str, shard_size: int, queries: list[str], k: int, added: str | None
+) -> dict:
     """
     Builds the index of `documents` into `index` in this process (`single`) or by a Ray started here (`ray`),
-    then searches its shards.
+    then (`ray` with `added`) adds the documents of `added` to it, then searches its shards.
 
-    :returns: build seconds, the shards, the driver's peak RSS in MiB and queries/s over the shards.
+    :returns: build seconds, the addition's seconds (or None), the shards, the driver's peak RSS in MiB and
+        queries/s over the shards.
     """
     from jobs.bulk_qa.config import RunSettings
     from jobs.bulk_qa.driver import configure_ray_data, start_ray
-    from jobs.bulk_qa.retrieval import build_index, build_index_with_ray, shard_locations, write_index
+    from jobs.bulk_qa.retrieval import (
+        add_documents_with_ray,
+        build_index,
+        build_index_with_ray,
+        shard_locations,
+        write_index,
+    )
     from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 
     settings = RetrievalSettings(index_shard_size=shard_size)
@@ -86,11 +95,22 @@ def measure_build(kind: str, documents: str, index: str, shard_size: int, querie
         del built
     build_s = time.perf_counter() - start
     driver_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    add_s = None
+    if kind == "ray" and added is not None:
+        start = time.perf_counter()
+        record = add_documents_with_ray(index, added)
+        add_s = time.perf_counter() - start
     shards = [BM25Index.load(location) for location in shard_locations(index, record["shards"])]
     start = time.perf_counter()
     merge_top_k([shard.search(queries, k) for shard in shards], k)
     qps = len(queries) / (time.perf_counter() - start)
-    return {"build_s": build_s, "shards": record["shards"], "driver_mib": driver_mib, "queries_per_s": qps}
+    return {
+        "build_s": build_s,
+        "add_s": add_s,
+        "shards": record["shards"],
+        "driver_mib": driver_mib,
+        "queries_per_s": qps,
+    }
 
 
 def compare_builds(args: argparse.Namespace) -> None:
@@ -104,12 +124,18 @@ def compare_builds(args: argparse.Namespace) -> None:
         documents = work / "documents.parquet"
         write_synthetic_documents(documents, args.passages, args.words)
         print(f"{args.passages:,} passages of {args.words} words, shards of {args.shard_size:,}", flush=True)
+        added = []
+        if args.add_share:
+            n_added = round(args.passages * args.add_share)
+            write_synthetic_documents(work / "added.parquet", n_added, args.words, first_id=args.passages)
+            added = ["--added", str(work / "added.parquet")]
         for kind in kinds:
             result = work / f"{kind}.json"
             command = [
                 sys.executable, "-m", "jobs.bench.retrieval", "--measure", kind, "--documents", str(documents),
                 "--index", str(work / f"index-{kind}"), "--shard-size", str(args.shard_size),
                 "--queries", str(args.queries), "--top-k", str(args.top_k), "--result", str(result),
+                *(added if kind == "ray" else []),
             ]  # fmt: skip
             machine = run_measured(command)
             measured = json.loads(result.read_text())
@@ -119,6 +145,10 @@ def compare_builds(args: argparse.Namespace) -> None:
                 f"command {machine.wall_s:.1f} s; search over the shards {measured['queries_per_s']:,.0f} queries/s",
                 flush=True,
             )
+            if measured["add_s"] is not None:
+                share = f"{args.add_share:.0%} more passages"
+                print(f"ray: {share} added in {measured['add_s']:.1f} s, {measured['add_s'] / measured['build_s']:.1%} "
+                      "of the build (then the search above)", flush=True)  # fmt: skip
             subprocess.run(["rm", "-rf", str(work / f"index-{kind}")], check=True)
 
 
@@ -163,15 +193,19 @@ def main() -> None:
     parser.add_argument("--build", choices=(*BUILDS, "both"), help="the index build at scale instead (see above)")
     parser.add_argument("--shard-size", type=int, default=250_000, help="passages per shard, with --build")
     parser.add_argument("--work", type=Path, help="folder for the documents and indexes, with --build")
+    parser.add_argument("--add-share", type=float, help="with --build: add this share more passages to the Ray build")
     # One build measured in this process (what --build runs, a process per build).
     parser.add_argument("--measure", choices=BUILDS, help=argparse.SUPPRESS)
     parser.add_argument("--documents", help=argparse.SUPPRESS)
     parser.add_argument("--index", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--added", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         queries = synthetic_texts(args.queries, 8, seed=1)
-        measured = measure_build(args.measure, args.documents, args.index, args.shard_size, queries, args.top_k)
+        measured = measure_build(
+            args.measure, args.documents, args.index, args.shard_size, queries, args.top_k, args.added
+        )
         args.result.write_text(json.dumps(measured))
         return
     if args.build:
