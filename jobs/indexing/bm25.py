@@ -8,11 +8,12 @@ corpus statistics only:
    single-process build does;
 2. shards: the passages regrouped into blocks of one shard each (`repartition`, streaming, no shuffle) and each
    shard tokenized again, weighed with the statistics (`sharding.build_shard`) and written into its folder by a
-   task, then freed.
+   task, with its term counts, then freed.
 
 Both passes tokenize: the second pass costs a second tokenization of every passage instead of holding the first
 pass's term counts of the whole corpus. The index is bit for bit the one `sharding.build_sharded` makes of the
-same shards.
+same shards. A corpus that grows: the added passages go through both passes as new shards, and the old shards
+are weighed again from their term counts (`reweigh_shards`).
 """
 
 import tempfile
@@ -32,7 +33,7 @@ from qa_core.retrieval.fingerprint import fingerprint_hex
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.sharding import ShardCounts, build_shard, reweigh_shard
 from qa_core.retrieval.statistics import CorpusStatistics
-from qa_core.retrieval.tokenizer import Tokenizer
+from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
 # Passages counted per batch in the statistics pass: each batch sends its vocabulary to the driver.
 STATISTICS_BATCH = 16384
@@ -118,7 +119,7 @@ def write_shards(
             "n_docs": statistics.n_docs,
             "algorithm": algorithm,
             "parameters": parameters,
-            "tokenization_regex": Tokenizer().regex,
+            "tokenization_regex": DEFAULT_TOKENIZATION_REGEX,
             "split": settings.split_length is not None,
         },
     )
