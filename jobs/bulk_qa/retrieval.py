@@ -214,7 +214,7 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
         filesystem.delete_dir(inner)
     try:
         write_shards(passages, statistics, settings, shard_locations(folder, n_shards), size)
-    except ValueError as error:  # e.g. a document id that is not a non-empty string
+    except ValueError as error:  # e.g. an id twice in a shard, or one that is not a non-empty string
         raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
     save_files(folder, statistics.save)  # what `add_documents_with_ray` grows the index from
     corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)

@@ -29,6 +29,7 @@ import pyarrow.fs as pafs
 from jobs.bulk_qa.workers.passages import Passages
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import resolve_path
+from qa_core.retrieval.corpus import check_corpus
 from qa_core.retrieval.fingerprint import fingerprint_hex
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.sharding import ShardCounts, build_shard, reweigh_shard
@@ -49,6 +50,7 @@ _STATISTICS_SCHEMA = pa.schema(
         ("sources", pa.int64()),
         ("first_source", pa.string()),
         ("last_source", pa.string()),
+        ("error", pa.string()),  # why the batch cannot be indexed (bad input), else null
     ]
 )
 
@@ -59,6 +61,7 @@ def corpus_statistics(passages: Any, tokenization_regex: str) -> tuple[CorpusSta
     merged in the driver in corpus order.
 
     :returns: The statistics, and how many source documents the passages come from.
+    :raises ValueError: If a batch's ids are not unique non-empty strings.
     """
     parts = passages.select_columns(["position", "id", "content", "source_id"]).map_batches(
         _batch_statistics,
@@ -100,6 +103,7 @@ def write_shards(
     added to an index), in shards of `shard_size`, go into the last of `locations`, in order.
 
     :returns: Per shard, in order: its `shard` number, `n_docs`, `fingerprint` and `vocabulary` size.
+    :raises ValueError: If a shard's passages cannot be indexed (ids not unique in it, or not non-empty strings).
     """
     import ray
 
@@ -123,7 +127,11 @@ def write_shards(
             "split": settings.split_length is not None,
         },
     )
-    return sorted(written.take_all(), key=lambda row: row["shard"])
+    rows = sorted(written.take_all(), key=lambda row: row["shard"])
+    errors = [row["error"] for row in rows if row["error"] is not None]
+    if errors:
+        raise ValueError(errors[0])
+    return rows
 
 
 def _batch_statistics(batch: pa.Table, tokenization_regex: str) -> pa.Table:
@@ -132,9 +140,14 @@ def _batch_statistics(batch: pa.Table, tokenization_regex: str) -> pa.Table:
     if positions.size and positions[-1] - positions[0] != positions.size - 1:
         raise ValueError(f"The batch of passages from position {positions[0]} is not contiguous.")
     first = int(positions[0]) if positions.size else 0
-    part = CorpusStatistics.of_texts(
-        batch["id"].to_pylist(), batch["content"].to_pylist(), first, Tokenizer(tokenization_regex)
-    )
+    ids, texts = batch["id"].to_pylist(), batch["content"].to_pylist()
+    try:
+        if ids:
+            check_corpus(ids, texts)  # ids unique within the batch; across batches only within a shard
+    except ValueError as error:
+        columns = {name: [None] for name in _STATISTICS_SCHEMA.names}
+        return pa.table({**columns, "error": [str(error)]}, schema=_STATISTICS_SCHEMA)
+    part = CorpusStatistics.of_texts(ids, texts, first, Tokenizer(tokenization_regex))
     row = {
         "vocabulary": [part.vocabulary],
         "doc_frequencies": [part.doc_frequencies],
@@ -144,6 +157,7 @@ def _batch_statistics(batch: pa.Table, tokenization_regex: str) -> pa.Table:
         "sources": [pc.count_distinct(batch["source_id"]).as_py()],
         "first_source": [batch["source_id"][0].as_py() if batch.num_rows else None],
         "last_source": [batch["source_id"][-1].as_py() if batch.num_rows else None],
+        "error": [None],
     }
     return pa.table(row, schema=_STATISTICS_SCHEMA)
 
@@ -151,6 +165,8 @@ def _batch_statistics(batch: pa.Table, tokenization_regex: str) -> pa.Table:
 def _rows_statistics(table: pa.Table, sources: _SourceCount) -> Iterator[CorpusStatistics]:
     """The `CorpusStatistics` of each row of a table of `_STATISTICS_SCHEMA`, in order, counting the sources."""
     for row in range(table.num_rows):
+        if table["error"][row].is_valid:
+            raise ValueError(table["error"][row].as_py())
         sources.add(*(table[name][row].as_py() for name in ("sources", "first_source", "last_source")))
         yield CorpusStatistics(
             vocabulary=table["vocabulary"][row].values.to_pylist(),
@@ -183,7 +199,12 @@ def _write_shard(
     if within % shard_size or batch.num_rows != min(shard_size, n_docs - first) or positions[-1] - first >= shard_size:
         raise ValueError(f"The block of passages from position {first} is not one whole shard of {shard_size}.")
     shard, ids, texts = first_shard + within // shard_size, batch["id"].to_pylist(), batch["content"].to_pylist()
-    index, counts = build_shard(ids, texts, first, ray.get(weights), algorithm, parameters, tokenization_regex)
+    try:
+        index, counts = build_shard(ids, texts, first, ray.get(weights), algorithm, parameters, tokenization_regex)
+    except ValueError as error:  # bad input: the driver raises it
+        return pa.table(
+            {"shard": [shard], "n_docs": [0], "fingerprint": [""], "vocabulary": [0], "error": [str(error)]}
+        )
     del texts
     passages = None
     if split:
@@ -195,6 +216,7 @@ def _write_shard(
             "n_docs": [index.n_docs],
             "fingerprint": [index.fingerprint],
             "vocabulary": [len(index.vocabulary)],
+            "error": pa.array([None], pa.string()),
         }
     )
 

@@ -51,7 +51,10 @@ def indexed_passages(documents: str, settings: RetrievalSettings) -> Any:
         batch_format="pyarrow",
         fn_kwargs={"split_length": settings.split_length, "split_overlap": settings.split_overlap},
     ).materialize()
-    numbers = ray.data.range(split.count()).rename_columns({"id": "position"})
+    n_passages = split.count()
+    if n_passages == 0:  # blocks without rows may lack the columns
+        return ray.data.from_arrow(PASSAGE_SCHEMA.empty_table())
+    numbers = ray.data.range(n_passages).rename_columns({"id": "position"})
     with warnings.catch_warnings():
         # Ray 2.60 warns that `zip` goes in 2.64 and relies on a deterministic order: the order is preserved here.
         warnings.simplefilter("ignore", DeprecationWarning)

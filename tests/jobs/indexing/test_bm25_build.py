@@ -106,11 +106,15 @@ def test_index_command_builds_shards_of_a_size_and_refuses_a_corpus_without_term
         200,
     ]
     assert not [path for path in tmp_path.iterdir() if path.name.startswith(".")]  # no partial folder left
-    no_terms = tmp_path / "no-terms.parquet"
-    pq.write_table(pa.table({"id": ["a", "b"], "content": ["!!! ...", "-- ?"]}), no_terms)
-    assert index_command.main(["--documents", str(no_terms), "--output", str(tmp_path / "none")]) == 2
-    error = capsys.readouterr().err
-    assert f"{no_terms}: cannot build the BM25 index of the documents: The corpus of 2 documents has no terms" in error
+    for contents, ids, message in [
+        (["!!! ...", "-- ?"], ["a", "b"], "The corpus of 2 documents has no terms"),
+        ([None, None], ["a", "b"], "Cannot build a BM25 index from an empty corpus"),
+        (["one", "two"], ["a", "a"], "Document id 'a' occurs more than once in the corpus"),
+    ]:
+        bad = tmp_path / "bad.parquet"
+        pq.write_table(pa.table({"id": ids, "content": pa.array(contents, pa.string())}), bad)
+        assert index_command.main(["--documents", str(bad), "--output", str(tmp_path / "none")]) == 2
+        assert f"{bad}: cannot build the BM25 index of the documents: {message}" in capsys.readouterr().err
     both = ["--index-shards", "2", "--index-shard-size", "5"]
     assert index_command.main(["--documents", documents, "--output", str(tmp_path / "both"), *both]) == 2
     assert "index_shards 2 and index_shard_size: set one of them, not both" in capsys.readouterr().err
