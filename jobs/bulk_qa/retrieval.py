@@ -198,7 +198,7 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
     :raises InputError: If the documents cannot be indexed, naming the documents file.
     """
     started = time.time()
-    passages = indexed_passages(documents, settings)
+    passages = indexed_passages(documents, settings).materialize()  # numbered once for both passes
     try:
         statistics, n_sources = corpus_statistics(passages, DEFAULT_TOKENIZATION_REGEX)
         statistics.check(DEFAULT_TOKENIZATION_REGEX)
@@ -259,9 +259,11 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
         bm25_algorithm=record["algorithm"], bm25_parameters=record["parameters"], index_shard_size=record["shard_size"],
         split_length=record.get("split_length"), split_overlap=record.get("split_overlap", 0),
     )  # fmt: skip
-    passages = indexed_passages(documents, settings).map_batches(
-        _shifted, batch_format="pyarrow", fn_kwargs={"offset": old.n_docs}
-    )
+    passages = (
+        indexed_passages(documents, settings)
+        .map_batches(_shifted, batch_format="pyarrow", fn_kwargs={"offset": old.n_docs})
+        .materialize()
+    )  # numbered once for both passes
     try:
         added, n_sources = corpus_statistics(passages, DEFAULT_TOKENIZATION_REGEX)
         added.check(DEFAULT_TOKENIZATION_REGEX)
