@@ -2,8 +2,15 @@
 Builds the BM25 index of a documents table once, for bulk QA runs to share (`python -m jobs.bulk_qa ... --index DIR`):
 
     python -m jobs.index --documents D --output DIR [--bm25-algorithm BM25L] [--bm25-parameters '{k1: 1.2}'] \
-        [--index-shards N] [--split-length WORDS] [--split-overlap WORDS]
+        [--index-shards N | --index-shard-size PASSAGES] [--split-length WORDS] [--split-overlap WORDS] \
+        [--address RAY]
 
+Or grows an index it built with more documents, as new shards, without reading its documents again:
+
+    python -m jobs.index --add DOCS --index DIR [--address RAY]
+
+The index is built by Ray Data (`jobs.bulk_qa.retrieval.build_index_with_ray`), on its own local Ray or the
+cluster `--address` names: memory per task is set by the shard size, the driver holds the corpus statistics only.
 DIR receives the index (`.npy` arrays and JSON, loaded memory-mapped and never unpickled) and `build.json`:
 the documents' files and fingerprint, the algorithm and parameters, the splitting, the vocabulary size and the
 build time. A run given `--index DIR` refuses it unless its `--documents`, `--bm25-algorithm`,
@@ -16,23 +23,31 @@ import sys
 
 import pyarrow.fs as pafs
 
-from jobs.bulk_qa.config import add_options, with_values
+from jobs.bulk_qa.config import RunSettings, add_options, with_values
+from jobs.bulk_qa.driver import configure_ray_data, start_ray
 from jobs.bulk_qa.inputs import DOCUMENTS, table_schema
-from jobs.bulk_qa.retrieval import BUILD_FILE, build_index, write_index
+from jobs.bulk_qa.retrieval import BUILD_FILE, add_documents_with_ray, build_index_with_ray
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
 from qa_core.retrieval.index_io import HEADER_FILE
 
 # The retrieval settings an index is built with (the job's others only apply to searching it).
-INDEX_OPTIONS = frozenset({"bm25_algorithm", "bm25_parameters", "index_shards", "split_length", "split_overlap"})
+INDEX_OPTIONS = frozenset(
+    {"bm25_algorithm", "bm25_parameters", "index_shards", "index_shard_size", "split_length", "split_overlap"}
+)
+# Where the build runs (the job's options of the same names).
+RUN_OPTIONS = frozenset({"address", "verbose"})
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line: the BM25 options are `RetrievalSettings`' fields, as the job's."""
     parser = argparse.ArgumentParser(prog="python -m jobs.index", description=__doc__.split("\n\n")[0].strip())
-    parser.add_argument("--documents", required=True, help="documents Parquet: id, content (as for the job)")
-    parser.add_argument("--output", required=True, help="folder to write the index into (an index there is replaced)")
+    parser.add_argument("--documents", help="documents Parquet: id, content (as for the job)")
+    parser.add_argument("--output", help="folder to write the index into (an index there is replaced)")
+    parser.add_argument("--add", metavar="DOCS", help="documents Parquet to add to the index --index (a local folder)")
+    parser.add_argument("--index", help="with --add: the index to grow (its own settings are kept)")
     add_options(parser, {"retrieval": RetrievalSettings()}, only=INDEX_OPTIONS)
+    add_options(parser, {"run": RunSettings()}, only=RUN_OPTIONS)
     return parser
 
 
@@ -40,21 +55,31 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        settings = with_values({"retrieval": RetrievalSettings()}, vars(args))["retrieval"]
+        output = args.output or args.index
+        phases = with_values({"retrieval": RetrievalSettings(), "run": RunSettings(output=output)}, vars(args))
+        settings = phases["retrieval"]
         problems = settings.problems()
         if problems:
             raise InputError("Invalid options:\n  - " + "\n  - ".join(problems))
-        _check_target(args.output)
-        table_schema(args.documents, DOCUMENTS)
-        built = build_index(settings, args.documents)
-        write_index(built, args.output)
+        building = args.add is None and args.index is None and bool(args.documents and args.output)
+        adding = args.add is not None and args.index is not None and not (args.documents or args.output)
+        if not building and not adding:
+            raise InputError("give --documents and --output to build an index, or --add and --index to grow one")
+        if args.add is None:
+            _check_target(args.output)
+        table_schema(args.add or args.documents, DOCUMENTS)
+        start_ray(phases["run"])
+        configure_ray_data(phases["run"])
+        if args.add is None:
+            record = build_index_with_ray(settings, args.documents, args.output)
+        else:
+            record = add_documents_with_ray(args.index, args.add)
     except InputError as error:
         print(f"jobs.index: error: {error}", file=sys.stderr)
         return 2
-    record = built.record
     print(
         f"jobs.index: indexed {record['documents']} documents ({record['vocabulary']} terms, {record['algorithm']} "
-        f"{record['parameters']}, {record['shards']} shards) in {record['build_s']} s into {redact(args.output)}",
+        f"{record['parameters']}, {record['shards']} shards) in {record['build_s']} s into {redact(output)}",
         flush=True,
     )
     return 0

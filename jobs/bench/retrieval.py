@@ -4,27 +4,152 @@ synthetic passages made from the repository's local text, and Haystack's `InMemo
 side by side on the same queries at a size it can handle (20k passages by default), as a ratio.
 
     .venv/bin/python -m jobs.bench.retrieval --passages 100000 --haystack-passages 20000
+
+With `--build`, the index build at scale instead, from a Parquet table of the synthetic passages, as the job and
+`python -m jobs.index` build it: `ray` (by Ray Data, `build_index_with_ray`), `single` (in one process,
+`build_index`, as every build was before) or `both`, side by side, each in a process of its own: build time,
+peak memory of the driver and of the whole machine (above its level before the build), and queries/s over the
+shards (searched one after the other in one process, merged exactly).
+
+    .venv/bin/python -m jobs.bench.retrieval --build both --passages 1000000 --shard-size 250000
 """
 
 import argparse
 import json
 import resource
+import subprocess
+import sys
 import tempfile
 import time
+from functools import cache
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval.index import BM25Index
+from qa_core.retrieval.topk import merge_top_k
+
+BUILDS = ("ray", "single")  # `--build`'s kinds, in the order `both` runs them
+_PASSAGES_PER_WRITE = 250_000  # synthetic passages made and written to Parquet at a time (one row group each)
+
+
+@cache
+def _words() -> list[str]:
+    with TEXT_FILE.open(encoding="utf-8") as file:
+        return " ".join(json.loads(line)["text"] for line in file).split()
 
 
 def synthetic_texts(n: int, words_per_text: int, seed: int) -> list[str]:
     """`n` texts, each `words_per_text` consecutive words of the local text from a random start."""
-    with TEXT_FILE.open(encoding="utf-8") as file:
-        words = " ".join(json.loads(line)["text"] for line in file).split()
+    words = _words()
     starts = np.random.default_rng(seed).integers(0, len(words) - words_per_text, n)
     return [" ".join(words[start : start + words_per_text]) for start in starts]
+
+
+def write_synthetic_documents(path: Path, n: int, words_per_text: int, first_id: int = 0) -> None:
+    """A documents table (`id` p0, p1, ... from `first_id`, `content`) of `n` synthetic passages, written in steps."""
+    schema = pa.schema([("id", pa.string()), ("content", pa.string())])
+    with pq.ParquetWriter(path, schema) as writer:
+        for first in range(first_id, first_id + n, _PASSAGES_PER_WRITE):
+            count = min(_PASSAGES_PER_WRITE, first_id + n - first)
+            ids = [f"p{i}" for i in range(first, first + count)]
+            texts = synthetic_texts(count, words_per_text, seed=first)
+            writer.write_table(pa.table({"id": ids, "content": texts}, schema=schema))
+
+
+def measure_build(
+    kind: str, documents: str, index: str, shard_size: int, queries: list[str], k: int, added: str | None
+) -> dict:
+    """
+    Builds the index of `documents` into `index` in this process (`single`) or by a Ray started here (`ray`),
+    then (`ray` with `added`) adds the documents of `added` to it, then searches its shards.
+
+    :returns: build seconds, the addition's seconds (or None), the shards, the driver's peak RSS in MiB and
+        queries/s over the shards.
+    """
+    from jobs.bulk_qa.config import RunSettings
+    from jobs.bulk_qa.driver import configure_ray_data, start_ray
+    from jobs.bulk_qa.retrieval import (
+        add_documents_with_ray,
+        build_index,
+        build_index_with_ray,
+        shard_locations,
+        write_index,
+    )
+    from jobs.bulk_qa.workers.retrieve import RetrievalSettings
+
+    settings = RetrievalSettings(index_shard_size=shard_size)
+    if kind == "ray":
+        start_ray(RunSettings(output=index, quiet=True))
+        configure_ray_data(RunSettings(output=index))
+    start = time.perf_counter()
+    if kind == "ray":
+        record = build_index_with_ray(settings, documents, index)
+    else:
+        built = build_index(settings, documents)
+        write_index(built, index)
+        record = built.record
+        del built
+    build_s = time.perf_counter() - start
+    driver_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    add_s = None
+    if kind == "ray" and added is not None:
+        start = time.perf_counter()
+        record = add_documents_with_ray(index, added)
+        add_s = time.perf_counter() - start
+    shards = [BM25Index.load(location) for location in shard_locations(index, record["shards"])]
+    start = time.perf_counter()
+    merge_top_k([shard.search(queries, k) for shard in shards], k)
+    qps = len(queries) / (time.perf_counter() - start)
+    return {
+        "build_s": build_s,
+        "add_s": add_s,
+        "shards": record["shards"],
+        "driver_mib": driver_mib,
+        "queries_per_s": qps,
+    }
+
+
+def compare_builds(args: argparse.Namespace) -> None:
+    """`--build`: the documents written once, then each build in a process of its own, measured from outside."""
+    from jobs.bench.corpus_waves import run_measured
+
+    kinds = BUILDS if args.build == "both" else (args.build,)
+    with tempfile.TemporaryDirectory() as temporary:
+        work = args.work or Path(temporary)
+        work.mkdir(parents=True, exist_ok=True)
+        documents = work / "documents.parquet"
+        write_synthetic_documents(documents, args.passages, args.words)
+        print(f"{args.passages:,} passages of {args.words} words, shards of {args.shard_size:,}", flush=True)
+        added = []
+        if args.add_share:
+            n_added = round(args.passages * args.add_share)
+            write_synthetic_documents(work / "added.parquet", n_added, args.words, first_id=args.passages)
+            added = ["--added", str(work / "added.parquet")]
+        for kind in kinds:
+            result = work / f"{kind}.json"
+            command = [
+                sys.executable, "-m", "jobs.bench.retrieval", "--measure", kind, "--documents", str(documents),
+                "--index", str(work / f"index-{kind}"), "--shard-size", str(args.shard_size),
+                "--queries", str(args.queries), "--top-k", str(args.top_k), "--result", str(result),
+                *(added if kind == "ray" else []),
+            ]  # fmt: skip
+            machine = run_measured(command)
+            measured = json.loads(result.read_text())
+            print(
+                f"{kind}: build {measured['build_s']:.1f} s ({measured['shards']} shards), driver peak RSS "
+                f"{measured['driver_mib']:,.0f} MiB, machine peak {machine.peak_mib:,.0f} MiB above idle, "
+                f"command {machine.wall_s:.1f} s; search over the shards {measured['queries_per_s']:,.0f} queries/s",
+                flush=True,
+            )
+            if measured["add_s"] is not None:
+                share = f"{args.add_share:.0%} more passages"
+                print(f"ray: {share} added in {measured['add_s']:.1f} s, {measured['add_s'] / measured['build_s']:.1%} "
+                      "of the build (then the search above)", flush=True)  # fmt: skip
+            subprocess.run(["rm", "-rf", str(work / f"index-{kind}")], check=True)
 
 
 def index_bytes_on_disk(index: BM25Index) -> int:
@@ -65,7 +190,27 @@ def main() -> None:
         "--haystack-passages", type=int, default=20_000, help="Haystack side by side at this size (0: skip)"
     )
     parser.add_argument("--haystack-queries", type=int, default=20)
+    parser.add_argument("--build", choices=(*BUILDS, "both"), help="the index build at scale instead (see above)")
+    parser.add_argument("--shard-size", type=int, default=250_000, help="passages per shard, with --build")
+    parser.add_argument("--work", type=Path, help="folder for the documents and indexes, with --build")
+    parser.add_argument("--add-share", type=float, help="with --build: add this share more passages to the Ray build")
+    # One build measured in this process (what --build runs, a process per build).
+    parser.add_argument("--measure", choices=BUILDS, help=argparse.SUPPRESS)
+    parser.add_argument("--documents", help=argparse.SUPPRESS)
+    parser.add_argument("--index", help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--added", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.measure:
+        queries = synthetic_texts(args.queries, 8, seed=1)
+        measured = measure_build(
+            args.measure, args.documents, args.index, args.shard_size, queries, args.top_k, args.added
+        )
+        args.result.write_text(json.dumps(measured))
+        return
+    if args.build:
+        compare_builds(args)
+        return
 
     texts = synthetic_texts(args.passages, args.words, seed=0)
     ids = [f"p{i}" for i in range(len(texts))]

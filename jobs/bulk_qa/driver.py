@@ -52,7 +52,7 @@ from jobs.bulk_qa.inputs import (
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.progress import Progress
 from jobs.bulk_qa.results import write_results
-from jobs.bulk_qa.retrieval import needs_retrieval, prepare_index, save_built_index
+from jobs.bulk_qa.retrieval import complete_index, needs_retrieval, prepare_index
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
 from jobs.bulk_qa.waves import (
     MAX_SHUFFLE_PARTITIONS,
@@ -144,15 +144,17 @@ def run(config: JobConfig) -> int:
     # before Ray starts, when the id columns are small (a folder of files: once converted)
     ids = check_small_ids(tables, schemas, squad, engine, n_questions)
     index = None
-    if schemas.retrieval:  # built (or checked) before Ray starts: an unusable corpus fails at once
-        index = prepare_index(config.retrieval, tables.work.documents, output, resuming)
+    if schemas.retrieval:  # checked (or built in memory) before Ray starts: an unusable option fails at once
+        distributed = isinstance(engine, RayEngine)  # built by Ray Data once Ray runs
+        index = prepare_index(config.retrieval, tables.work.documents, output, resuming, distributed)
     if cluster is None:
         cluster = start_engine(config.run, engine)
     inputs, expected = read_inputs(tables, schemas, squad, ids, engine)
     if corpus is None:  # else claimed before the conversion
         output.claim(identity, config.run.overwrite)
     if index is not None:
-        index = save_built_index(index)  # into the claimed output folder, so that a resumed run keeps it
+        # into the claimed output folder, so that a resumed run keeps it
+        index = complete_index(index, config.retrieval, tables.work.documents)
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
     resumed = output.committed_shards()
     pipeline_started = time.time()

@@ -3,19 +3,19 @@ Retrieval, driver side: which questions need it, the BM25 index of the run (buil
 or kept from the run this one resumes), and the wave stage that hands it to a pool of retrieval actors.
 
 An index folder is `qa_core.retrieval.BM25Index.save`'s (`.npy` arrays and JSON, never unpickled), or with
-`index_shards` N > 1 one such folder per shard (`shard-00000/`, ...: `build_sharded`'s shards, which share the
-corpus's statistics), plus `build.json`, written last: what it was built from (the documents' files and
-fingerprint) and how (algorithm, parameters, shards, vocabulary size, build seconds, splitting). A run saves
-its index as `_index/` in its output folder, so that a resumed run does not rebuild it; the retrieval actors
-memory-map it from there. With `split_length` the index holds passages of the documents, and each shard folder
-also holds `passages.json` (`workers.passages`): where each passage lies in its source document.
+more than one shard one such folder per shard (`shard-00000/`, ...: contiguous ranges of `shard_size` corpus
+positions weighed with the whole corpus's statistics), plus `build.json`, written last: what it was built from
+(the documents' files and fingerprint) and how (algorithm, parameters, shards and their size, vocabulary size,
+build seconds, splitting). A run saves its index as `_index/` in its output folder, so that a resumed run does
+not rebuild it; the retrieval actors memory-map it from there. With `split_length` the index holds passages of
+the documents, and each shard folder also holds `passages.json` (`workers.passages`): where each passage lies
+in its source document.
 
-Building reads the documents' ids and contents into the driver (fine for corpora that fit in its memory, as
-`build_sharded` needs them all; a distributed build is not done yet), splitting them batch by batch as they are
-read when `split_length` is set.
+With the Ray engine (and in `python -m jobs.index`) the index is built by Ray Data (`build_index_with_ray`,
+`jobs.indexing`): the driver holds the corpus statistics only, each shard is built and written by a task. The
+in-process engine, chosen for small local jobs, builds the same index in its own process (`build_index`).
 """
 
-import hashlib
 import json
 import shutil
 import tempfile
@@ -37,11 +37,14 @@ from jobs.bulk_qa.workers.passages import Passages, split_batch
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments
 from jobs.bulk_qa.workers.rows import wave_questions
 from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact, resolve_path
-from qa_core.retrieval.corpus import update_fingerprint
+from jobs.indexing.bm25 import corpus_statistics, reweigh_shards, save_files, write_shards
+from jobs.indexing.passages import indexed_passages
+from qa_core.retrieval.corpus import weigh_corpus
+from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.index_io import HEADER_FILE
-from qa_core.retrieval.sharding import build_sharded
-from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX
+from qa_core.retrieval.statistics import FREQUENCIES_FILE, STATISTICS_FILE, CorpusStatistics
+from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
 INDEX_FOLDER = "_index"  # the run's index, inside its output folder
 BUILD_FILE = "build.json"  # written last into an index folder: a folder without it is incomplete
@@ -74,12 +77,14 @@ class IndexPlan:
     :param location: The index folder (local path or URI).
     :param record: Documents, vocabulary size, build seconds, algorithm, parameters, splitting, fingerprint, and
         `source`: `built` (by this run), `resumed` (kept from the run this one resumes) or `given` (`--index`).
-    :param built: An index this run built, not saved yet (`save_built_index` saves and drops it).
+    :param built: An index this run built in memory, not saved yet (`complete_index` saves and drops it).
+    :param pending: The index is still to be built by Ray into `location` (`complete_index` builds it).
     """
 
     location: str
     record: dict[str, Any]
     built: BuiltIndex | None = None
+    pending: bool = False
 
     @property
     def shard_locations(self) -> list[str]:
@@ -104,10 +109,13 @@ def needs_retrieval(questions_path: str, schema: pa.Schema) -> bool:
     return parquet_dataset(questions_path).count_rows(filter=pc.field("document_ids").is_null()) > 0
 
 
-def prepare_index(settings: RetrievalSettings, documents: str, output: OutputFolder, resuming: bool) -> IndexPlan:
+def prepare_index(
+    settings: RetrievalSettings, documents: str, output: OutputFolder, resuming: bool, distributed: bool
+) -> IndexPlan:
     """
     The run's index, before Ray starts: `--index` checked against the documents, or the index of the run this
-    one resumes, or a new one built in memory (saved by `save_built_index` once the output folder is claimed).
+    one resumes, or a new one: with `distributed` (the Ray engine) left for `complete_index` to build by Ray,
+    else built in memory now (saved by `complete_index` once the output folder is claimed).
 
     :raises InputError: For an `--index` built from other documents or with other settings, or documents that
         cannot be indexed (none with content, no terms, bad ids), naming the option or file.
@@ -119,23 +127,35 @@ def prepare_index(settings: RetrievalSettings, documents: str, output: OutputFol
         record = _read_json(saved, BUILD_FILE)
         if isinstance(record, dict):
             return IndexPlan(saved, {**_summary(record), "source": "resumed"})
+    if distributed:
+        return IndexPlan(saved, {"source": "built"}, pending=True)
     built = build_index(settings, documents)
     return IndexPlan(saved, {**_summary(built.record), "source": "built"}, built=built)
 
 
-def save_built_index(plan: IndexPlan) -> IndexPlan:
-    """Saves an index the run built into its output folder (`plan.location`) and drops it from the driver."""
-    if plan.built is None:
-        return plan
-    write_index(plan.built, plan.location)
-    return replace(plan, built=None)
+def complete_index(plan: IndexPlan, settings: RetrievalSettings, documents: str) -> IndexPlan:
+    """
+    Once the output folder is claimed: saves an index the run built in memory into it (`plan.location`) and drops
+    it from the driver, or builds a pending one there by Ray (`build_index_with_ray`).
+
+    :raises InputError: If the documents cannot be indexed.
+    """
+    if plan.built is not None:
+        write_index(plan.built, plan.location)
+        return replace(plan, built=None)
+    if plan.pending:
+        record = build_index_with_ray(settings, documents, plan.location)
+        return replace(plan, record={**_summary(record), "source": "built"}, pending=False)
+    return plan
 
 
 def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
     """
     Builds the BM25 index of the documents that have content, in table order (documents without content are
     never retrieved and do not count in the corpus statistics, as in Haystack), or with `settings.split_length`
-    of their passages, as `settings.index_shards` shards.
+    of their passages, in shards of `settings.shard_size` passages, in this process (tokenizing once): for
+    corpora that fit in its memory (the in-process engine's). `build_index_with_ray` builds the same index, bit
+    for bit, by Ray Data.
 
     :returns: The shards, the build record and the passages' sources.
     :raises InputError: If the documents cannot be indexed, naming the documents file.
@@ -148,36 +168,173 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
         ids += batch_ids
         texts += batch_texts
         passages += [batch_passages] if batch_passages is not None else []
-    if len(texts) and settings.index_shards > len(texts):
-        raise InputError(
-            f"index_shards must be at most the {len(texts)} documents with content, not {settings.index_shards}."
-        )
+    _check_shards(settings, len(texts))
+    algorithm, parameters = settings.bm25_algorithm, settings.parameters()
     try:
-        shards = build_sharded(
-            ids, texts, settings.index_shards if texts else 1, settings.bm25_algorithm,
-            settings.parameters(), DEFAULT_TOKENIZATION_REGEX,
-        )  # fmt: skip
+        weighted = weigh_corpus(ids, texts, algorithm, parameters, Tokenizer(DEFAULT_TOKENIZATION_REGEX))
     except ValueError as error:
         raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
-    first = shards[0]
-    vocabulary = set().union(*(shard.vocabulary for shard in shards)) if len(shards) > 1 else first.vocabulary
+    size = settings.shard_size(len(texts))
+    shards = [
+        BM25Index.from_rows(weighted, ids, texts, first, min(first + size, len(texts)), algorithm, parameters,
+                            DEFAULT_TOKENIZATION_REGEX)
+        for first in range(0, len(texts), size)
+    ]  # fmt: skip
+    sources = Passages.concat(passages) if settings.split_length is not None else None
+    n_sources = len(set(sources.source_ids)) if sources is not None else None
+    corpus = (weighted.n_docs, len(weighted.vocabulary), weighted.fingerprint)
+    record = _build_record(settings, documents, corpus, len(shards), size, n_sources, started)
+    return BuiltIndex(shards, record, sources)
+
+
+def build_index_with_ray(settings: RetrievalSettings, documents: str, location: str) -> dict[str, Any]:
+    """
+    Builds the index `build_index` builds, the same bit for bit, by Ray Data (`jobs.indexing`): the documents
+    read and split by tasks, the statistics counted by tasks and merged in the driver (which holds only them),
+    each shard built and written into `location` by a task; `build.json` last. A local folder appears complete
+    or not at all (written beside it, then renamed). Needs a running Ray.
+
+    :returns: The build record.
+    :raises InputError: If the documents cannot be indexed, naming the documents file.
+    """
+    started = time.time()
+    passages = indexed_passages(documents, settings).materialize()  # numbered once for both passes
+    try:
+        statistics, n_sources = corpus_statistics(passages, DEFAULT_TOKENIZATION_REGEX)
+        statistics.check(DEFAULT_TOKENIZATION_REGEX)
+    except ValueError as error:
+        raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
+    _check_shards(settings, statistics.n_docs)
+    size = settings.shard_size(statistics.n_docs)
+    n_shards = -(-statistics.n_docs // size)
+    filesystem, inner = resolve_path(location)
+    local = isinstance(filesystem, pafs.LocalFileSystem)
+    folder = str(Path(inner).with_name(f".{Path(inner).name}.{uuid.uuid4().hex}")) if local else location
+    if not local and filesystem.get_file_info(inner).type != pafs.FileType.NotFound:
+        filesystem.delete_dir(inner)
+    try:
+        write_shards(passages, statistics, settings, shard_locations(folder, n_shards), size)
+    except ValueError as error:  # e.g. an id twice in a shard, or one that is not a non-empty string
+        raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
+    save_files(folder, statistics.save)  # what `add_documents_with_ray` grows the index from
+    corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
+    record = _build_record(settings, documents, corpus, n_shards, size, n_sources, started)
+    if local:
+        (Path(folder) / BUILD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
+        if Path(inner).exists():
+            shutil.rmtree(inner)
+        Path(folder).rename(inner)
+    else:
+        with filesystem.open_output_stream(f"{inner.rstrip('/')}/{BUILD_FILE}") as stream:
+            stream.write(json.dumps(record, indent=2, sort_keys=True).encode("utf-8"))
+    return record
+
+
+def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
+    """
+    Grows a local index folder built by `build_index_with_ray` with more documents, by Ray Data, without reading
+    its documents again: the added documents (split as the index's were) are counted and merged into the stored
+    statistics, indexed as new shards after the old ones (of the index's shard size), and every old shard is
+    weighed again from its stored term counts (no tokenizing). The result is bit for bit the index of the old
+    documents followed by the new ones built at once, shards aside (the old last shard may hold fewer passages).
+    `build.json` is removed first and written last: an interrupted addition leaves an incomplete folder.
+
+    :returns: The new build record (its `documents_files` lists both builds' files).
+    :raises InputError: If the folder is not such an index, or the documents cannot be indexed.
+    """
+    started = time.time()
+    filesystem, inner = resolve_path(location)
+    folder = Path(inner)
+    record = _read_json(location, BUILD_FILE)
+    if not isinstance(filesystem, pafs.LocalFileSystem) or not isinstance(record, dict):
+        raise InputError(f"--index {redact(location)}: not a complete local index folder (no {BUILD_FILE}).")
+    try:
+        old = CorpusStatistics.load(folder)
+    except ValueError as error:
+        raise InputError(
+            f"--index {redact(location)}: it keeps no corpus statistics to grow from (built by the in-process "
+            f"engine or an earlier version): rebuild it with `python -m jobs.index`. {error}"
+        ) from None
+    settings = RetrievalSettings(
+        bm25_algorithm=record["algorithm"], bm25_parameters=record["parameters"], index_shard_size=record["shard_size"],
+        split_length=record.get("split_length"), split_overlap=record.get("split_overlap", 0),
+    )  # fmt: skip
+    passages = (
+        indexed_passages(documents, settings)
+        .map_batches(_shifted, batch_format="pyarrow", fn_kwargs={"offset": old.n_docs})
+        .materialize()
+    )  # numbered once for both passes
+    try:
+        added, n_sources = corpus_statistics(passages, DEFAULT_TOKENIZATION_REGEX)
+        added.check(DEFAULT_TOKENIZATION_REGEX)
+    except ValueError as error:
+        raise InputError(f"{redact(documents)}: cannot add the documents to the index: {error}") from None
+    statistics = CorpusStatistics.merge([old, added])
+    (folder / BUILD_FILE).unlink()  # incomplete until the new record is written
+    old_shards, size = record["shards"], record["shard_size"]
+    if old_shards == 1:  # a one-shard index keeps its files at the top: into shard-00000/ beside the new shards
+        first_shard = folder / Path(shard_locations(str(folder), 2)[0]).name
+        first_shard.mkdir()
+        for path in list(folder.iterdir()):
+            if path.is_file() and path.name not in (STATISTICS_FILE, FREQUENCIES_FILE):
+                path.rename(first_shard / path.name)
+    locations = shard_locations(str(folder), old_shards + -(-added.n_docs // size))
+    try:
+        write_shards(passages, statistics, settings, locations, size, first_position=old.n_docs)
+    except ValueError as error:
+        raise InputError(f"{redact(documents)}: cannot add the documents to the index: {error}") from None
+    reweigh_shards(locations[:old_shards], statistics, settings)
+    statistics.save(folder)
+    corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
+    grown = _build_record(settings, documents, corpus, len(locations), size, None, started)
+    grown["documents_files"] = [record["documents_files"], grown["documents_files"]]
+    if settings.split_length is not None:
+        grown["source_documents"] = record["source_documents"] + n_sources
+    (folder / BUILD_FILE).write_text(json.dumps(grown, indent=2, sort_keys=True), encoding="utf-8")
+    return grown
+
+
+def _shifted(batch: pa.Table, offset: int) -> pa.Table:
+    """Passages numbered after an index's `offset` passages."""
+    position = batch.schema.get_field_index("position")
+    return batch.set_column(position, "position", pc.add(batch["position"], offset))
+
+
+def _check_shards(settings: RetrievalSettings, n_docs: int) -> None:
+    """:raises InputError: If `index_shards` asks for more shards than there are passages."""
+    if n_docs and settings.index_shards > n_docs:
+        raise InputError(
+            f"index_shards must be at most the {n_docs} documents with content, not {settings.index_shards}."
+        )
+
+
+def _build_record(
+    settings: RetrievalSettings,
+    documents: str,
+    corpus: tuple[int, int, str],
+    n_shards: int,
+    shard_size: int,
+    n_sources: int | None,
+    started: float,
+) -> dict[str, Any]:
+    """The build record (`build.json`) of an index of a corpus of (documents, terms, fingerprint)."""
+    n_docs, n_terms, corpus_fingerprint = corpus
     record = {
-        "documents": first.corpus.n_docs,
-        "shards": len(shards),
-        "vocabulary": len(vocabulary),
+        "documents": n_docs,
+        "shards": n_shards,
+        "shard_size": shard_size,
+        "vocabulary": n_terms,
         "build_s": round(time.time() - started, 3),
-        "algorithm": first.algorithm,
-        "parameters": first.parameters,
-        "tokenization_regex": first.tokenizer.regex,
-        "fingerprint": first.corpus.fingerprint,
+        "algorithm": settings.bm25_algorithm,
+        "parameters": settings.parameters(),
+        "tokenization_regex": DEFAULT_TOKENIZATION_REGEX,
+        "fingerprint": corpus_fingerprint,
         "documents_files": input_fingerprint(documents),
         **_split_record(settings),
     }
-    if settings.split_length is None:
-        return BuiltIndex(shards, record)
-    sources = Passages.concat(passages)
-    record["source_documents"] = len(set(sources.source_ids))  # "documents" counts the passages
-    return BuiltIndex(shards, record, sources)
+    if settings.split_length is not None:
+        record["source_documents"] = n_sources  # "documents" counts the passages
+    return record
 
 
 def _split_record(settings: RetrievalSettings) -> dict[str, Any]:
@@ -261,10 +418,11 @@ def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, 
     if header.get("doc_offset") != 0 or header.get("corpus", {}).get("n_docs") != record.get("documents"):
         raise InputError(f"--index {shown}: its first shard's corpus does not match its {BUILD_FILE}.")
     if record.get("documents_files") != input_fingerprint(documents):
-        digest = hashlib.sha256()
+        total, position = 0, 0
         for batch_ids, batch_texts, _ in _indexed_texts(documents, settings):
-            update_fingerprint(digest, batch_ids, batch_texts)
-        if digest.hexdigest() != header.get("corpus", {}).get("fingerprint"):
+            total += fingerprint_value(batch_ids, batch_texts, position)
+            position += len(batch_ids)
+        if fingerprint_hex(total) != header.get("corpus", {}).get("fingerprint"):
             raise InputError(
                 f"--index {shown} was built from other documents than --documents {redact(documents)} (their ids "
                 "and contents differ from the index's fingerprint): rebuild it with `python -m jobs.index`."

@@ -1,6 +1,5 @@
-"""A corpus weighed for BM25 with its global statistics, and the fingerprint that identifies its documents."""
+"""A corpus weighed for BM25 with its global statistics."""
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -8,7 +7,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from qa_core.retrieval.counts import count_terms
-from qa_core.retrieval.scoring import inverse_document_frequencies, term_frequency_components
+from qa_core.retrieval.fingerprint import fingerprint_value
+from qa_core.retrieval.scoring import term_frequency_components
+from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.tokenizer import Tokenizer
 
 # Documents weighed per step: bounds the temporaries of the formulas.
@@ -23,7 +24,7 @@ class WeightedCorpus:
     :param vocabulary: The terms, by term id.
     :param weights: `(documents, terms)` float64 CSR matrix; a row holds only the terms its document has.
     :param avg_doc_len: Mean document length, the `avgdl` every weight used.
-    :param fingerprint: `fingerprint(ids, texts)` of the whole corpus.
+    :param fingerprint: `fingerprint.fingerprint(ids, texts)` of the whole corpus.
     """
 
     vocabulary: list[str]
@@ -52,58 +53,50 @@ def weigh_corpus(
     :raises ValueError: If the corpus is empty, has no terms at all, or the ids are not unique non-empty strings
         matching the texts one to one.
     """
-    _check_corpus(ids, texts)
+    check_corpus(ids, texts)
     counts = count_terms(texts, tokenizer)
-    total_length = int(counts.doc_lengths.sum())
-    if total_length == 0:
-        raise ValueError(f"The corpus of {len(texts)} documents has no terms to index (tokenizer {tokenizer.regex!r}).")
-    avg_doc_len = total_length / len(texts)
-    frequencies = counts.frequencies  # (documents, terms)
-    idf = inverse_document_frequencies(
-        algorithm, parameters, np.bincount(frequencies.indices, minlength=len(counts.vocabulary)), len(texts)
+    statistics = CorpusStatistics.of_counts(counts, fingerprint_value(ids, texts))
+    statistics.check(tokenizer.regex)
+    weights = statistics.weights(algorithm, parameters)
+    frequencies = weigh_frequencies(
+        counts.frequencies, counts.doc_lengths, weights.idf, weights.avg_doc_len, algorithm, parameters
     )
+    return WeightedCorpus(counts.vocabulary, frequencies, weights.avg_doc_len, weights.fingerprint)
+
+
+def weigh_frequencies(
+    frequencies: sp.csr_matrix,
+    doc_lengths: np.ndarray,
+    idf: np.ndarray,
+    avg_doc_len: float,
+    algorithm: str,
+    parameters: dict[str, float],
+) -> sp.csr_matrix:
+    """
+    The BM25 weights of counted documents.
+
+    :param frequencies: `(documents, terms)` CSR term counts, columns by corpus term id.
+    :param doc_lengths: `(documents,)` their lengths.
+    :param idf: `(terms,)` the corpus's idf, by corpus term id.
+    :param avg_doc_len: The corpus's `avgdl`.
+    :param algorithm: One of `scoring.ALGORITHMS`.
+    :param parameters: From `scoring.resolve_parameters`.
+    :returns: `(documents, terms)` float64 CSR `idf * tfc`, with `frequencies`' structure.
+    """
+    n_docs = frequencies.shape[0]
     pair_weights = np.empty(frequencies.nnz)  # (pairs,), filled a block of documents at a time to bound memory
-    for first in range(0, len(texts), _DOCS_PER_STEP):
+    for first in range(0, n_docs, _DOCS_PER_STEP):
         docs = slice(first, first + _DOCS_PER_STEP)
         starts = frequencies.indptr[first : first + _DOCS_PER_STEP + 1]
         pairs = slice(int(starts[0]), int(starts[-1]))
-        pair_lengths = np.repeat(counts.doc_lengths[docs], np.diff(starts))  # each pair's document length
+        pair_lengths = np.repeat(doc_lengths[docs], np.diff(starts))  # each pair's document length
         tfc = term_frequency_components(algorithm, parameters, frequencies.data[pairs], pair_lengths, avg_doc_len)
         pair_weights[pairs] = idf[frequencies.indices[pairs]] * tfc
-    weights = sp.csr_matrix((pair_weights, frequencies.indices, frequencies.indptr), shape=frequencies.shape)
-    return WeightedCorpus(counts.vocabulary, weights, avg_doc_len, fingerprint(ids, texts))
+    return sp.csr_matrix((pair_weights, frequencies.indices, frequencies.indptr), shape=frequencies.shape)
 
 
-def fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
-    """
-    Identifies a corpus by its document ids and contents, in order.
-
-    :param ids: Document ids.
-    :param texts: Document texts, in the same order.
-    :returns: A SHA-256 hex digest over each document's id and the SHA-256 of its text.
-    """
-    digest = hashlib.sha256()
-    update_fingerprint(digest, ids, texts)
-    return digest.hexdigest()
-
-
-def update_fingerprint(digest: "hashlib._Hash", ids: Sequence[str], texts: Sequence[str]) -> None:
-    """
-    Feeds documents into a `hashlib.sha256()` digest, so that a corpus too large to hold can be fingerprinted
-    batch by batch: its `hexdigest()` after all batches equals `fingerprint` of the whole corpus.
-
-    :param digest: A `hashlib.sha256()` object, fed the earlier batches.
-    :param ids: The batch's document ids.
-    :param texts: Their texts, in the same order.
-    """
-    for doc_id, text in zip(ids, texts, strict=True):
-        encoded_id = doc_id.encode("utf-8")
-        digest.update(len(encoded_id).to_bytes(8, "little"))
-        digest.update(encoded_id)
-        digest.update(hashlib.sha256(text.encode("utf-8")).digest())
-
-
-def _check_corpus(ids: Sequence[str], texts: Sequence[str]) -> None:
+def check_corpus(ids: Sequence[str], texts: Sequence[str]) -> None:
+    """:raises ValueError: If the corpus is empty, or the ids are not unique non-empty strings matching the texts."""
     if len(texts) == 0:
         raise ValueError("Cannot build a BM25 index from an empty corpus: no documents with content were given.")
     if len(ids) != len(texts):

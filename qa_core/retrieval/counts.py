@@ -28,7 +28,7 @@ class TermCounts:
     doc_lengths: np.ndarray
 
 
-class _TermIds(dict):
+class TermIds(dict):
     """A vocabulary that gives an unseen term the next id when it is looked up."""
 
     def __missing__(self, term: str) -> int:
@@ -44,7 +44,7 @@ def count_terms(texts: Iterable[str], tokenizer: Tokenizer) -> TermCounts:
     :param tokenizer: Splits a text into terms.
     :returns: The vocabulary (terms numbered in order of first occurrence), frequencies and lengths.
     """
-    term_ids = _TermIds()
+    term_ids = TermIds()
     blocks, lengths = [], []
     iterator = iter(texts)
     while chunk := list(islice(iterator, _CHUNK_DOCS)):

@@ -1,13 +1,14 @@
 """BM25Index: a term-major sparse matrix of BM25 weights, searched for many queries at once."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from qa_core.retrieval.corpus import WeightedCorpus, fingerprint, weigh_corpus
+from qa_core.retrieval.corpus import WeightedCorpus, weigh_corpus
+from qa_core.retrieval.fingerprint import fingerprint
 from qa_core.retrieval.index_io import IndexFiles, read_index_files, write_index_files
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
@@ -56,7 +57,7 @@ class PostingLists:
     dense_weights: np.ndarray
 
 
-def _dense_rows(
+def dense_rows(
     starts: np.ndarray, doc_indices: np.ndarray, weights: np.ndarray, n_docs: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """
@@ -74,6 +75,23 @@ def _dense_rows(
         span = _span(starts, term_id)
         rows[row, doc_indices[span]] = weights[span]
     return terms, rows
+
+
+def term_major(rows: sp.csr_matrix) -> tuple[np.ndarray, sp.csc_matrix]:
+    """
+    Documents' values by term: the terms they contain, and the values renumbered to those terms, term-major.
+
+    :param rows: `(documents, corpus terms)` CSR values, columns by corpus term id.
+    :returns: The corpus term ids present, ascending, and the `(documents, present terms)` CSC matrix (documents
+        ascending within a term); two matrices of one sparsity structure come out in one order.
+    """
+    present = np.bincount(rows.indices, minlength=rows.shape[1]) > 0
+    used_terms = np.flatnonzero(present)
+    if used_terms.size < rows.shape[1]:  # renumber the documents' terms 0, 1, ...
+        local_term = (np.cumsum(present) - 1).astype(rows.indices.dtype)
+        shape = (rows.shape[0], used_terms.size)
+        rows = sp.csr_matrix((rows.data, local_term[rows.indices], rows.indptr), shape=shape)
+    return used_terms, rows.tocsc()
 
 
 def _span(starts: np.ndarray, term_id: int) -> slice:
@@ -187,27 +205,60 @@ class BM25Index:
         """
         whole = (start, stop) == (0, weighted.n_docs)
         rows = weighted.weights if whole else weighted.weights[start:stop]  # (shard docs, corpus terms)
-        present = np.bincount(rows.indices, minlength=rows.shape[1]) > 0
-        used_terms = np.flatnonzero(present)
-        if used_terms.size < rows.shape[1]:  # renumber the shard's terms 0, 1, ...
-            local_term = (np.cumsum(present) - 1).astype(rows.indices.dtype)
-            shape = (stop - start, used_terms.size)
-            rows = sp.csr_matrix((rows.data, local_term[rows.indices], rows.indptr), shape=shape)
-        by_term = rows.tocsc()  # (shard docs, shard terms), documents ascending within a term
+        return cls.from_weights(
+            rows,
+            weighted.vocabulary,
+            list(ids[start:stop]),
+            start,
+            weighted.fingerprint if whole else fingerprint(ids[start:stop], texts[start:stop], start),
+            CorpusStats(weighted.n_docs, weighted.avg_doc_len, weighted.fingerprint),
+            algorithm,
+            parameters,
+            tokenization_regex,
+        )
+
+    @classmethod
+    def from_weights(
+        cls,
+        rows: sp.csr_matrix,
+        vocabulary: Sequence[str] | Mapping[int, str],
+        doc_ids: list[str],
+        doc_offset: int,
+        doc_fingerprint: str,
+        corpus: CorpusStats,
+        algorithm: str,
+        parameters: dict[str, float],
+        tokenization_regex: str,
+    ) -> "BM25Index":
+        """
+        The index of weighed documents.
+
+        :param rows: `(documents, corpus terms)` float64 CSR weights, columns by corpus term id.
+        :param vocabulary: Each corpus term id's term (at least those of the documents).
+        :param doc_ids: The documents' ids.
+        :param doc_offset: Corpus position of the first.
+        :param doc_fingerprint: `fingerprint.fingerprint` of the documents, at their corpus positions.
+        :param corpus: The statistics of the corpus the weights were computed with.
+        :param algorithm: The algorithm the weights were computed with.
+        :param parameters: Its parameters.
+        :param tokenization_regex: The tokenizer's regex.
+        :returns: The index; its vocabulary holds only the terms its documents contain, in corpus term id order.
+        """
+        used_terms, by_term = term_major(rows)
         starts = by_term.indptr.astype(np.int64, copy=False)
         doc_indices = by_term.indices.astype(np.int64)
         weights = by_term.data.astype(np.float64, copy=False)
-        dense_terms, dense_weights = _dense_rows(starts, doc_indices, weights, stop - start)
+        dense_terms, dense_weights = dense_rows(starts, doc_indices, weights, rows.shape[0])
         postings = PostingLists(starts, doc_indices, weights, dense_terms, dense_weights)
         return cls(
             algorithm=algorithm,
             parameters=parameters,
             tokenization_regex=tokenization_regex,
-            vocabulary=[weighted.vocabulary[term_id] for term_id in used_terms],
-            doc_ids=list(ids[start:stop]),
-            doc_offset=start,
-            fingerprint=weighted.fingerprint if whole else fingerprint(ids[start:stop], texts[start:stop]),
-            corpus=CorpusStats(weighted.n_docs, weighted.avg_doc_len, weighted.fingerprint),
+            vocabulary=[vocabulary[term_id] for term_id in used_terms.tolist()],
+            doc_ids=doc_ids,
+            doc_offset=doc_offset,
+            fingerprint=doc_fingerprint,
+            corpus=corpus,
             postings=postings,
         )
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-FORMAT = "qa_core.retrieval.bm25/2"
+# 3: fingerprints are sums of per-document hashes at corpus positions (`fingerprint.py`), shards adding up.
+FORMAT = "qa_core.retrieval.bm25/3"
 HEADER_FILE = "index.json"
 VOCABULARY_FILE = "vocabulary.json"
 DOC_IDS_FILE = "doc_ids.json"

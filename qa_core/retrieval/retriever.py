@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from qa_core.document import Document
-from qa_core.retrieval.corpus import fingerprint
+from qa_core.retrieval.fingerprint import fingerprint
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.scored_document import ScoredDocument
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters

@@ -27,6 +27,10 @@ from qa_core.retrieval import (
 from qa_core.retrieval import corpus as corpus_module
 from qa_core.retrieval import counts as counts_module
 from qa_core.retrieval import index as index_module
+from qa_core.retrieval.fingerprint import add_fingerprints
+from qa_core.retrieval.scoring import resolve_parameters
+from qa_core.retrieval.sharding import ShardCounts, build_shard, reweigh_shard, shard_bounds
+from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.topk import top_k
 
 REPO = Path(__file__).resolve().parents[2]
@@ -195,6 +199,68 @@ def test_three_shards_equal_one_index(algorithm: str) -> None:
         merged_positions, merged_scores = merge_top_k([shard.search(queries, k) for shard in shards], k)
         np.testing.assert_array_equal(merged_positions, positions)
         np.testing.assert_array_equal(merged_scores, scores)  # same weights, same summation order: bit-equal
+
+
+@pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L", "BM25Plus", "Lucene"])
+def test_shards_built_apart_from_merged_batch_statistics_equal_build_sharded(algorithm: str) -> None:
+    """The distributed build's pieces: statistics of batches merged in order, then each shard on its own."""
+    ids, texts, _ = _search_grid()
+    parameters = resolve_parameters(algorithm, None)
+    expected = build_sharded(ids, texts, n_shards=3, algorithm=algorithm)
+    batches = range(0, len(texts), 50)  # batches that do not line up with the shards
+    statistics = CorpusStatistics.merge(
+        CorpusStatistics.of_texts(ids[first : first + 50], texts[first : first + 50], first, Tokenizer())
+        for first in batches
+    )
+    weights = statistics.weights(algorithm, parameters)
+    bounds = shard_bounds(len(texts), 3)
+    shards = [
+        build_shard(ids[start:stop], texts[start:stop], start, weights, algorithm, parameters, Tokenizer().regex)[0]
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+    for shard, reference in zip(shards, expected, strict=True):  # bit for bit: the same numbers, the same order
+        assert (shard.vocabulary, shard.doc_ids, shard.doc_offset) == (
+            reference.vocabulary,
+            reference.doc_ids,
+            reference.doc_offset,
+        )
+        assert (shard.corpus, shard.fingerprint) == (reference.corpus, reference.fingerprint)
+        for name, array in vars(reference.postings).items():
+            assert getattr(shard.postings, name).dtype == array.dtype
+            assert getattr(shard.postings, name).tobytes() == array.tobytes(), name
+    assert add_fingerprints([shard.fingerprint for shard in shards]) == expected[0].corpus.fingerprint
+
+
+@pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L", "Lucene"])
+def test_shards_weighed_again_for_a_grown_corpus_equal_shards_built_with_its_statistics(
+    algorithm: str, tmp_path: Path
+) -> None:
+    """Documents added as new shards: the old shards weighed again from their saved term counts, not tokenized."""
+    ids, texts, _ = _search_grid()
+    parameters, tokenizer = resolve_parameters(algorithm, None), Tokenizer()
+    old = 500  # the corpus's first 500 documents, in 2 shards; the rest added later
+
+    def statistics(start: int, stop: int) -> CorpusStatistics:
+        return CorpusStatistics.of_texts(ids[start:stop], texts[start:stop], start, tokenizer)
+
+    before, after = statistics(0, old), CorpusStatistics.merge([statistics(0, old), statistics(old, len(texts))])
+    for start, stop in ((0, 250), (250, old)):
+        shard, counts = build_shard(ids[start:stop], texts[start:stop], start, before.weights(algorithm, parameters),
+                                    algorithm, parameters, tokenizer.regex)  # fmt: skip
+        shard.save(tmp_path)
+        counts.save(tmp_path)
+        grown = reweigh_shard(
+            BM25Index.load(tmp_path), ShardCounts.load(tmp_path), after.weights(algorithm, parameters)
+        )
+        expected, _ = build_shard(ids[start:stop], texts[start:stop], start, after.weights(algorithm, parameters),
+                                  algorithm, parameters, tokenizer.regex)  # fmt: skip
+        assert (grown.vocabulary, grown.corpus, grown.fingerprint) == (
+            expected.vocabulary,
+            expected.corpus,
+            expected.fingerprint,
+        )
+        for name, array in vars(expected.postings).items():
+            assert np.asarray(getattr(grown.postings, name)).tobytes() == array.tobytes(), name
 
 
 @pytest.mark.parametrize("n_docs", [1, 7, 100, 5000])

@@ -56,6 +56,8 @@ class RetrievalSettings(Settings):
     bm25_parameters: dict[str, float] = field(default_factory=dict)  # some of k1, b, delta or epsilon (Haystack's)
     index: str | None = None  # index folder from `python -m jobs.index` to search instead of building one
     index_shards: int = 1  # shards of the index the run builds, each searched by its own actor (merged exactly)
+    # The shard size bounds the build's memory per task; documents added to an index later make new shards of it.
+    index_shard_size: int | None = None  # passages per shard of the index built, the last fewer; None: index_shards
     # Documents split into passages of words before indexing, as Haystack's DocumentSplitter(split_by="word"):
     # retrieval finds passages and the reader reads them; answers point into the documents.
     split_length: int | None = None  # words per indexed passage (DocumentSplitter's); None: whole documents
@@ -63,6 +65,9 @@ class RetrievalSettings(Settings):
 
     def problems(self) -> list[str]:
         problems = at_least("retriever_top_k", self.retriever_top_k, 1) + at_least("index_shards", self.index_shards, 1)
+        problems += at_least("index_shard_size", self.index_shard_size, 1, optional=True)
+        if self.index_shard_size is not None and self.index_shards != 1:
+            problems.append(f"index_shards {self.index_shards} and index_shard_size: set one of them, not both")
         problems += self._split_problems()
         if not isinstance(self.bm25_parameters, dict):
             return problems + [f"bm25_parameters must be a mapping, not {type(self.bm25_parameters).__name__}"]
@@ -75,6 +80,10 @@ class RetrievalSettings(Settings):
     def parameters(self) -> dict[str, float]:
         """All of the algorithm's parameters, the defaults filled in (`scoring.resolve_parameters`)."""
         return resolve_parameters(self.bm25_algorithm, self.bm25_parameters)
+
+    def shard_size(self, n_docs: int) -> int:
+        """Passages per shard of an index of `n_docs` (`index_shard_size`, or `n_docs` over `index_shards`)."""
+        return self.index_shard_size or max(1, -(-n_docs // self.index_shards))
 
     def _split_problems(self) -> list[str]:
         """`split_documents`' rules: split_length >= 1, 0 <= split_overlap < split_length (no overlap unsplit)."""

@@ -142,7 +142,8 @@ def test_manifest_records_the_index_saved_with_the_run(job_output: Path, corpus:
     assert (job_output / INDEX_FOLDER / "build.json").exists()
     # A resumed run takes the saved index instead of building one (checked without a second run).
     settings = RetrievalSettings(retriever_top_k=TOP_K)
-    plan = prepare_index(settings, corpus["paths"]["documents"], OutputFolder(str(job_output)), resuming=True)
+    plan = prepare_index(settings, corpus["paths"]["documents"], OutputFolder(str(job_output)), resuming=True,
+                         distributed=False)  # fmt: skip
     assert (plan.built, plan.record["source"], plan.location) == (None, "resumed", f"{job_output}/{INDEX_FOLDER}")
     assert {key: value for key, value in plan.record.items() if key != "source"} == {
         key: value for key, value in record.items() if key != "source"
@@ -276,13 +277,16 @@ def test_unindexable_corpus(
     documents = write_table(
         tmp_path / "documents.parquet", {"id": ["a", "b"], "content": pa.array(contents, pa.string())}
     )
+    # The in-process engine builds in memory before Ray would start; the Ray build says the same once Ray runs
+    # (tests/jobs/indexing/test_bm25_build.py).
+    flags = ["--model", tiny_bert_model, "--engine", "in-process"]
     error = fails_before_ray(capsys, tmp_path / "out", "--questions", corpus["paths"]["retrieved_only"],
-                             "--documents", documents, "--model", tiny_bert_model)  # fmt: skip
+                             "--documents", documents, *flags)  # fmt: skip
     assert f"{documents}: {message}" in error
 
 
 def test_index_from_other_documents_or_settings_is_refused(
-    capsys: pytest.CaptureFixture, tmp_path: Path, corpus: dict, tiny_bert_model: Path
+    local_ray, capsys: pytest.CaptureFixture, tmp_path: Path, corpus: dict, tiny_bert_model: Path
 ) -> None:
     other = write_table(tmp_path / "other.parquet", {"id": ["x", "y"], "content": ["one text", "another text"]})
     index = tmp_path / "index"
@@ -315,7 +319,7 @@ def test_questions_without_document_ids_need_documents(capsys: pytest.CaptureFix
 
 
 def test_index_command_refuses_bad_options_and_foreign_folders(
-    capsys: pytest.CaptureFixture, tmp_path: Path, corpus: dict
+    local_ray, capsys: pytest.CaptureFixture, tmp_path: Path, corpus: dict
 ) -> None:
     documents = corpus["paths"]["documents"]
     assert index_command.main(["--documents", documents, "--output", str(tmp_path / "i"), "--bm25-algorithm", "X"]) == 2
@@ -329,4 +333,4 @@ def test_index_command_refuses_bad_options_and_foreign_folders(
     assert index_command.main(sharded) == 0
     assert index_command.main(sharded) == 0  # an index there, sharded or not, is replaced
     names = sorted(path.name for path in (tmp_path / "sharded").iterdir())
-    assert names == ["build.json", "shard-00000", "shard-00001"]
+    assert names == ["build.json", "doc_frequencies.npy", "shard-00000", "shard-00001", "statistics.json"]

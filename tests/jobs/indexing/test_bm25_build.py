@@ -1,0 +1,151 @@
+"""
+The index built by Ray Data (`jobs.indexing`): its passages are the driver's, in corpus order; its shards are
+bit for bit the single-process build's; `python -m jobs.index` builds it with a shard size; unusable corpora exit 2.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs import index as index_command
+from jobs.bulk_qa.retrieval import (
+    BUILD_FILE,
+    _indexed_texts,
+    build_index,
+    build_index_with_ray,
+    check_given_index,
+    shard_locations,
+    write_index,
+)
+from jobs.bulk_qa.workers.passages import PASSAGES_FILE, Passages
+from jobs.bulk_qa.workers.retrieve import RetrievalSettings
+from jobs.indexing.passages import indexed_passages
+from qa_core.retrieval import BM25Index, merge_top_k
+from qa_core.retrieval.index_io import ARRAY_SHAPES
+from tests.jobs.conftest import TEXTS
+
+QUERIES = ["What does the function return?", "the of and", "sorted list items", "module import", "zzzqqq"]
+
+
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A folder of 3 Parquet files, several row groups each, documents without content among them."""
+    folder = tmp_path_factory.mktemp("documents")
+    texts = [None if i % 11 == 5 else TEXTS[i % len(TEXTS)][: 150 + 37 * (i % 9)] for i in range(240)]
+    ids = [f"d{i:03d}" for i in range(len(texts))]
+    for part in range(3):
+        rows = slice(part * 80, (part + 1) * 80)
+        table = pa.table({"id": ids[rows], "content": pa.array(texts[rows], pa.string())})
+        pq.write_table(table, folder / f"part-{part}.parquet", row_group_size=25)
+    return str(folder)
+
+
+@pytest.mark.parametrize("split_length", [None, 12])
+def test_indexed_passages_are_the_drivers_in_corpus_order(local_ray, documents: str, split_length) -> None:
+    settings = RetrievalSettings(split_length=split_length, split_overlap=3 if split_length else 0)
+    rows = indexed_passages(documents, settings).take_all()
+    expected = []
+    for ids, texts, passages in _indexed_texts(documents, settings):
+        if passages is None:  # a whole document is its own source, all of it
+            sources = [(doc_id, 0, len(text)) for doc_id, text in zip(ids, texts, strict=True)]
+        else:
+            sources = list(zip(passages.source_ids, passages.starts, passages.ends, strict=True))
+        expected += [(passage_id, text, *source) for passage_id, text, source in zip(ids, texts, sources, strict=True)]
+    assert [row["position"] for row in rows] == list(range(len(expected)))
+    assert [(row["id"], row["content"], row["source_id"], row["start"], row["end"]) for row in rows] == expected
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "shard_options", "split_length"),
+    [("BM25L", {"index_shards": 3}, None), ("BM25Okapi", {"index_shard_size": 150}, 12)],
+)
+def test_ray_build_equals_the_single_process_build_bit_for_bit(
+    local_ray, tmp_path: Path, documents: str, algorithm: str, shard_options: dict, split_length
+) -> None:
+    settings = RetrievalSettings(
+        bm25_algorithm=algorithm, split_length=split_length, split_overlap=3 if split_length else 0, **shard_options
+    )
+    single = tmp_path / "single"
+    built = build_index(settings, documents)
+    write_index(built, str(single))
+    record = build_index_with_ray(settings, documents, str(tmp_path / "ray"))
+    single_record = json.loads((single / BUILD_FILE).read_text())
+    assert {**record, "build_s": 0} == {**single_record, "build_s": 0}
+    n_shards = record["shards"]
+    assert n_shards == len(built.shards) > 2 and record["documents"] == sum(len(s.doc_ids) for s in built.shards)
+    folders = [shard_locations(str(tmp_path / name), n_shards) for name in ("ray", "single")]
+    for ours, theirs in zip(*folders, strict=True):
+        for name in ["index.json", "vocabulary.json", "doc_ids.json"] + [f"{array}.npy" for array in ARRAY_SHAPES]:
+            assert (Path(ours) / name).read_bytes() == (Path(theirs) / name).read_bytes(), name
+        assert Passages.load(Path(ours)) == Passages.load(Path(theirs))
+        assert (Path(ours) / PASSAGES_FILE).exists() == (split_length is not None)
+    # The same hits and scores as one index of the whole corpus, bit for bit.
+    ids = [doc_id for shard in built.shards for doc_id in shard.doc_ids]
+    texts = [text for _, batch_texts, _ in _indexed_texts(documents, settings) for text in batch_texts]
+    whole = BM25Index.build(ids, texts, algorithm=algorithm)
+    shards = [BM25Index.load(location) for location in shard_locations(str(tmp_path / "ray"), n_shards)]
+    for found, expected in zip(merge_top_k([shard.search(QUERIES, 7) for shard in shards], 7),
+                               whole.search(QUERIES, 7), strict=True):  # fmt: skip
+        np.testing.assert_array_equal(found, expected)
+
+
+def test_index_command_builds_shards_of_a_size_and_refuses_a_corpus_without_terms(
+    local_ray, tmp_path: Path, documents: str, capsys: pytest.CaptureFixture
+) -> None:
+    output = tmp_path / "index"
+    assert index_command.main(["--documents", documents, "--output", str(output), "--index-shard-size", "100"]) == 0
+    record = json.loads((output / BUILD_FILE).read_text())
+    assert (record["shards"], record["shard_size"]) == (3, 100)  # 218 documents with content
+    assert [json.loads((output / f"shard-{shard:05d}/index.json").read_text())["doc_offset"] for shard in range(3)] == [
+        0,
+        100,
+        200,
+    ]
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(".")]  # no partial folder left
+    for contents, ids, message in [
+        (["!!! ...", "-- ?"], ["a", "b"], "The corpus of 2 documents has no terms"),
+        ([None, None], ["a", "b"], "Cannot build a BM25 index from an empty corpus"),
+        (["one", "two"], ["a", "a"], "Document id 'a' occurs more than once in the corpus"),
+    ]:
+        bad = tmp_path / "bad.parquet"
+        pq.write_table(pa.table({"id": ids, "content": pa.array(contents, pa.string())}), bad)
+        assert index_command.main(["--documents", str(bad), "--output", str(tmp_path / "none")]) == 2
+        assert f"{bad}: cannot build the BM25 index of the documents: {message}" in capsys.readouterr().err
+    both = ["--index-shards", "2", "--index-shard-size", "5"]
+    assert index_command.main(["--documents", documents, "--output", str(tmp_path / "both"), *both]) == 2
+    assert "index_shards 2 and index_shard_size: set one of them, not both" in capsys.readouterr().err
+
+
+def test_documents_added_as_shards_give_the_index_of_all_the_documents(
+    local_ray, tmp_path: Path, documents: str
+) -> None:
+    """`--add`: old shards weighed again from their term counts; the hits, scores and statistics of a build of all."""
+    old = tmp_path / "old"
+    old.mkdir()
+    for part in ("part-0.parquet", "part-1.parquet"):
+        (old / part).write_bytes((Path(documents) / part).read_bytes())
+    grown, whole = tmp_path / "grown", tmp_path / "whole"
+    size = ["--index-shard-size", "70", "--split-length", "12"]  # the old documents' last shard is not full
+    assert index_command.main(["--documents", str(old), "--output", str(grown), *size]) == 0
+    assert index_command.main(["--add", str(Path(documents) / "part-2.parquet"), "--index", str(grown)]) == 0
+    assert index_command.main(["--documents", documents, "--output", str(whole), *size]) == 0
+    record, expected = (json.loads((folder / BUILD_FILE).read_text()) for folder in (grown, whole))
+    for key in ("documents", "source_documents", "vocabulary", "fingerprint", "split_length", "shard_size"):
+        assert record[key] == expected[key], key
+    offsets = [BM25Index.load(shard).doc_offset for shard in shard_locations(str(grown), record["shards"])]
+    assert any(offset % 70 for offset in offsets)  # the added documents' shards start after a partial one
+    found, wanted = (
+        merge_top_k(
+            [BM25Index.load(location).search(QUERIES, 7) for location in shard_locations(str(folder), count)], 7
+        )
+        for folder, count in ((grown, record["shards"]), (whole, expected["shards"]))
+    )
+    for ours, theirs in zip(found, wanted, strict=True):
+        assert ours.tobytes() == theirs.tobytes()
+    # The grown index is the index of the documents, old then new (checked by fingerprint: other files).
+    settings = RetrievalSettings(index=str(grown), split_length=12)
+    assert check_given_index(settings, documents)["documents"] == expected["documents"]
