@@ -2,13 +2,17 @@
 Builds the BM25 index of a documents table once, for bulk QA runs to share (`python -m jobs.bulk_qa ... --index DIR`):
 
     python -m jobs.index --documents D --output DIR [--bm25-algorithm BM25L] [--bm25-parameters '{k1: 1.2}'] \
-        [--index-shards N] [--split-length WORDS] [--split-overlap WORDS]
+        [--index-shards N] [--split-length WORDS] [--split-overlap WORDS] \
+        [--retrieval dense|hybrid --embedding-model MODEL [--embedding-similarity cosine] [--embedding-precision bf16]]
 
 DIR receives the index (`.npy` arrays and JSON, loaded memory-mapped and never unpickled) and `build.json`:
 the documents' files and fingerprint, the algorithm and parameters, the splitting, the vocabulary size and the
-build time. A run given `--index DIR` refuses it unless its `--documents`, `--bm25-algorithm`,
-`--bm25-parameters`, `--split-length` and `--split-overlap` are the ones it was built with. Exit status: 0 when
-built, 2 for unusable input or options.
+build time. With `--retrieval dense` or `hybrid` the passages' vectors are embedded too, by a Ray Data actor pool
+(on the cluster at `RAY_ADDRESS`, else a Ray of its own on this machine), into `DIR/dense/`, and `build.json` gains a
+`dense` section (model, fingerprint, dimension, pooling, shards); the BM25 index is built either way (it holds
+where each passage lies). A run given `--index DIR` refuses it unless its `--documents`, `--bm25-algorithm`,
+`--bm25-parameters`, `--split-length` and `--split-overlap` are the ones it was built with, and, for dense or hybrid
+retrieval, its `--embedding-model`. Exit status: 0 when built, 2 for unusable input or options.
 """
 
 import argparse
@@ -18,13 +22,18 @@ import pyarrow.fs as pafs
 
 from jobs.bulk_qa.config import add_options, with_values
 from jobs.bulk_qa.inputs import DOCUMENTS, table_schema
-from jobs.bulk_qa.retrieval import BUILD_FILE, build_index, write_index
+from jobs.bulk_qa.retrieval import BUILD_FILE, add_dense_index, build_index, write_index
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
 from qa_core.retrieval.index_io import HEADER_FILE
 
 # The retrieval settings an index is built with (the job's others only apply to searching it).
-INDEX_OPTIONS = frozenset({"bm25_algorithm", "bm25_parameters", "index_shards", "split_length", "split_overlap"})
+INDEX_OPTIONS = frozenset(
+    {
+        "bm25_algorithm", "bm25_parameters", "index_shards", "split_length", "split_overlap",
+        "retrieval", "embedding_model", "embedding_similarity", "embedding_precision",
+    }
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         table_schema(args.documents, DOCUMENTS)
         built = build_index(settings, args.documents)
         write_index(built, args.output)
+        if settings.dense:
+            dense = _embed(args.output, settings, args.documents)
     except InputError as error:
         print(f"jobs.index: error: {error}", file=sys.stderr)
         return 2
@@ -57,7 +68,23 @@ def main(argv: list[str] | None = None) -> int:
         f"{record['parameters']}, {record['shards']} shards) in {record['build_s']} s into {redact(args.output)}",
         flush=True,
     )
+    if settings.dense:
+        print(
+            f"jobs.index: embedded {record['documents']} passages with {redact(dense['model'])} ({dense['dimension']} "
+            f"dimensions, {len(dense['shards'])} shards) in {dense['build_s']} s",
+            flush=True,
+        )
     return 0
+
+
+def _embed(output: str, settings: RetrievalSettings, documents: str) -> dict:
+    """Embeds the index's passages on Ray (`retrieval.add_dense_index`); returns the `dense` section."""
+    from jobs.bulk_qa.config import RunSettings
+    from jobs.bulk_qa.driver import start_ray
+    from jobs.bulk_qa.engines import RayEngine
+
+    cluster = start_ray(RunSettings())
+    return add_dense_index(output, settings, documents, RayEngine(), cluster)
 
 
 def _check_target(output: str) -> None:

@@ -169,12 +169,13 @@ class SentenceEmbedder:
         """The vectors' dimension (after `warm_up`)."""
         return self._warm_config().dimension
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str], names: list[str] | None = None) -> np.ndarray:
         """
         :param texts: The texts (any lengths; truncated to the model's `max_seq_length` tokens).
+        :param names: What the error for a NaN vector calls the texts (e.g. passage ids); None: their indices.
         :returns: `(texts, dimension)` float32 vectors, in input order.
         :raises RuntimeError: If `warm_up()` was not called.
-        :raises ValueError: If a vector holds NaN, naming the texts' indices.
+        :raises ValueError: If a vector holds NaN, naming its texts (at most 10).
         """
         config = self._warm_config()
         texts = [text.lower() for text in texts] if config.do_lower_case else list(texts)
@@ -188,7 +189,8 @@ class SentenceEmbedder:
             vectors[batch] = self._embed_batch([encoded[index] for index in batch])
         bad = np.flatnonzero(np.isnan(vectors).any(axis=1))
         if bad.size:
-            raise ValueError(f"The embeddings of texts {bad[:10].tolist()} (of {len(texts)}) hold NaN.")
+            named = [names[index] for index in bad[:10]] if names is not None else bad[:10].tolist()
+            raise ValueError(f"The embeddings of {bad.size} of {len(texts)} texts hold NaN: {named}.")
         return vectors
 
     @torch.inference_mode()

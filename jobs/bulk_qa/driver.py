@@ -138,7 +138,8 @@ def run(config: JobConfig) -> int:
     inputs, expected = read_inputs(config, schemas, squad, ids, engine)
     output.claim(identity, config.run.overwrite)
     if index is not None:
-        index = save_built_index(index)  # into the claimed output folder, so that a resumed run keeps it
+        # into the claimed output folder, so that a resumed run keeps it; dense vectors embedded on the engine
+        index = save_built_index(index, config.retrieval, config.work.documents, engine, cluster)
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
     resumed = output.committed_shards()
     pipeline_started = time.time()
