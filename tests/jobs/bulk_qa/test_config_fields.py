@@ -21,9 +21,17 @@ VALUES: dict[str, Any] = {
     "precision": "auto",
     "bm25_algorithm": "BM25Okapi",
     "bm25_parameters": {"k1": 1.2},
+    "retrieval": "hybrid",
+    "embedding_similarity": "cosine",
+    "embedding_precision": "bf16",
+    "join_mode": "distribution_based_rank_fusion",
+    "join_weights": {"bm25": 1, "dense": 2},
 }
 CHOICES = {"no_answer_source": ("haystack", "model"), "engine": ("auto", "ray")}  # the other choice than the default
-COMPANIONS = {"split_overlap": {"split_length": 5}}  # the options a field's other value needs beside it
+COMPANIONS = {
+    "split_overlap": {"split_length": 5},
+    "retrieval": {"embedding_model": "m"},
+}  # the options a field's other value needs beside it
 FIELDS = [(phase, name) for phase, settings in JobConfig().phases().items() for name in settings.types()]
 
 

