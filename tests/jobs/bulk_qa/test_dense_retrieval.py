@@ -25,6 +25,8 @@ from haystack_integrations.components.embedders.sentence_transformers import (
 
 from jobs import index as index_command
 from jobs.bulk_qa.retrieval import BUILD_FILE, INDEX_FOLDER
+from jobs.indexing.embed import EmbedPassages
+from qa_core.retrieval.dense import DenseIndex
 from qa_core.retrieval.quality import retrieval_quality
 from tests.jobs.conftest import TEXTS, read_output, run_job, write_corpus
 
@@ -165,3 +167,15 @@ def test_index_of_another_embedding_model_or_without_vectors_is_refused(
         run_job(*args, "--output", tmp_path / "b", "--embedding-model", other, "--index", corpus["root"] / "index") == 2
     )
     assert "holds the vectors of embedding model" in capsys.readouterr().err
+
+
+def test_embedding_writes_contiguous_shards_and_keeps_them_for_a_resume(tmp_path: Path) -> None:
+    batch = pa.table({"position": [3, 4, 0], "id": ["c", "d", "a"], "content": ["three", "four", "zero"]})
+    actor = EmbedPassages(str(tmp_path), EMBEDDER, "fp32", "dot_product", "print-1", cpu_threads=1, device="cpu")
+    first = actor(batch).to_pylist()
+    assert [(row["doc_offset"], row["n"], row["embedded"]) for row in first] == [(0, 1, True), (3, 2, True)]
+    shard = DenseIndex.load(tmp_path / first[1]["folder"])
+    assert (shard.ids, shard.doc_offset, shard.vectors.shape) == (["c", "d"], 3, (2, 384))
+    assert [row["embedded"] for row in actor(batch).to_pylist()] == [False, False]  # kept
+    other = EmbedPassages(str(tmp_path), EMBEDDER, "fp32", "dot_product", "print-2", cpu_threads=1, device="cpu")
+    assert [row["embedded"] for row in other(batch).to_pylist()] == [True, True]  # another model's: replaced
