@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, check_k, merge_top_k
+from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, check_k, merge_top_k, top_k
 
 FORMAT = "qa_core.retrieval.dense/1"
 DENSE_HEADER_FILE = "dense.json"
@@ -102,12 +102,12 @@ class DenseIndex:
         if self.similarity == "cosine":
             vectors = unit_rows(vectors)
         scores = (queries @ vectors.T).astype(np.float64)  # (queries, stop - start)
-        rows, columns, values = rows_top_k(scores, k)
         positions = np.full((len(queries), k), NO_POSITION, np.int64)
         found = np.full((len(queries), k), NO_SCORE, np.float64)
-        ranks = np.arange(rows.size) - np.searchsorted(rows, rows)  # each hit's rank within its row
-        positions[rows, ranks] = columns + start + self.doc_offset
-        found[rows, ranks] = values
+        for row, row_scores in enumerate(scores):
+            hits, hit_scores = top_k(row_scores, k, drop_non_positive=False)
+            positions[row, : hits.size] = hits + start + self.doc_offset
+            found[row, : hits.size] = hit_scores
         return positions, found
 
     def save(self, folder: str | Path, record: dict[str, Any] | None = None) -> None:
@@ -147,27 +147,6 @@ class DenseIndex:
                 f"({header['n']}, {header['dimension']}) as {DENSE_HEADER_FILE} says."
             )
         return cls(header["ids"], vectors, header["doc_offset"], similarity or header["similarity"])
-
-
-def rows_top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """
-    The k best columns of every row of a score matrix, at once: score descending, ties to the lower column (corpus
-    order, as `topk.top_k` and Haystack's stable sort), no score dropped.
-
-    :param scores: `(rows, columns)` float64.
-    :returns: The hits' rows (ascending), columns and scores, best first within a row, at most k per row.
-    """
-    count = scores.shape[1]
-    if count > k:
-        kth = np.partition(scores, count - k, axis=1)[:, count - k]  # (rows,) each row's k-th best score
-        rows, columns = np.nonzero(scores >= kth[:, None])  # every hit, and ties at the k-th
-    else:
-        rows, columns = np.nonzero(np.ones_like(scores, dtype=bool))
-    values = scores[rows, columns]
-    order = np.lexsort((columns, -values, rows))
-    rows, columns, values = rows[order], columns[order], values[order]
-    kept = np.arange(rows.size) - np.searchsorted(rows, rows) < k  # the first k of each row
-    return rows[kept], columns[kept], values[kept]
 
 
 def read_dense_header(folder: str | Path) -> dict[str, Any]:

