@@ -10,6 +10,10 @@ its index as `_index/` in its output folder, so that a resumed run does not rebu
 memory-map it from there. With `split_length` the index holds passages of the documents, and each shard folder
 also holds `passages.json` (`workers.passages`): where each passage lies in its source document.
 
+For dense and hybrid retrieval the index folder also holds the passages' vectors (`dense/`, embedded by
+`jobs.indexing.embed`'s actor pool once the BM25 index is saved) and `build.json` a `dense` section; the
+retrieval stage then ends with `workers.retrieve_dense.RetrieveDense`.
+
 Building reads the documents' ids and contents into the driver (fine for corpora that fit in its memory, as
 `build_sharded` needs them all; a distributed build is not done yet), splitting them batch by batch as they are
 read when `split_length` is set.

@@ -54,7 +54,7 @@ HIT_COLUMNS = ("document_ids", "passage_ids", "passage_starts", "passage_ends")
 
 @dataclass(frozen=True)
 class RetrievalSettings(Settings):
-    """How questions without document_ids get documents: BM25 over --documents, as Haystack's InMemoryBM25Retriever."""
+    """How questions without document_ids get documents from --documents: by BM25, embeddings, or both joined."""
 
     retrieval: str = "bm25"  # bm25, dense (embedding model) or hybrid (both, joined as Haystack's DocumentJoiner)
     retriever_top_k: int = 10  # documents retrieved for each question without document_ids (Haystack's top_k)
