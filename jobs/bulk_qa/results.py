@@ -125,9 +125,6 @@ def write_results(
                 **scored["metrics"],
                 "no_answer_sources": compare_no_answer_sources(dataset, predictions, no_answer),
             }
-            quality = retrieval_gold_quality(output, shards, work)
-            if quality is not None:
-                metrics["retrieval"] = results["retrieval_quality"] = quality
             output.write_file(_json(metrics, indent=2), "evaluation.json")
             output.write_file(
                 _parquet(_evaluation_table(dataset, answers, na_probs, scored)), "evaluation", "part-00000.parquet"
@@ -196,7 +193,8 @@ RELEVANT_COLUMN = "relevant_document_ids"  # gold for retrieval in a questions t
 def retrieval_gold_quality(output: OutputFolder, shards: list[int], work: WorkSettings) -> dict[str, Any] | None:
     """
     The retrieval's recall@k and MRR (`qa_core.retrieval.quality`) over the questions retrieved for, when the
-    questions table has a `relevant_document_ids` column (list of document ids); None without one.
+    questions table (Parquet; SQuAD input names its contexts, so nothing is retrieved) has a `relevant_document_ids`
+    column (list of document ids); None without one.
     """
     if RELEVANT_COLUMN not in parquet_dataset(work.questions).schema.names:
         return None
