@@ -148,6 +148,18 @@ def test_dense_retrieval_on_a_built_index_equals_haystacks_embedding_retriever(
         assert row["retrieved_document_ids"] == [doc.id for doc in dense], key
         assert row["retrieval_scores"] == pytest.approx([doc.score for doc in dense], abs=1e-5), key
         assert row["dense_ranks"] == list(range(1, TOP_K + 1)) and row["bm25_ranks"] is None, key
+    # The run's own index, its vectors embedded in-process: the same hits.
+    own = corpus["root"] / "dense-own-index"
+    status = run_job(
+        "--questions", paths["questions"], "--documents", paths["documents"], "--output", own,
+        "--model", tiny_bert_model, "--engine", "in-process", "--retrieval", "dense", "--embedding-model", EMBEDDER,
+        *READER,
+    )  # fmt: skip
+    assert status == 0
+    again = {row["question_id"]: row for row in read_output(own, "questions")}
+    for key in QUERIES:
+        assert again[key]["retrieved_document_ids"] == questions[key]["retrieved_document_ids"], key
+        assert again[key]["retrieval_scores"] == pytest.approx(questions[key]["retrieval_scores"], abs=1e-6), key
 
 
 def test_index_of_another_embedding_model_or_without_vectors_is_refused(
