@@ -3,7 +3,8 @@ Builds the BM25 index of a documents table once, for bulk QA runs to share (`pyt
 
     python -m jobs.index --documents D --output DIR [--bm25-algorithm BM25L] [--bm25-parameters '{k1: 1.2}'] \
         [--index-shards N | --index-shard-size PASSAGES] [--split-length WORDS] [--split-overlap WORDS] \
-        [--address RAY]
+        [--retrieval dense|hybrid --embedding-model MODEL [--embedding-similarity cosine]] \
+        [--embedding-precision bf16] [--address RAY]
 
 Or grows an index it built with more documents, as new shards, without reading its documents again:
 
@@ -13,9 +14,12 @@ The index is built by Ray Data (`jobs.bulk_qa.retrieval.build_index_with_ray`), 
 cluster `--address` names: memory per task is set by the shard size, the driver holds the corpus statistics only.
 DIR receives the index (`.npy` arrays and JSON, loaded memory-mapped and never unpickled) and `build.json`:
 the documents' files and fingerprint, the algorithm and parameters, the splitting, the vocabulary size and the
-build time. A run given `--index DIR` refuses it unless its `--documents`, `--bm25-algorithm`,
-`--bm25-parameters`, `--split-length` and `--split-overlap` are the ones it was built with. Exit status: 0 when
-built, 2 for unusable input or options.
+build time. With `--retrieval dense` or `hybrid` the passages' vectors are embedded too, by a Ray Data actor pool
+(on the cluster at `RAY_ADDRESS`, else a Ray of its own on this machine), into `DIR/dense/`, and `build.json` gains a
+`dense` section (model, fingerprint, dimension, pooling, shards); the BM25 index is built either way (it holds
+where each passage lies). A run given `--index DIR` refuses it unless its `--documents`, `--bm25-algorithm`,
+`--bm25-parameters`, `--split-length` and `--split-overlap` are the ones it was built with, and, for dense or hybrid
+retrieval, its `--embedding-model`. Exit status: 0 when built, 2 for unusable input or options.
 """
 
 import argparse
@@ -25,16 +29,20 @@ import pyarrow.fs as pafs
 
 from jobs.bulk_qa.config import RunSettings, add_options, with_values
 from jobs.bulk_qa.driver import configure_ray_data, start_ray
+from jobs.bulk_qa.engines import RayEngine
 from jobs.bulk_qa.inputs import DOCUMENTS, table_schema
-from jobs.bulk_qa.retrieval import BUILD_FILE, add_documents_with_ray, build_index_with_ray
+from jobs.bulk_qa.retrieval import BUILD_FILE, add_dense_index, add_documents_with_ray, build_index_with_ray
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
 from qa_core.retrieval.index_io import HEADER_FILE
 
 # The retrieval settings an index is built with (the job's others only apply to searching it).
 INDEX_OPTIONS = frozenset(
-    {"bm25_algorithm", "bm25_parameters", "index_shards", "index_shard_size", "split_length", "split_overlap"}
-)
+    {
+        "bm25_algorithm", "bm25_parameters", "index_shards", "index_shard_size", "split_length", "split_overlap",
+        "retrieval", "embedding_model", "embedding_similarity", "embedding_precision",
+    }
+)  # fmt: skip
 # Where the build runs (the job's options of the same names).
 RUN_OPTIONS = frozenset({"address", "verbose"})
 
@@ -65,15 +73,19 @@ def main(argv: list[str] | None = None) -> int:
         adding = args.add is not None and args.index is not None and not (args.documents or args.output)
         if not building and not adding:
             raise InputError("give --documents and --output to build an index, or --add and --index to grow one")
+        if adding and settings.dense:
+            raise InputError("--add grows a BM25 index only: build a dense or hybrid index again with --output")
         if args.add is None:
             _check_target(args.output)
         table_schema(args.add or args.documents, DOCUMENTS)
-        start_ray(phases["run"])
+        cluster = start_ray(phases["run"])
         configure_ray_data(phases["run"])
         if args.add is None:
             record = build_index_with_ray(settings, args.documents, args.output)
         else:
             record = add_documents_with_ray(args.index, args.add)
+        if settings.dense:
+            dense = add_dense_index(args.output, settings, args.documents, RayEngine(), cluster)
     except InputError as error:
         print(f"jobs.index: error: {error}", file=sys.stderr)
         return 2
@@ -82,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{record['parameters']}, {record['shards']} shards) in {record['build_s']} s into {redact(output)}",
         flush=True,
     )
+    if settings.dense:
+        print(
+            f"jobs.index: embedded {record['documents']} passages with {redact(dense['model'])} ({dense['dimension']} "
+            f"dimensions, {len(dense['shards'])} shards) in {dense['build_s']} s",
+            flush=True,
+        )
     return 0
 
 

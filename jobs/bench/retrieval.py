@@ -11,6 +11,11 @@ With `--build`, the index build at scale instead, from a Parquet table of the sy
 peak memory of the driver and of the whole machine (above its level before the build), and queries/s over the
 shards (searched one after the other in one process, merged exactly).
 
+`quality` as the first argument compares BM25, dense and hybrid retrieval's recall, MRR and end-to-end EM / F1
+instead (`jobs.bench.retrieval_quality`, its own options):
+
+    .venv/bin/python -m jobs.bench.retrieval quality --model models/minilm-squad
+
     .venv/bin/python -m jobs.bench.retrieval --build both --passages 1000000 --shard-size 250000
 """
 
@@ -238,4 +243,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["quality"]:
+        from jobs.bench.retrieval_quality import main as quality
+
+        quality(sys.argv[2:])
+    else:
+        main()

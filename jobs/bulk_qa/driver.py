@@ -153,8 +153,8 @@ def run(config: JobConfig) -> int:
     if corpus is None:  # else claimed before the conversion
         output.claim(identity, config.run.overwrite)
     if index is not None:
-        # into the claimed output folder, so that a resumed run keeps it
-        index = complete_index(index, config.retrieval, tables.work.documents)
+        # into the claimed output folder, so that a resumed run keeps it; dense vectors embedded on the engine
+        index = complete_index(index, config.retrieval, tables.work.documents, engine, cluster)
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
     resumed = output.committed_shards()
     pipeline_started = time.time()

@@ -208,6 +208,8 @@ def render(output: OutputFolder, manifest: dict[str, Any], plots: ModuleType, wo
             by_status[status][0].extend([best[qid]] if qid in best else [])
             by_status[status][1].append(na_probs[qid])
     sections = [_statuses(manifest["outputs"]["statuses"])]
+    if manifest.get("retrieval_quality", {}).get("questions"):
+        sections.append(_retrieval_quality(manifest["retrieval_quality"]))
     figures = [
         (
             plots.histograms(
@@ -334,6 +336,19 @@ def _metrics(metrics: dict[str, Any]) -> str:
     return (
         "<h2>Evaluation</h2>\n<p>The official SQuAD script's metrics on predictions.json and na_probs.json "
         f'(evaluation.json).</p>\n<table class="metrics">\n<tr><th>metric</th><th>value</th></tr>\n{rows}</table>'
+    )
+
+
+def _retrieval_quality(quality: dict[str, Any]) -> str:
+    rows = "".join(
+        f'<tr data-metric="retrieval.{html.escape(key)}"><td>{html.escape(key)}</td>'
+        f'<td class="number">{_number(value)}</td></tr>\n'
+        for key, value in quality.items()
+    )
+    return (
+        "<h2>Retrieval</h2>\n<p>Recall and MRR of the retrieved documents against the questions' "
+        "relevant_document_ids (evaluation.json's retrieval).</p>\n"
+        f'<table class="metrics">\n<tr><th>metric</th><th>value</th></tr>\n{rows}</table>'
     )
 
 

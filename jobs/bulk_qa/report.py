@@ -107,6 +107,14 @@ def corpus_line(ingestion: dict[str, Any] | None) -> str:
     )
 
 
+def retrieval_line(quality: dict[str, Any] | None) -> str:
+    """The summary's line of the retrieval's recall and MRR against `relevant_document_ids`, or nothing."""
+    if not quality or not quality.get("questions"):
+        return ""
+    recalls = ", ".join(f"{key} {value:.3f}" for key, value in quality.items() if key.startswith("recall@"))
+    return f"  retrieval   {recalls}, mrr {quality['mrr']:.3f} over {quality['questions']} questions: evaluation.json"
+
+
 def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
     """Prints the run's summary (from its manifest) on stdout: the last thing the job prints there."""
     outputs, statuses = manifest["outputs"], manifest["outputs"]["statuses"]
@@ -133,6 +141,7 @@ def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
         "no-answer probability > {best_f1_thresh:.4g}): evaluation.json".format(**manifest["evaluation"])
         if manifest.get("evaluation")
         else "",
+        retrieval_line(manifest.get("retrieval_quality")),
         f"  warning     replies for unknown question ids: {manifest['replies_without_question']}"
         if manifest["replies_without_question"]
         else "",

@@ -41,6 +41,7 @@ from qa_core.evaluation import (
     get_raw_scores,
     make_eval_dict,
 )
+from qa_core.retrieval.quality import retrieval_quality
 from qa_core.squad import SquadDataset, SquadExample
 
 EVALUATION_SCHEMA = pa.schema(
@@ -132,6 +133,11 @@ def write_results(
             results["evaluation"] = metrics
     else:
         dataset, predictions = dataset_from_tables(work, predictions, span_documents)
+        quality = retrieval_gold_quality(output, shards, work)
+        if quality is not None:
+            output.write_file(_json({"retrieval": quality}, indent=2), "evaluation.json")
+            written.append("evaluation.json")
+            results["retrieval_quality"] = quality
     output.write_file(_json(annotated_squad_json(dataset, predictions)), "annotated.squad.json")
     output.write_file(_json(label_studio_tasks(dataset, predictions)), "label_studio.json")
     output.write_file(LABEL_STUDIO_CONFIG.encode("utf-8"), "label_studio.xml")
@@ -179,6 +185,28 @@ def _evaluation_table(
         },
         schema=EVALUATION_SCHEMA,
     )
+
+
+RELEVANT_COLUMN = "relevant_document_ids"  # gold for retrieval in a questions table: each question's relevant documents
+
+
+def retrieval_gold_quality(output: OutputFolder, shards: list[int], work: WorkSettings) -> dict[str, Any] | None:
+    """
+    The retrieval's recall@k and MRR (`qa_core.retrieval.quality`) over the questions retrieved for, when the
+    questions table (Parquet; SQuAD input names its contexts, so nothing is retrieved) has a `relevant_document_ids`
+    column (list of document ids); None without one.
+    """
+    if RELEVANT_COLUMN not in parquet_dataset(work.questions).schema.names:
+        return None
+    gold = parquet_dataset(work.questions).to_table(columns=["id", RELEVANT_COLUMN]).to_pydict()
+    relevant = {qid: ids for qid, ids in zip(gold["id"], gold[RELEVANT_COLUMN], strict=True) if ids}
+    questions = output.read_shards("questions", shards, ["question_id", "retrieved_document_ids"]).to_pydict()
+    retrieved = {
+        qid: ids
+        for qid, ids in zip(questions["question_id"], questions["retrieved_document_ids"], strict=True)
+        if ids is not None
+    }
+    return retrieval_quality(retrieved, relevant)
 
 
 def dataset_from_tables(

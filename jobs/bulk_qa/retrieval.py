@@ -14,6 +14,10 @@ in its source document.
 With the Ray engine (and in `python -m jobs.index`) the index is built by Ray Data (`build_index_with_ray`,
 `jobs.indexing`): the driver holds the corpus statistics only, each shard is built and written by a task. The
 in-process engine, chosen for small local jobs, builds the same index in its own process (`build_index`).
+
+For dense and hybrid retrieval the index folder also holds the passages' vectors (`dense/`, embedded by
+`jobs.indexing.embed`'s actor pool once the BM25 index is saved) and `build.json` a `dense` section; the
+retrieval stage then ends with `workers.retrieve_dense.RetrieveDense`.
 """
 
 import json
@@ -30,11 +34,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from jobs.bulk_qa.engines import Engine
+from jobs.bulk_qa.engines import Engine, InProcessEngine
+from jobs.bulk_qa.in_process import InProcessDataset
 from jobs.bulk_qa.inputs import input_fingerprint
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.workers.passages import Passages, split_batch
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments
+from jobs.bulk_qa.workers.retrieve_dense import RetrieveDense
 from jobs.bulk_qa.workers.rows import wave_questions
 from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact, resolve_path
 from jobs.indexing.bm25 import corpus_statistics, reweigh_shards, save_files, write_shards
@@ -133,20 +139,73 @@ def prepare_index(
     return IndexPlan(saved, {**_summary(built.record), "source": "built"}, built=built)
 
 
-def complete_index(plan: IndexPlan, settings: RetrievalSettings, documents: str) -> IndexPlan:
+def complete_index(
+    plan: IndexPlan, settings: RetrievalSettings, documents: str, engine: Engine, cluster: dict[str, Any]
+) -> IndexPlan:
     """
     Once the output folder is claimed: saves an index the run built in memory into it (`plan.location`) and drops
-    it from the driver, or builds a pending one there by Ray (`build_index_with_ray`).
+    it from the driver, or builds a pending one there by Ray (`build_index_with_ray`); for dense or hybrid
+    retrieval, embeds its passages there too (`jobs.indexing.embed`) unless the index holds their vectors by the
+    run's embedding model (kept from the run this one resumes).
 
     :raises InputError: If the documents cannot be indexed.
     """
     if plan.built is not None:
         write_index(plan.built, plan.location)
-        return replace(plan, built=None)
+        plan = replace(plan, built=None)
     if plan.pending:
         record = build_index_with_ray(settings, documents, plan.location)
-        return replace(plan, record={**_summary(record), "source": "built"}, pending=False)
-    return plan
+        plan = replace(plan, record={**_summary(record), "source": "built"}, pending=False)
+    if not settings.dense or plan.record.get("dense", {}).get("fingerprint") == _fingerprint(settings):
+        return plan
+    return replace(plan, record={**plan.record, "dense": add_dense_index(plan.location, settings, documents, engine,
+                                                                         cluster)})  # fmt: skip
+
+
+def add_dense_index(
+    location: str, settings: RetrievalSettings, documents: str, engine: Engine, cluster: dict[str, Any]
+) -> dict[str, Any]:
+    """
+    Embeds the passages of the complete BM25 index at `location` into its `dense/` shards and adds the `dense`
+    section to its `build.json`.
+
+    :returns: The `dense` section.
+    """
+    from jobs.indexing.embed import embed_index
+
+    record = _read_json(location, BUILD_FILE)
+    dense = embed_index(
+        _passages_dataset(documents, settings, engine), settings, location, record["documents"], engine, cluster
+    )
+    filesystem, inner = resolve_path(location)
+    with filesystem.open_output_stream(f"{inner.rstrip('/')}/{BUILD_FILE}") as stream:
+        stream.write(json.dumps({**record, "dense": dense}, indent=2, sort_keys=True).encode("utf-8"))
+    return dense
+
+
+def _fingerprint(settings: RetrievalSettings) -> str:
+    """The embedding model's fingerprint."""
+    from qa_core.embedding import embedding_fingerprint
+
+    return embedding_fingerprint(settings.embedding_model)
+
+
+def _passages_dataset(documents: str, settings: RetrievalSettings, engine: Engine) -> Any:
+    """The index's passages as the engine's dataset: `jobs.indexing.passages.indexed_passages` on Ray."""
+    if isinstance(engine, InProcessEngine):
+        return InProcessDataset(lambda: list(passage_tables(documents, settings)))
+    from jobs.indexing.passages import indexed_passages
+
+    return indexed_passages(documents, settings)
+
+
+def passage_tables(documents: str, settings: RetrievalSettings) -> Iterator[pa.Table]:
+    """What the index holds (`_indexed_texts`), read in the driver as tables of `position`, `id` and `content`."""
+    position = 0
+    for ids, texts, _ in _indexed_texts(documents, settings):
+        yield pa.table({"position": pa.array(range(position, position + len(ids)), pa.int64()), "id": ids,
+                        "content": texts})  # fmt: skip
+        position += len(ids)
 
 
 def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
@@ -417,6 +476,8 @@ def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, 
         )
     if header.get("doc_offset") != 0 or header.get("corpus", {}).get("n_docs") != record.get("documents"):
         raise InputError(f"--index {shown}: its first shard's corpus does not match its {BUILD_FILE}.")
+    if settings.dense:
+        _check_dense(shown, record, settings)
     if record.get("documents_files") != input_fingerprint(documents):
         total, position = 0, 0
         for batch_ids, batch_texts, _ in _indexed_texts(documents, settings):
@@ -428,6 +489,24 @@ def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, 
                 "and contents differ from the index's fingerprint): rebuild it with `python -m jobs.index`."
             )
     return _summary(record)
+
+
+def _check_dense(shown: str, record: dict[str, Any], settings: RetrievalSettings) -> None:
+    """
+    :raises InputError: If an `--index` holds no vectors, or those of another embedding model.
+    """
+    dense = record.get("dense")
+    if not isinstance(dense, dict):
+        raise InputError(
+            f"--index {shown} holds no dense vectors (built for BM25 only): rebuild it with `python -m jobs.index "
+            f"--retrieval {settings.retrieval} --embedding-model {redact(settings.embedding_model)}`."
+        )
+    if dense.get("fingerprint") != _fingerprint(settings):
+        raise InputError(
+            f"--index {shown} holds the vectors of embedding model {redact(str(dense.get('model')))}, not of this "
+            f"run's --embedding-model {redact(settings.embedding_model)} (their files' fingerprints differ): rebuild "
+            "it or pass the model it was built with."
+        )
 
 
 def retrieved_questions(
@@ -447,7 +526,7 @@ def retrieved_questions(
     """
     locations = plan.shard_locations
     retrieved = questions.map_batches(wave_questions, batch_format="pyarrow", fn_kwargs=wave)
-    for location in locations:
+    for location in locations if settings.retrieval != "dense" else []:
         retrieved = retrieved.map_batches(
             RetrieveDocuments,
             batch_format="pyarrow",
@@ -455,6 +534,25 @@ def retrieved_questions(
             compute=engine.actor_pool(1),
             fn_constructor_kwargs={"location": location, "retriever_top_k": settings.retriever_top_k},
             num_cpus=min(0.5, (cluster_cpus or 1) / (4 * len(locations))),
+        )
+    if settings.dense:
+        retrieved = retrieved.map_batches(
+            RetrieveDense,
+            batch_format="pyarrow",
+            batch_size=QUESTIONS_PER_RETRIEVAL_BATCH,
+            compute=engine.actor_pool(1),
+            fn_constructor_kwargs={
+                "location": plan.location,
+                "dense": plan.record["dense"],
+                "bm25_shards": locations,
+                "retriever_top_k": settings.retriever_top_k,
+                "hybrid": settings.retrieval == "hybrid",
+                "join_mode": settings.join_mode,
+                "join_weights": settings.fusion_weights(),
+                "cpu_threads": int(cluster_cpus or 1),
+                "device": engine.reader_device(),
+            },
+            num_cpus=min(0.5, (cluster_cpus or 1) / 4),
         )
     return retrieved.materialize()
 

@@ -1,1 +1,4 @@
-"""The index of a corpus built by Ray Data: its passages read and split by tasks, each shard written by a task."""
+"""
+Index building on Ray Data: the passages an index holds, read, split and numbered by tasks (`passages`), the BM25
+shards built and written by tasks (`bm25`), and the passages' vectors written by an embedding actor pool (`embed`).
+"""

@@ -18,6 +18,7 @@ from jobs.bulk_qa.workers.tables import (
     GENERATED_ANSWERS_SCHEMA,
     QUESTION_STATUSES,
     QUESTIONS_SCHEMA,
+    RETRIEVER_FIELDS,
     answer_rows,
     generated_answer_rows,
 )
@@ -177,6 +178,7 @@ def retrieval_columns(question: dict[str, Any]) -> dict[str, Any]:
         "retrieved_document_ids": question["document_ids"] if retrieved else None,
         "retrieval_scores": scores,
         "retrieved_passage_ids": question.get("passage_ids") if retrieved else None,
+        **{field.name: question.get(field.name) if retrieved else None for field in RETRIEVER_FIELDS},
     }
 
 

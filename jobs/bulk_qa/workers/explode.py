@@ -23,6 +23,7 @@ from jobs.bulk_qa.workers.rows import (
     table,
 )
 from jobs.bulk_qa.workers.storage import ShardStore, parquet_dataset
+from jobs.bulk_qa.workers.tables import RETRIEVER_FIELDS
 from qa_core.document import Document
 
 
@@ -69,6 +70,7 @@ def question_rows(batch: pa.Table, num_shards: int, shards: frozenset[int], squa
             "document_ids": _document_ids(question, squad),
             "retrieval_scores": question.get("retrieval_scores"),  # retrieved questions only
             "passage_ids": question.get("passage_ids"),  # retrieved passages only (split_length)
+            **{field.name: question.get(field.name) for field in RETRIEVER_FIELDS},  # dense and hybrid only
         }
         for shard, question in _wave_questions(batch, num_shards, shards)
     ]

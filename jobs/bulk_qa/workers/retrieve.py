@@ -23,6 +23,10 @@ import pyarrow.fs as pafs
 
 from jobs.bulk_qa.workers.passages import Passages
 from jobs.bulk_qa.workers.storage import resolve_path
+from jobs.bulk_qa.workers.tables import JOINED
+from qa_core.hardware import PRECISIONS
+from qa_core.retrieval.dense import DEFAULT_SIMILARITY, SIMILARITIES
+from qa_core.retrieval.fusion import DEFAULT_JOIN_MODE, JOIN_MODES
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, merge_top_k
@@ -43,14 +47,16 @@ RETRIEVED_SCHEMA = pa.schema(
         ("passage_ends", pa.list_(pa.int64())),
     ]
 )
+RETRIEVALS = ("bm25", "dense", "hybrid")
 # The columns that describe a question's hits, one list entry per hit (the fields of `Hit`).
 HIT_COLUMNS = ("document_ids", "passage_ids", "passage_starts", "passage_ends")
 
 
 @dataclass(frozen=True)
 class RetrievalSettings(Settings):
-    """How questions without document_ids get documents: BM25 over --documents, as Haystack's InMemoryBM25Retriever."""
+    """How questions without document_ids get documents from --documents: by BM25, embeddings, or both joined."""
 
+    retrieval: str = "bm25"  # bm25, dense (embedding model) or hybrid (both, joined as Haystack's DocumentJoiner)
     retriever_top_k: int = 10  # documents retrieved for each question without document_ids (Haystack's top_k)
     bm25_algorithm: str = DEFAULT_ALGORITHM  # BM25L (Haystack's default), BM25Okapi, BM25Plus, or Lucene
     bm25_parameters: dict[str, float] = field(default_factory=dict)  # some of k1, b, delta or epsilon (Haystack's)
@@ -62,12 +68,23 @@ class RetrievalSettings(Settings):
     # retrieval finds passages and the reader reads them; answers point into the documents.
     split_length: int | None = None  # words per indexed passage (DocumentSplitter's); None: whole documents
     split_overlap: int = 0  # words consecutive passages of a document share (with split_length; less than it)
+    embedding_model: str | None = None  # sentence-transformers model (hub id or local folder) for dense and hybrid
+    embedding_similarity: str = DEFAULT_SIMILARITY  # dot_product (InMemoryDocumentStore's default) or cosine
+    embedding_precision: str = "fp32"  # the embedding model's: fp32, bf16, or auto (bf16 where fast)
+    join_mode: str = DEFAULT_JOIN_MODE  # hybrid: DocumentJoiner's join_mode (reciprocal_rank_fusion, ...)
+    join_weights: dict[str, float] = field(default_factory=dict)  # hybrid: {bm25: w, dense: w}; empty: equal
+
+    @property
+    def dense(self) -> bool:
+        """Whether the retrieval embeds (dense or hybrid)."""
+        return self.retrieval in ("dense", "hybrid")
 
     def problems(self) -> list[str]:
         problems = at_least("retriever_top_k", self.retriever_top_k, 1) + at_least("index_shards", self.index_shards, 1)
         problems += at_least("index_shard_size", self.index_shard_size, 1, optional=True)
         if self.index_shard_size is not None and self.index_shards != 1:
             problems.append(f"index_shards {self.index_shards} and index_shard_size: set one of them, not both")
+        problems += self._dense_problems()
         problems += self._split_problems()
         if not isinstance(self.bm25_parameters, dict):
             return problems + [f"bm25_parameters must be a mapping, not {type(self.bm25_parameters).__name__}"]
@@ -84,6 +101,36 @@ class RetrievalSettings(Settings):
     def shard_size(self, n_docs: int) -> int:
         """Passages per shard of an index of `n_docs` (`index_shard_size`, or `n_docs` over `index_shards`)."""
         return self.index_shard_size or max(1, -(-n_docs // self.index_shards))
+
+    def _dense_problems(self) -> list[str]:
+        """The retrieval and its embedding and joining settings."""
+        if self.retrieval not in RETRIEVALS:
+            return [f"retrieval must be one of {', '.join(RETRIEVALS)}, not {self.retrieval!r}"]
+        problems = []
+        if self.dense and not self.embedding_model:
+            problems.append(f"retrieval {self.retrieval} needs an embedding_model")
+        if self.embedding_similarity not in SIMILARITIES:
+            problems.append(
+                f"embedding_similarity must be one of {', '.join(SIMILARITIES)}, not {self.embedding_similarity!r}"
+            )
+        if self.embedding_precision not in PRECISIONS:
+            problems.append(
+                f"embedding_precision must be one of {', '.join(PRECISIONS)}, not {self.embedding_precision!r}"
+            )
+        if self.join_mode not in JOIN_MODES:
+            problems.append(f"join_mode must be one of {', '.join(JOIN_MODES)}, not {self.join_mode!r}")
+        weights = self.join_weights
+        if not isinstance(weights, dict) or (weights and sorted(weights) != sorted(JOINED)):
+            problems.append(f"join_weights must name both of {', '.join(JOINED)} or be empty, not {weights!r}")
+        elif weights and (
+            any(not isinstance(w, int | float) or w < 0 for w in weights.values()) or not sum(weights.values())
+        ):
+            problems.append(f"join_weights must be numbers >= 0 that do not sum to 0, not {weights!r}")
+        return problems
+
+    def fusion_weights(self) -> list[float] | None:
+        """`join_weights` in the order the retrievers' hits are joined (`JOINED`), or None (equal)."""
+        return [float(self.join_weights[name]) for name in JOINED] if self.join_weights else None
 
     def _split_problems(self) -> list[str]:
         """`split_documents`' rules: split_length >= 1, 0 <= split_overlap < split_length (no overlap unsplit)."""
@@ -157,17 +204,14 @@ class RetrieveDocuments:
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Questions (`id`, `query`, optional `document_ids`, or an earlier shard's rows) -> `RETRIEVED_SCHEMA` rows."""
         queries = batch["query"].to_pylist()
-        hits = {name: _column(batch, name) for name in HIT_COLUMNS}  # each row's hits, column by column
+        hits = hit_columns(batch)
         if "retrieved_positions" in batch.column_names:  # an earlier shard chose the questions and found hits
             carried = batch["retrieved_positions"].to_pylist()
             scores = batch["retrieval_scores"].to_pylist()
             asked = [row for row, positions in enumerate(carried) if positions is not None]
         else:
             carried, scores = [None] * len(batch), [None] * len(batch)
-            asked = [
-                row for row, (query, ids) in enumerate(zip(queries, hits["document_ids"], strict=True))
-                if ids is None and query is not None and query.strip()
-            ]  # fmt: skip
+            asked = asked_rows(queries, hits["document_ids"])
         if asked:
             found = self.index.search([queries[row] for row in asked], self.top_k)  # (asked, k) positions, scores
             before = (
@@ -176,10 +220,10 @@ class RetrieveDocuments:
             )
             positions, hit_scores = merge_top_k([before, found], self.top_k)  # (asked, k)
             for row, row_positions, row_scores in zip(asked, positions, hit_scores, strict=True):
-                known = dict(zip(carried[row] or [], _row_hits(hits, row), strict=True))
+                known = dict(zip(carried[row] or [], row_hits(hits, row), strict=True))
                 kept = row_positions[row_positions != NO_POSITION].tolist()
                 found_hits = [known.get(position) or self._hit(position) for position in kept]
-                _set_row_hits(hits, row, found_hits, self.passages is not None)
+                set_row_hits(hits, row, found_hits, self.passages is not None)
                 scores[row] = row_scores[: len(kept)].tolist()
                 carried[row] = kept
         columns = {name: pa.array(values, RETRIEVED_SCHEMA.field(name).type) for name, values in hits.items()}
@@ -202,19 +246,32 @@ class RetrieveDocuments:
         return Hit(passages.source_ids[index], self.index.doc_ids[index], passages.starts[index], passages.ends[index])
 
 
+def asked_rows(queries: list[str | None], document_ids: list[list[str] | None]) -> list[int]:
+    """The rows to retrieve for: no `document_ids` and a query that is not empty."""
+    return [
+        row for row, (query, ids) in enumerate(zip(queries, document_ids, strict=True))
+        if ids is None and query is not None and query.strip()
+    ]  # fmt: skip
+
+
+def hit_columns(batch: pa.Table) -> dict[str, list]:
+    """Each row's hits, column by column (`HIT_COLUMNS`; null where the batch has no such column)."""
+    return {name: _column(batch, name) for name in HIT_COLUMNS}
+
+
 def _column(batch: pa.Table, name: str) -> list:
     """A column's values, or nulls when the batch has no such column."""
     return batch[name].to_pylist() if name in batch.column_names else [None] * len(batch)
 
 
-def _row_hits(hits: dict[str, list], row: int) -> list[Hit]:
+def row_hits(hits: dict[str, list], row: int) -> list[Hit]:
     """The hits a row carries (an earlier shard's), as `Hit`s."""
     ids = hits["document_ids"][row] or []
     columns = [hits[name][row] or [None] * len(ids) for name in HIT_COLUMNS[1:]]
     return [Hit(*values) for values in zip(ids, *columns, strict=True)]
 
 
-def _set_row_hits(hits: dict[str, list], row: int, found: list[Hit], passages: bool) -> None:
+def set_row_hits(hits: dict[str, list], row: int, found: list[Hit], passages: bool) -> None:
     """Sets a row's hits, column by column; without `passages` (whole documents) the passage columns stay null."""
     columns = list(zip(*found, strict=True)) if found else [()] * len(HIT_COLUMNS)
     for name, values in zip(HIT_COLUMNS, columns, strict=True):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from jobs.bulk_qa.workers.tables import RETRIEVER_FIELDS
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
 from qa_core.selection import DocumentText
@@ -72,6 +73,7 @@ AGGREGATION_SCHEMA = pa.schema(
         ("document_ids", pa.list_(pa.string())),  # question rows
         ("retrieval_scores", pa.list_(pa.float64())),  # question rows: the scores of retrieved document_ids
         ("passage_ids", pa.list_(pa.string())),  # question rows: the retrieved passages, when split (split_length)
+        *RETRIEVER_FIELDS,  # question rows: dense and hybrid retrieval's per-retriever scores and ranks
         ("replies", pa.list_(pa.string())),  # replies rows
         ("reply_meta", pa.list_(pa.string())),
         ("sequence_index", pa.int32()),

@@ -32,6 +32,15 @@ ANSWERS_SCHEMA = pa.schema(
 
 QUESTION_STATUSES = ("answered", "refused", "no_documents", "error")
 
+# Hybrid retrieval joins these retrievers' hits, in this order (DocumentJoiner's inputs).
+JOINED = ("bm25", "dense")
+# Dense and hybrid retrieval: each retriever's score and rank (1 = its best) of each retrieved hit, null where that
+# retriever did not find it (null lists for questions not retrieved for, or retrieved by BM25 alone).
+RETRIEVER_FIELDS = [
+    pa.field(f"{name}_{kind}", pa.list_(pa.float64() if kind == "scores" else pa.int32()))
+    for name in JOINED
+    for kind in ("scores", "ranks")
+]
 QUESTIONS_SCHEMA = pa.schema(
     [
         ("question_id", pa.string()),
@@ -44,9 +53,10 @@ QUESTIONS_SCHEMA = pa.schema(
         ("n_documents", pa.int32()),  # documents read (known, with content)
         ("n_sequences", pa.int32()),  # model sequences their text made
         ("error", pa.string()),
-        ("retrieved_document_ids", pa.list_(pa.string())),  # BM25's documents, best first; null if not retrieved
-        ("retrieval_scores", pa.list_(pa.float64())),  # their BM25 scores (raw, as Haystack's retriever gives them)
+        ("retrieved_document_ids", pa.list_(pa.string())),  # the retrieved documents, best first; null if not retrieved
+        ("retrieval_scores", pa.list_(pa.float64())),  # their scores (raw BM25 or embedding similarity, or joined)
         ("retrieved_passage_ids", pa.list_(pa.string())),  # with split_length: the passages retrieved; else null
+        *RETRIEVER_FIELDS,
     ]
 )
 

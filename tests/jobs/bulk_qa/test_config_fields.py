@@ -24,9 +24,17 @@ VALUES: dict[str, Any] = {
     "bm25_parameters": {"k1": 1.2},
     "unicode_normalization": "NFKC",
     "remove_substrings": ["a b", "c"],
+    "retrieval": "hybrid",
+    "embedding_similarity": "cosine",
+    "embedding_precision": "bf16",
+    "join_mode": "distribution_based_rank_fusion",
+    "join_weights": {"bm25": 1, "dense": 2},
 }
 CHOICES = {"no_answer_source": ("haystack", "model"), "engine": ("auto", "ray")}  # the other choice than the default
-COMPANIONS = {"split_overlap": {"split_length": 5}}  # the options a field's other value needs beside it
+COMPANIONS = {
+    "split_overlap": {"split_length": 5},
+    "retrieval": {"embedding_model": "m"},
+}  # the options a field's other value needs beside it
 FIELDS = [(phase, name) for phase, settings in JobConfig().phases().items() for name in settings.types()]
 
 

