@@ -61,6 +61,7 @@ from jobs.bulk_qa.waves import (
     joins_by_broadcast,
     partition_documents,
     plan_documents_join,
+    task_cpus,
 )
 from jobs.bulk_qa.workers.storage import InputError, redact
 from qa_core.models import DEFAULT_TOKEN, model_fingerprint
@@ -133,7 +134,9 @@ def run(config: JobConfig) -> int:
         resuming = existing == identity and not config.run.overwrite
         index = prepare_index(config.retrieval, config.work.documents, output, resuming)
     cluster = engine.cluster() if isinstance(engine, InProcessEngine) else start_ray(config.run)
+    pool = actor_resources(config.run, cluster)
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: each copies these settings
+        engine = RayEngine(task_cpus=task_cpus(cluster, pool))
         configure_ray_data(config.run)
     inputs, expected = read_inputs(config, schemas, squad, ids, engine)
     output.claim(identity, config.run.overwrite)
@@ -142,7 +145,6 @@ def run(config: JobConfig) -> int:
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
     resumed = output.committed_shards()
     pipeline_started = time.time()
-    pool = actor_resources(config.run, cluster)
     partitioned = inputs.document_parts is not None and len(resumed) < len(expected)
     if partitioned:  # once per run, before its first wave
         partition_documents(inputs, config.run.output)
@@ -249,12 +251,15 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
         logging.getLogger(RAY_AUTH_SETUP_LOGGER).setLevel(level if run.verbose else logging.ERROR)
         ray.init(address=target, log_to_driver=run.verbose or target != "local", logging_level=level, **options)
     resources = ray.cluster_resources()
+    nodes = [node for node in ray.nodes() if node["Alive"]]
     cluster = {
         "engine": RAY_ENGINE,
         "address": ray.get_runtime_context().gcs_address,
         "started_by_job": started_here,
-        "nodes": sum(1 for node in ray.nodes() if node["Alive"]),
+        "nodes": len(nodes),
         "cpus": resources.get("CPU", 0),
+        # the node with the fewest CPUs but some (a head of 0 CPUs runs nothing): one of them must run the job
+        "smallest_node_cpus": min((cpus for node in nodes if (cpus := node["Resources"].get("CPU", 0))), default=0),
         "gpus": resources.get("GPU", 0),
         "start_s": round(time.time() - started, 3),
     }

@@ -6,6 +6,7 @@ of a minute on two cores. Both run the same stage functions on the same tables: 
 """
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -24,9 +25,16 @@ ACTORS_START_TIMEOUT_S = 3600
 BROADCAST_READ_CPUS = 0.25  # the broadcast read's task: reserving a whole CPU would hold back the first wave's tasks
 
 
+@dataclass(frozen=True)
 class RayEngine:
-    """The pipelines as Ray Data datasets, run by the Ray the driver started or joined."""
+    """
+    The pipelines as Ray Data datasets, run by the Ray the driver started or joined.
 
+    :param task_cpus: The CPUs each of the job's Ray Data tasks reserves (reads, joins, tokenize, aggregation),
+        given once Ray runs: see `jobs.bulk_qa.waves.task_cpus`.
+    """
+
+    task_cpus: float = 1.0
     name = RAY_ENGINE
 
     def read_parquet(self, path: str, columns: list[str]) -> Any:
@@ -34,7 +42,7 @@ class RayEngine:
         import ray.data
 
         filesystem, inner = resolve_path(path)
-        return ray.data.read_parquet(inner, filesystem=filesystem).select_columns(columns)
+        return ray.data.read_parquet(inner, filesystem=filesystem, num_cpus=self.task_cpus).select_columns(columns)
 
     def from_arrow(self, blocks: list[pa.Table]) -> Any:
         """Tables in the driver's memory as a Ray Data dataset, a block each."""
@@ -73,6 +81,7 @@ class InProcessEngine:
     """The pipelines as `InProcessDataset`s, run in this process: no Ray, the reader on this machine's GPU or CPU."""
 
     name = IN_PROCESS_ENGINE
+    task_cpus = 1.0  # the stages run in this process: it places nothing
 
     def read_parquet(self, path: str, columns: list[str]) -> InProcessDataset:
         """A Parquet input's `columns`, read whole into this process."""

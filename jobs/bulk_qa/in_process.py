@@ -64,10 +64,6 @@ class InProcessDataset:
             fn = fn(**(fn_constructor_kwargs or {}))
         return InProcessDataset([fn(batch, **(fn_kwargs or {})) for batch in batches])
 
-    def repartition(self, *, target_num_rows_per_block: int) -> "InProcessDataset":
-        """The same rows in blocks of `target_num_rows_per_block` (the last one smaller)."""
-        return InProcessDataset(self._rows_per_block(target_num_rows_per_block))
-
     def union(self, *others: "InProcessDataset") -> "InProcessDataset":
         """This dataset's blocks, then the others'."""
         return InProcessDataset([*self._blocks, *(block for other in others for block in other._blocks)])
@@ -105,9 +101,17 @@ class InProcessGroups:
         self._key = key
 
     def map_groups(
-        self, fn: Callable[..., pa.Table], *, batch_format: str, fn_kwargs: dict[str, Any] | None = None
+        self,
+        fn: Callable[..., pa.Table],
+        *,
+        batch_format: str,
+        fn_kwargs: dict[str, Any] | None = None,
+        num_cpus: float | None = None,
     ) -> InProcessDataset:
-        """`fn` over each group's rows (one table per value of the key, in the key's order), as `map_groups`."""
+        """
+        `fn` over each group's rows (one table per value of the key, in the key's order), as `map_groups`
+        (`num_cpus` places Ray's workers and means nothing here).
+        """
         _check_format(batch_format)
         whole = self._dataset.to_table()
         if not whole.num_rows:
