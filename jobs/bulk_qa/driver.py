@@ -48,7 +48,7 @@ from jobs.bulk_qa.inputs import (
     table_schema,
 )
 from jobs.bulk_qa.output import OutputFolder
-from jobs.bulk_qa.progress import Progress
+from jobs.bulk_qa.progress import Progress, StallWatch
 from jobs.bulk_qa.results import write_results
 from jobs.bulk_qa.retrieval import needs_retrieval, prepare_index, save_built_index
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
@@ -249,7 +249,11 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
         # With RAY_AUTH_MODE unset, Ray enables token authentication for a Ray it starts, as it should, and warns
         # that it did on every run: the notice shows with --verbose only.
         logging.getLogger(RAY_AUTH_SETUP_LOGGER).setLevel(level if run.verbose else logging.ERROR)
-        ray.init(address=target, log_to_driver=run.verbose or target != "local", logging_level=level, **options)
+        # Workers' output (model loading, Ray's notices of restarts and lost nodes) reaches this output only with
+        # --verbose, on a cluster joined too; an exception of the job's tasks or actors still ends the run with it.
+        ray.init(address=target, log_to_driver=run.verbose, logging_level=level, **options)
+        if not run.verbose:
+            silence_ray_notices()
     resources = ray.cluster_resources()
     nodes = [node for node in ray.nodes() if node["Alive"]]
     cluster = {
@@ -266,6 +270,20 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
     if joins and not started_here and not run.quiet:
         print(f"bulk-qa: running on the Ray cluster at {cluster['address']}", file=sys.stderr, flush=True)
     return cluster
+
+
+def silence_ray_notices() -> None:
+    """
+    Ray's notices to every driver of the cluster (a node marked dead after missed heartbeats, a task retried
+    because its node died, a worker killed for memory) are printed by a thread of the driver on its stdout, which
+    holds only the job's summary: without --verbose they are dropped, as the workers' logs are
+    (`log_to_driver=False`). The job's own faults still end the run with their message: Ray raises them in the
+    driver as exceptions. (Ray 2.60 has no setting for it: its listener prints through
+    `ray._private.worker.print_to_stdstream`, replaced here; with log_to_driver off nothing else prints through it.)
+    """
+    import ray._private.worker
+
+    ray._private.worker.print_to_stdstream = lambda data, ignore_prefix=False: None
 
 
 def ray_log_level(run: RunSettings) -> int:
@@ -421,15 +439,24 @@ def answer_pending_shards(
     pending = [shard for shard in sorted(expected) if shard not in resumed]
     progress = Progress(sum(expected[shard] for shard in pending), len(pending), enabled=not config.run.quiet)
     markers: dict[int, dict[str, Any]] = {}
+    # In-process, the run waits for nothing but its own reader.
+    watched = bool(pending) and not config.run.quiet and isinstance(inputs.engine, RayEngine)
+    watch = StallWatch(
+        config.run.stall_warning_s,
+        lambda: inputs.engine.waiting(pool.cpus_per_actor, pool.gpus_per_actor),
+        enabled=watched,
+    )
 
     def committed(marker: dict[str, Any]) -> None:
         if marker["shard"] not in markers:  # a retried aggregation task may report its shard twice
             progress.shard_committed(marker["questions"])
+            watch.committed()
         markers[marker["shard"]] = marker
 
-    for first in range(0, len(pending), config.run.shards_per_wave):
-        shards = pending[first : first + config.run.shards_per_wave]
-        answer_wave(config, inputs, frozenset(shards), sum(expected[shard] for shard in shards), pool, committed)
+    with watch:
+        for first in range(0, len(pending), config.run.shards_per_wave):
+            shards = pending[first : first + config.run.shards_per_wave]
+            answer_wave(config, inputs, frozenset(shards), sum(expected[shard] for shard in shards), pool, committed)
     progress.close()
     return markers
 

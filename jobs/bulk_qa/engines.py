@@ -6,6 +6,7 @@ of a minute on two cores. Both run the same stage functions on the same tables: 
 """
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +76,31 @@ class RayEngine:
     def reader_device(self) -> str | None:
         """None: a reader actor takes the GPU Ray assigned it, or the CPU."""
         return None
+
+    def waiting(self, reader_cpus: float, reader_gpus: float) -> str:
+        """
+        What a run that commits nothing waits for, in words: the job's actors that are not running (waiting for a
+        node, or restarting after theirs was lost), what its reader actors and tasks each reserve, and what the
+        cluster has free.
+        """
+        import ray
+        from ray._private import state  # the GCS's actor table: it needs no dashboard
+
+        job = ray.get_runtime_context().get_job_id()
+        waiting = Counter(
+            f"{actor['ActorClassName']} {actor['State']}"
+            for actor in state.actors().values()
+            if actor["JobID"] == job and actor["State"] not in ("ALIVE", "DEAD")
+        )
+        actors = ", ".join(f"{count} {name}" for name, count in sorted(waiting.items())) or "no actor of the job"
+        free, total = ray.available_resources(), ray.cluster_resources()
+        nodes = sum(1 for node in ray.nodes() if node["Alive"])
+        return (
+            f"waiting: {actors}; each reader actor needs CPU {reader_cpus:g}, GPU {reader_gpus:g}, each task CPU "
+            f"{self.task_cpus:g}; the cluster has CPU {free.get('CPU', 0):g} free of {total.get('CPU', 0):g}, GPU "
+            f"{free.get('GPU', 0):g} free of {total.get('GPU', 0):g}, on {nodes} node{'s' if nodes != 1 else ''}. "
+            "If it lacks them for good, stop the run (Ctrl-C) and run the same command once it has: it resumes."
+        )
 
 
 class InProcessEngine:

@@ -48,13 +48,14 @@ class InProcessDataset:
         compute: Any = None,
         num_cpus: float | None = None,
         num_gpus: float | None = None,
+        max_restarts: int | None = None,
     ) -> "InProcessDataset":
         """
         `fn` over batches of `batch_size` rows (None: block by block), as Ray Data's `map_batches`; the batches are
         cut from all rows in order (Ray Data cuts them from the blocks each of its tasks bundles, so that one may
         be shorter: the stages do not depend on it). A class is instantiated once, with `fn_constructor_kwargs`,
-        when there is a batch to call it on (Ray starts its actors either way); `compute`, `num_cpus` and
-        `num_gpus` place Ray's workers and mean nothing here.
+        when there is a batch to call it on (Ray starts its actors either way); `compute`, `num_cpus`, `num_gpus`
+        and `max_restarts` place and restart Ray's workers and mean nothing here.
         """
         _check_format(batch_format)
         if fn_constructor_kwargs is not None and not isinstance(fn, type):

@@ -226,6 +226,9 @@ def answer_wave(
         },
         num_gpus=pool.gpus_per_actor,
         num_cpus=pool.cpus_per_actor,
+        # Ray Data's default, given so that the task stages before it, which may reserve as many CPUs as a reader
+        # (see `task_cpus`), are never fused into the reader actors: they would run there, one batch at a time.
+        max_restarts=-1,
     )
     # With several reader actors the wave starts once all have: Ray Data hands an actor several batches at once,
     # and the one ready first would take every batch of a small wave.
