@@ -48,14 +48,14 @@ class InProcessDataset:
         compute: Any = None,
         num_cpus: float | None = None,
         num_gpus: float | None = None,
-        max_restarts: int | None = None,
+        runtime_env: dict[str, Any] | None = None,
     ) -> "InProcessDataset":
         """
         `fn` over batches of `batch_size` rows (None: block by block), as Ray Data's `map_batches`; the batches are
         cut from all rows in order (Ray Data cuts them from the blocks each of its tasks bundles, so that one may
         be shorter: the stages do not depend on it). A class is instantiated once, with `fn_constructor_kwargs`,
         when there is a batch to call it on (Ray starts its actors either way); `compute`, `num_cpus`, `num_gpus`
-        and `max_restarts` place and restart Ray's workers and mean nothing here.
+        and `runtime_env` place and set up Ray's workers and mean nothing here.
         """
         _check_format(batch_format)
         if fn_constructor_kwargs is not None and not isinstance(fn, type):
@@ -64,6 +64,10 @@ class InProcessDataset:
         if isinstance(fn, type) and batches:
             fn = fn(**(fn_constructor_kwargs or {}))
         return InProcessDataset([fn(batch, **(fn_kwargs or {})) for batch in batches])
+
+    def repartition(self, *, target_num_rows_per_block: int) -> "InProcessDataset":
+        """The same rows in blocks of `target_num_rows_per_block` (the last one smaller)."""
+        return InProcessDataset(self._rows_per_block(target_num_rows_per_block))
 
     def union(self, *others: "InProcessDataset") -> "InProcessDataset":
         """This dataset's blocks, then the others'."""

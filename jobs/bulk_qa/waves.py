@@ -28,7 +28,6 @@ from jobs.bulk_qa.workers.explode import (
     write_document_part,
 )
 from jobs.bulk_qa.workers.read import ReadSequences
-from jobs.bulk_qa.workers.rows import same_rows
 from jobs.bulk_qa.workers.storage import ShardStore
 from jobs.bulk_qa.workers.tokenize import tokenize
 from qa_core.models import DEFAULT_TOKEN
@@ -43,6 +42,7 @@ BROADCAST_DOCUMENTS_MAX_BYTES = 256 * 2**20
 # (`partition_documents`); each wave shuffles only its pairs by part, and each part's pairs read that part's file.
 DOCUMENT_PART_BYTES = 64 * 2**20
 MAX_SHUFFLE_PARTITIONS = 32  # hash partitions of a shuffle (by document part, by shard, by id)
+READER_RUNTIME_ENV = {"env_vars": {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}}  # transformers' bars follow the hub's
 # The fewest CPUs a task of the job reserves, on a cluster whose smallest node leaves less beside an actor.
 MIN_TASK_CPUS = 0.25
 
@@ -207,11 +207,13 @@ def answer_wave(
         },
         **tasks,
     )
-    # One block per actor batch: a batch bundles blocks up to its size, so both must be the same. Cut by a map
-    # (`repartition`'s tasks would reserve a whole CPU, which a node holding an actor may not have).
+    # One block per actor batch: a batch bundles blocks up to its size, so both must be the same. The cut runs in
+    # the tokenize tasks (fused) where those reserve a whole CPU, as it would on its own; on a cluster of small
+    # nodes (see `task_cpus`) it is left out, and several reader actors then share a small wave less evenly.
     batch_size = sequences_per_batch(config.run, pool, wave_questions)
-    blocks = sequences.map_batches(same_rows, batch_format="pyarrow", batch_size=batch_size, **tasks)
-    candidates = blocks.map_batches(
+    if tasks["num_cpus"] >= 1:
+        sequences = sequences.repartition(target_num_rows_per_block=batch_size)
+    candidates = sequences.map_batches(
         ReadSequences,
         batch_format="pyarrow",
         batch_size=batch_size,
@@ -226,9 +228,10 @@ def answer_wave(
         },
         num_gpus=pool.gpus_per_actor,
         num_cpus=pool.cpus_per_actor,
-        # Ray Data's default, given so that the task stages before it, which may reserve as many CPUs as a reader
-        # (see `task_cpus`), are never fused into the reader actors: they would run there, one batch at a time.
-        max_restarts=-1,
+        # No progress bar while a reader loads its model: its output is a worker's log, not the user's terminal.
+        # An environment of their own also keeps the task stages before them, which may reserve as many CPUs as a
+        # reader (see `task_cpus`), from being fused into the reader actors, to run there one batch at a time.
+        runtime_env=READER_RUNTIME_ENV,
     )
     # With several reader actors the wave starts once all have: Ray Data hands an actor several batches at once,
     # and the one ready first would take every batch of a small wave.

@@ -32,12 +32,8 @@ class ReadSequences:
         :param device: Where the reader runs; None: the GPU Ray assigned to this actor, or the CPU without one.
         """
         import torch
-        from transformers.utils import logging as transformers_logging
 
         from qa_core.reader import ExtractiveReader
-
-        # No progress bar while the model loads: an actor's output is a worker log, not the user's terminal.
-        transformers_logging.disable_progress_bar()
 
         gpu_ids: list[int] = []  # the GPUs Ray assigned to this actor
         if device is None:

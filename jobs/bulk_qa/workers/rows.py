@@ -187,8 +187,3 @@ def candidate_answer(query: str, row: dict[str, Any]) -> ExtractedAnswer:
         context_offset=context_offset,
         meta={} if page is None else {"answer_page_number": page},
     )
-
-
-def same_rows(batch: pa.Table) -> pa.Table:
-    """A batch as it is: mapped over batches of N rows, it cuts a dataset into blocks of N rows."""
-    return batch

@@ -5,6 +5,7 @@ batches), and the manifest records the resources the actors used, not the settin
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,16 +47,18 @@ def test_tasks_fit_beside_an_actor_on_the_smallest_node() -> None:
     assert task_cpus({"cpus": 8, "smallest_node_cpus": 1}, ActorResources(1, 0.0, 1.0, 1)) == 0.25  # the floor
 
 
+class Big:
+    """An actor that asks for more CPUs than any node has (see below)."""
+
+
 def test_a_stalled_run_names_the_actors_without_a_node_and_the_free_resources(local_ray) -> None:
     """An actor that asks for more CPUs than any node has waits for a node: the stall line says so."""
-
-    @local_ray.remote(num_cpus=64)
-    class Big:
-        pass
-
-    actor = Big.remote()
-    try:
-        text = RayEngine(task_cpus=0.5).waiting(reader_cpus=0.5, reader_gpus=0.0)
+    actor = local_ray.remote(num_cpus=64)(Big).remote()
+    engine, deadline = RayEngine(task_cpus=0.5), time.monotonic() + 60
+    try:  # the actor is registered first (DEPENDENCIES_UNREADY), then waits for a node
+        while "PENDING_CREATION" not in (text := engine.waiting(reader_cpus=0.5, reader_gpus=0.0)):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.2)
     finally:
         local_ray.kill(actor)
     assert text.startswith("waiting: 1 Big PENDING_CREATION; each reader actor needs CPU 0.5, GPU 0, each task CPU 0.5")

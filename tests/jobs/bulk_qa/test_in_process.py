@@ -10,7 +10,6 @@ import pyarrow as pa
 import pytest
 
 from jobs.bulk_qa.in_process import InProcessDataset
-from jobs.bulk_qa.workers.rows import same_rows
 from tests.jobs.conftest import write_table
 
 
@@ -39,7 +38,7 @@ def test_batches_are_cut_from_the_rows_in_order_or_block_by_block() -> None:
         3,
         4,
     ]  # no batch_size: per block
-    repartitioned = dataset.map_batches(same_rows, batch_format="pyarrow", batch_size=5)
+    repartitioned = dataset.repartition(target_num_rows_per_block=5)
     assert [row["rows"] for row in repartitioned.map_batches(sizes, batch_format="pyarrow").iter_rows()] == [5, 2]
     assert [row["n"] for row in repartitioned.union(numbers(1)).iter_rows()] == [0, 1, 2, 3, 4, 5, 6, 0]
 
