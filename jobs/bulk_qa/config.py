@@ -57,6 +57,9 @@ class RunSettings(Settings):
     sequences_per_actor_batch: int = 1024  # sequences handed to an actor at once (sorted by length inside)
     shards_per_wave: int = 10  # shards answered by one pipeline run; bounds memory, as a wave is shuffled at once
     verbose: bool = False  # also show Ray's own logs and Ray Data's progress bars and operator tables
+    # seconds without a committed shard, while shards are pending, after which the progress says what the run waits
+    # for (on Ray: the actors that have no node, and the cluster's free resources), and again as often meanwhile
+    stall_warning_s: float = 300.0
     quiet: bool = False  # print only the summary and errors (no progress)
 
     def problems(self) -> list[str]:
@@ -75,6 +78,8 @@ class RunSettings(Settings):
             problems.append(f"gpus_per_actor must be > 0, not {self.gpus_per_actor}")
         problems += at_least("cpus_per_actor", self.cpus_per_actor, 0)
         problems += at_least("sequences_per_actor_batch", self.sequences_per_actor_batch, 1)
+        if not self.stall_warning_s > 0:
+            problems.append(f"stall_warning_s must be > 0, not {self.stall_warning_s}")
         return problems + at_least("shards_per_wave", self.shards_per_wave, 1)
 
 

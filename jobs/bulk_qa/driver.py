@@ -50,7 +50,7 @@ from jobs.bulk_qa.inputs import (
     table_schema,
 )
 from jobs.bulk_qa.output import OutputFolder
-from jobs.bulk_qa.progress import Progress
+from jobs.bulk_qa.progress import Progress, StallWatch
 from jobs.bulk_qa.results import write_results
 from jobs.bulk_qa.retrieval import complete_index, needs_retrieval, prepare_index
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
@@ -63,6 +63,7 @@ from jobs.bulk_qa.waves import (
     joins_by_broadcast,
     partition_documents,
     plan_documents_join,
+    task_cpus,
 )
 from jobs.bulk_qa.workers.explode import JOINED_DOCUMENT_COLUMNS
 from jobs.bulk_qa.workers.storage import InputError, redact
@@ -149,6 +150,9 @@ def run(config: JobConfig) -> int:
         index = prepare_index(config.retrieval, tables.work.documents, output, resuming, distributed)
     if cluster is None:
         cluster = start_engine(config.run, engine)
+    pool = actor_resources(config.run, cluster)
+    if isinstance(engine, RayEngine):  # before the inputs' datasets are made: tasks sized for the smallest node
+        engine = RayEngine(task_cpus=task_cpus(cluster, pool))
     inputs, expected = read_inputs(tables, schemas, squad, ids, engine)
     if corpus is None:  # else claimed before the conversion
         output.claim(identity, config.run.overwrite)
@@ -158,7 +162,6 @@ def run(config: JobConfig) -> int:
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
     resumed = output.committed_shards()
     pipeline_started = time.time()
-    pool = actor_resources(config.run, cluster)
     partitioned = inputs.document_parts is not None and len(resumed) < len(expected)
     if partitioned:  # once per run, before its first wave
         partition_documents(inputs, config.run.output)
@@ -283,20 +286,41 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
         # With RAY_AUTH_MODE unset, Ray enables token authentication for a Ray it starts, as it should, and warns
         # that it did on every run: the notice shows with --verbose only.
         logging.getLogger(RAY_AUTH_SETUP_LOGGER).setLevel(level if run.verbose else logging.ERROR)
-        ray.init(address=target, log_to_driver=run.verbose or target != "local", logging_level=level, **options)
+        # Workers' output (model loading, Ray's notices of restarts and lost nodes) reaches this output only with
+        # --verbose, on a cluster joined too; an exception of the job's tasks or actors still ends the run with it.
+        ray.init(address=target, log_to_driver=run.verbose, logging_level=level, **options)
+        if not run.verbose:
+            silence_ray_notices()
     resources = ray.cluster_resources()
+    nodes = [node for node in ray.nodes() if node["Alive"]]
     cluster = {
         "engine": RAY_ENGINE,
         "address": ray.get_runtime_context().gcs_address,
         "started_by_job": started_here,
-        "nodes": sum(1 for node in ray.nodes() if node["Alive"]),
+        "nodes": len(nodes),
         "cpus": resources.get("CPU", 0),
+        # the node with the fewest CPUs but some (a head of 0 CPUs runs nothing): one of them must run the job
+        "smallest_node_cpus": min((cpus for node in nodes if (cpus := node["Resources"].get("CPU", 0))), default=0),
         "gpus": resources.get("GPU", 0),
         "start_s": round(time.time() - started, 3),
     }
     if joins and not started_here and not run.quiet:
         print(f"bulk-qa: running on the Ray cluster at {cluster['address']}", file=sys.stderr, flush=True)
     return cluster
+
+
+def silence_ray_notices() -> None:
+    """
+    Ray's notices to every driver of the cluster (a node marked dead after missed heartbeats, a task retried
+    because its node died, a worker killed for memory) are printed by a thread of the driver on its stdout, which
+    holds only the job's summary: without --verbose they are dropped, as the workers' logs are
+    (`log_to_driver=False`). The job's own faults still end the run with their message: Ray raises them in the
+    driver as exceptions. (Ray 2.60 has no setting for it: its listener prints through
+    `ray._private.worker.print_to_stdstream`, replaced here; with log_to_driver off nothing else prints through it.)
+    """
+    import ray._private.worker
+
+    ray._private.worker.print_to_stdstream = lambda data, ignore_prefix=False: None
 
 
 def ray_log_level(run: RunSettings) -> int:
@@ -455,15 +479,24 @@ def answer_pending_shards(
     pending = [shard for shard in sorted(expected) if shard not in resumed]
     progress = Progress(sum(expected[shard] for shard in pending), len(pending), enabled=not config.run.quiet)
     markers: dict[int, dict[str, Any]] = {}
+    # In-process, the run waits for nothing but its own reader.
+    watched = bool(pending) and not config.run.quiet and isinstance(inputs.engine, RayEngine)
+    watch = StallWatch(
+        config.run.stall_warning_s,
+        lambda: inputs.engine.waiting(pool.cpus_per_actor, pool.gpus_per_actor),
+        enabled=watched,
+    )
 
     def committed(marker: dict[str, Any]) -> None:
         if marker["shard"] not in markers:  # a retried aggregation task may report its shard twice
             progress.shard_committed(marker["questions"])
+            watch.committed()
         markers[marker["shard"]] = marker
 
-    for first in range(0, len(pending), config.run.shards_per_wave):
-        shards = pending[first : first + config.run.shards_per_wave]
-        answer_wave(config, inputs, frozenset(shards), sum(expected[shard] for shard in shards), pool, committed)
+    with watch:
+        for first in range(0, len(pending), config.run.shards_per_wave):
+            shards = pending[first : first + config.run.shards_per_wave]
+            answer_wave(config, inputs, frozenset(shards), sum(expected[shard] for shard in shards), pool, committed)
     progress.close()
     return markers
 

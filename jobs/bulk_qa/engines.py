@@ -6,6 +6,8 @@ of a minute on two cores. Both run the same stage functions on the same tables: 
 """
 
 import os
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -24,9 +26,16 @@ ACTORS_START_TIMEOUT_S = 3600
 BROADCAST_READ_CPUS = 0.25  # the broadcast read's task: reserving a whole CPU would hold back the first wave's tasks
 
 
+@dataclass(frozen=True)
 class RayEngine:
-    """The pipelines as Ray Data datasets, run by the Ray the driver started or joined."""
+    """
+    The pipelines as Ray Data datasets, run by the Ray the driver started or joined.
 
+    :param task_cpus: The CPUs each of the job's Ray Data tasks reserves (reads, joins, tokenize, aggregation),
+        given once Ray runs: see `jobs.bulk_qa.waves.task_cpus`.
+    """
+
+    task_cpus: float = 1.0
     name = RAY_ENGINE
 
     def read_parquet(self, path: str, columns: list[str]) -> Any:
@@ -34,7 +43,7 @@ class RayEngine:
         import ray.data
 
         filesystem, inner = resolve_path(path)
-        return ray.data.read_parquet(inner, filesystem=filesystem).select_columns(columns)
+        return ray.data.read_parquet(inner, filesystem=filesystem, num_cpus=self.task_cpus).select_columns(columns)
 
     def from_arrow(self, blocks: list[pa.Table]) -> Any:
         """Tables in the driver's memory as a Ray Data dataset, a block each."""
@@ -68,11 +77,37 @@ class RayEngine:
         """None: a reader actor takes the GPU Ray assigned it, or the CPU."""
         return None
 
+    def waiting(self, reader_cpus: float, reader_gpus: float) -> str:
+        """
+        What a run that commits nothing waits for, in words: the job's actors that are not running (waiting for a
+        node, or restarting after theirs was lost), what its reader actors and tasks each reserve, and what the
+        cluster has free.
+        """
+        import ray
+        from ray._private import state  # the GCS's actor table: it needs no dashboard
+
+        job = ray.get_runtime_context().get_job_id()
+        waiting = Counter(
+            f"{actor['ActorClassName']} {actor['State']}"
+            for actor in state.actors().values()
+            if actor["JobID"] == job and actor["State"] not in ("ALIVE", "DEAD")
+        )
+        actors = ", ".join(f"{count} {name}" for name, count in sorted(waiting.items())) or "no actor of the job"
+        free, total = ray.available_resources(), ray.cluster_resources()
+        nodes = sum(1 for node in ray.nodes() if node["Alive"])
+        return (
+            f"waiting: {actors}; each reader actor needs CPU {reader_cpus:g}, GPU {reader_gpus:g}, each task CPU "
+            f"{self.task_cpus:g}; the cluster has CPU {free.get('CPU', 0):g} free of {total.get('CPU', 0):g}, GPU "
+            f"{free.get('GPU', 0):g} free of {total.get('GPU', 0):g}, on {nodes} node{'s' if nodes != 1 else ''}. "
+            "If it lacks them for good, stop the run (Ctrl-C) and run the same command once it has: it resumes."
+        )
+
 
 class InProcessEngine:
     """The pipelines as `InProcessDataset`s, run in this process: no Ray, the reader on this machine's GPU or CPU."""
 
     name = IN_PROCESS_ENGINE
+    task_cpus = 1.0  # the stages run in this process: it places nothing
 
     def read_parquet(self, path: str, columns: list[str]) -> InProcessDataset:
         """A Parquet input's `columns`, read whole into this process."""

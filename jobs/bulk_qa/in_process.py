@@ -50,13 +50,14 @@ class InProcessDataset:
         compute: Any = None,
         num_cpus: float | None = None,
         num_gpus: float | None = None,
+        runtime_env: dict[str, Any] | None = None,
     ) -> "InProcessDataset":
         """
         `fn` over batches of `batch_size` rows (None: block by block), as Ray Data's `map_batches`; the batches are
         cut from all rows in order (Ray Data cuts them from the blocks each of its tasks bundles, so that one may
         be shorter: the stages do not depend on it). A class is instantiated once, with `fn_constructor_kwargs`,
-        when there is a batch to call it on (Ray starts its actors either way); `compute`, `num_cpus` and
-        `num_gpus` place Ray's workers and mean nothing here.
+        when there is a batch to call it on (Ray starts its actors either way); `compute`, `num_cpus`, `num_gpus`
+        and `runtime_env` place and set up Ray's workers and mean nothing here.
         """
         _check_format(batch_format)
         if fn_constructor_kwargs is not None and not isinstance(fn, type):
@@ -114,9 +115,17 @@ class InProcessGroups:
         self._key = key
 
     def map_groups(
-        self, fn: Callable[..., pa.Table], *, batch_format: str, fn_kwargs: dict[str, Any] | None = None
+        self,
+        fn: Callable[..., pa.Table],
+        *,
+        batch_format: str,
+        fn_kwargs: dict[str, Any] | None = None,
+        num_cpus: float | None = None,
     ) -> InProcessDataset:
-        """`fn` over each group's rows (one table per value of the key, in the key's order), as `map_groups`."""
+        """
+        `fn` over each group's rows (one table per value of the key, in the key's order), as `map_groups`
+        (`num_cpus` places Ray's workers and means nothing here).
+        """
         _check_format(batch_format)
         whole = self._dataset.to_table()
         if not whole.num_rows:

@@ -4,6 +4,7 @@ plain line at most every 30 seconds. Written to stderr, so that stdout holds onl
 """
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TextIO
@@ -79,3 +80,64 @@ class Progress:
         """Ends the bar, if any."""
         if self.bar is not None:
             self.bar.close()
+
+
+class StallWatch:
+    """
+    Watches a run's commits: once no shard has been committed for `after_s` seconds while shards are pending, it
+    writes what the run waits for (`waiting()`, e.g. reader actors that have no node to run on, and the cluster's
+    free resources), and again every `after_s` seconds while that lasts, so that a run that cannot go on says so
+    long before Ray Data's own no-progress timeout (30 minutes) ends it.
+
+    Usage: `with StallWatch(300, waiting) as watch: ... watch.committed() ...`; a thread checks every few seconds.
+
+    :param after_s: Seconds without a commit before it speaks.
+    :param waiting: What the run waits for, in words.
+    :param enabled: False watches nothing (`--quiet`, or a run with nothing to wait for).
+    :param stream: Where to write (stderr by default).
+    :param clock: Seconds since some start.
+    """
+
+    def __init__(
+        self,
+        after_s: float,
+        waiting: Callable[[], str],
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.after_s, self.waiting, self.enabled = after_s, waiting, enabled
+        self.stream = stream or sys.stderr
+        self.clock = clock
+        self.last_commit = self.last_line = clock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def committed(self) -> None:
+        """A shard was committed."""
+        self.last_commit = self.clock()
+
+    def check(self) -> str | None:
+        """The line to write now, if any (written too): when `after_s` passed since the last commit and line."""
+        now = self.clock()
+        if now - self.last_commit < self.after_s or now - self.last_line < self.after_s:
+            return None
+        self.last_line = now
+        line = f"bulk-qa: no shard committed for {_duration(now - self.last_commit)}: {self.waiting()}"
+        print(line, file=self.stream, flush=True)
+        return line
+
+    def __enter__(self) -> "StallWatch":
+        if self.enabled:
+            self._thread = threading.Thread(target=self._watch, name="bulk-qa-stall-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(5.0, self.after_s)):
+            self.check()

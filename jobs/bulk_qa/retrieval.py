@@ -56,6 +56,8 @@ INDEX_FOLDER = "_index"  # the run's index, inside its output folder
 BUILD_FILE = "build.json"  # written last into an index folder: a folder without it is incomplete
 # Questions one retrieval call searches for (one `BM25Index.search` call).
 QUESTIONS_PER_RETRIEVAL_BATCH = 256
+# The CPUs a retrieval actor reserves at most (less on a small cluster, so that tasks always find some)
+RETRIEVAL_ACTOR_MAX_CPUS = 0.5
 # Documents read per batch when building the index or fingerprinting the corpus.
 _DOCUMENTS_PER_READ = 65536
 
@@ -525,7 +527,7 @@ def retrieved_questions(
     together at most a quarter of the cluster's, so that the tasks around them always find CPUs.
     """
     locations = plan.shard_locations
-    retrieved = questions.map_batches(wave_questions, batch_format="pyarrow", fn_kwargs=wave)
+    retrieved = questions.map_batches(wave_questions, batch_format="pyarrow", fn_kwargs=wave, num_cpus=engine.task_cpus)
     for location in locations if settings.retrieval != "dense" else []:
         retrieved = retrieved.map_batches(
             RetrieveDocuments,
@@ -533,7 +535,7 @@ def retrieved_questions(
             batch_size=QUESTIONS_PER_RETRIEVAL_BATCH,
             compute=engine.actor_pool(1),
             fn_constructor_kwargs={"location": location, "retriever_top_k": settings.retriever_top_k},
-            num_cpus=min(0.5, (cluster_cpus or 1) / (4 * len(locations))),
+            num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / (4 * len(locations))),
         )
     if settings.dense:
         retrieved = retrieved.map_batches(
@@ -552,7 +554,7 @@ def retrieved_questions(
                 "cpu_threads": int(cluster_cpus or 1),
                 "device": engine.reader_device(),
             },
-            num_cpus=min(0.5, (cluster_cpus or 1) / 4),
+            num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / 4),
         )
     return retrieved.materialize()
 

@@ -14,7 +14,7 @@ from typing import Any
 from jobs.bulk_qa.config import JobConfig, RunSettings
 from jobs.bulk_qa.engines import IN_PROCESS_ENGINE, Engine
 from jobs.bulk_qa.inputs import table_bytes
-from jobs.bulk_qa.retrieval import IndexPlan, retrieved_questions
+from jobs.bulk_qa.retrieval import RETRIEVAL_ACTOR_MAX_CPUS, IndexPlan, retrieved_questions
 from jobs.bulk_qa.workers.aggregate import aggregate_shard
 from jobs.bulk_qa.workers.explode import (
     PART,
@@ -42,6 +42,9 @@ BROADCAST_DOCUMENTS_MAX_BYTES = 256 * 2**20
 # (`partition_documents`); each wave shuffles only its pairs by part, and each part's pairs read that part's file.
 DOCUMENT_PART_BYTES = 64 * 2**20
 MAX_SHUFFLE_PARTITIONS = 32  # hash partitions of a shuffle (by document part, by shard, by id)
+READER_RUNTIME_ENV = {"env_vars": {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}}  # transformers' bars follow the hub's
+# The fewest CPUs a task of the job reserves, on a cluster whose smallest node leaves less beside an actor.
+MIN_TASK_CPUS = 0.25
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,19 @@ def actor_resources(run: RunSettings, cluster: dict[str, Any]) -> ActorResources
     return ActorResources(num_actors, gpus_per_actor, cpus_per_actor, threads)
 
 
+def task_cpus(cluster: dict[str, Any], pool: ActorResources) -> float:
+    """
+    The CPUs each Ray task of the job reserves (reads, joins, tokenize, aggregation): one, or what the cluster's
+    smallest node leaves beside the largest actor the job runs (a reader, or a retrieval actor), so that a node
+    that holds an actor still runs tasks. A cluster that lost nodes then goes on with any one node left: on
+    nodes of one CPU, a reader actor takes half of one and a task the other half (whole-CPU tasks would never fit
+    beside it, and the run would wait for a node that may never come).
+    """
+    smallest = cluster.get("smallest_node_cpus") or cluster["cpus"] or 1
+    actor = max(pool.cpus_per_actor, RETRIEVAL_ACTOR_MAX_CPUS)
+    return max(MIN_TASK_CPUS, min(1.0, smallest - actor))
+
+
 def sequences_per_batch(run: RunSettings, pool: ActorResources, wave_questions: int) -> int:
     """
     The sequences of one reader batch: `sequences_per_actor_batch`, or fewer when the wave is small, so that its
@@ -153,16 +169,19 @@ def answer_wave(
     import json
 
     wave = {"num_shards": inputs.num_shards, "shards": shards}
+    tasks = {"num_cpus": inputs.engine.task_cpus}  # see `task_cpus`
     ShardStore(config.run.output).delete_pair_notes(shards)  # those an earlier attempt at these shards left
     questions = inputs.questions
     if inputs.index is not None:  # questions without document_ids get them by BM25 first
         questions = retrieved_questions(
             questions, wave, config.retrieval, inputs.index, inputs.cluster_cpus, inputs.engine
         )
-    pairs = questions.map_batches(explode_pairs, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad})
+    pairs = questions.map_batches(
+        explode_pairs, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad}, **tasks
+    )
     if inputs.document_table is not None:
         pairs = pairs.map_batches(
-            join_documents, batch_format="pyarrow", fn_kwargs={"documents": inputs.document_table}
+            join_documents, batch_format="pyarrow", fn_kwargs={"documents": inputs.document_table}, **tasks
         )
     elif inputs.documents is not None:  # each part's pairs meet in one task, which reads that part's documents
         pairs = (
@@ -170,9 +189,10 @@ def answer_wave(
                 with_document_part,
                 batch_format="pyarrow",
                 fn_kwargs={"column": "document_id", "n_parts": inputs.document_parts},
+                **tasks,
             )
             .groupby(PART, num_partitions=min(inputs.document_parts, MAX_SHUFFLE_PARTITIONS))
-            .map_groups(join_document_part, batch_format="pyarrow", fn_kwargs={"output": config.run.output})
+            .map_groups(join_document_part, batch_format="pyarrow", fn_kwargs={"output": config.run.output}, **tasks)
         )
     sequences = pairs.map_batches(
         tokenize,
@@ -185,10 +205,15 @@ def answer_wave(
             "selection": config.selection,
             "output": config.run.output,
         },
+        **tasks,
     )
-    # One block per actor batch: a batch bundles blocks up to its size, so both must be the same.
+    # One block per actor batch: a batch bundles blocks up to its size, so both must be the same. The cut runs in
+    # the tokenize tasks (fused) where those reserve a whole CPU, as it would on its own; on a cluster of small
+    # nodes (see `task_cpus`) it is left out, and several reader actors then share a small wave less evenly.
     batch_size = sequences_per_batch(config.run, pool, wave_questions)
-    candidates = sequences.repartition(target_num_rows_per_block=batch_size).map_batches(
+    if tasks["num_cpus"] >= 1:
+        sequences = sequences.repartition(target_num_rows_per_block=batch_size)
+    candidates = sequences.map_batches(
         ReadSequences,
         batch_format="pyarrow",
         batch_size=batch_size,
@@ -203,14 +228,20 @@ def answer_wave(
         },
         num_gpus=pool.gpus_per_actor,
         num_cpus=pool.cpus_per_actor,
+        # No progress bar while a reader loads its model: its output is a worker's log, not the user's terminal.
+        # An environment of their own also keeps the task stages before them, which may reserve as many CPUs as a
+        # reader (see `task_cpus`), from being fused into the reader actors, to run there one batch at a time.
+        runtime_env=READER_RUNTIME_ENV,
     )
     # With several reader actors the wave starts once all have: Ray Data hands an actor several batches at once,
     # and the one ready first would take every batch of a small wave.
     inputs.engine.wait_for_actors(candidates, pool.num_actors > 1)
-    questions = questions.map_batches(question_rows, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad})
+    questions = questions.map_batches(
+        question_rows, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad}, **tasks
+    )
     work = [candidates, questions]
     if inputs.replies is not None:
-        work.append(inputs.replies.map_batches(replies_rows, batch_format="pyarrow", fn_kwargs=wave))
+        work.append(inputs.replies.map_batches(replies_rows, batch_format="pyarrow", fn_kwargs=wave, **tasks))
     # The group by shard waits for all its input, so every tokenize task of the wave has written its pair notes
     # when the aggregation reads them.
     markers = (
@@ -226,6 +257,7 @@ def answer_wave(
                 "replies": config.replies if inputs.replies is not None else None,
                 "output": config.run.output,
             },
+            **tasks,
         )
     )
     for row in markers.iter_rows():

@@ -5,6 +5,7 @@ batches), and the manifest records the resources the actors used, not the settin
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 from jobs.bulk_qa import driver, engines, report
 from jobs.bulk_qa.config import RunSettings
 from jobs.bulk_qa.engines import RayEngine
-from jobs.bulk_qa.waves import ActorResources, actor_resources, sequences_per_batch
+from jobs.bulk_qa.waves import ActorResources, actor_resources, sequences_per_batch, task_cpus
 from tests.jobs.conftest import run_job
 
 
@@ -36,6 +37,33 @@ def test_resources_are_those_of_the_cluster() -> None:
     assert (halves.num_actors, halves.gpus_per_actor) == (4, 0.5)
     alone = actor_resources(RunSettings(), {"engine": "in-process", "gpus": 0, "cpus": 2.0})
     assert alone == ActorResources(1, 0.0, 2.0, 2)  # in-process: one reader with the machine's threads
+
+
+def test_tasks_fit_beside_an_actor_on_the_smallest_node() -> None:
+    """On nodes of 1 CPU a task takes what a reader (or retrieval) actor of half a CPU leaves; on larger ones, 1."""
+    half = ActorResources(1, 0.0, 0.5, 1)
+    assert task_cpus({"cpus": 2, "smallest_node_cpus": 1}, half) == 0.5
+    assert task_cpus({"cpus": 2, "smallest_node_cpus": 2}, half) == 1.0  # the local Ray of 2 CPUs: as before
+    assert task_cpus({"cpus": 8, "smallest_node_cpus": 1}, ActorResources(1, 0.0, 1.0, 1)) == 0.25  # the floor
+
+
+class Big:
+    """An actor that asks for more CPUs than any node has (see below)."""
+
+
+def test_a_stalled_run_names_the_actors_without_a_node_and_the_free_resources(local_ray) -> None:
+    """An actor that asks for more CPUs than any node has waits for a node: the stall line says so."""
+    actor = local_ray.remote(num_cpus=64)(Big).remote()
+    engine, deadline = RayEngine(task_cpus=0.5), time.monotonic() + 60
+    try:  # the actor is registered first (DEPENDENCIES_UNREADY), then waits for a node
+        while "PENDING_CREATION" not in (text := engine.waiting(reader_cpus=0.5, reader_gpus=0.0)):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.2)
+    finally:
+        local_ray.kill(actor)
+    assert text.startswith("waiting: 1 Big PENDING_CREATION; each reader actor needs CPU 0.5, GPU 0, each task CPU 0.5")
+    assert "; the cluster has CPU 2 free of 2, GPU 0 free of 0, on 1 node. " in text
+    assert text.endswith("run the same command once it has: it resumes.")
 
 
 @pytest.fixture

@@ -45,11 +45,15 @@ def test_the_job_starts_its_own_ray_unless_told_to_join_one(
         monkeypatch.setenv("RAY_ADDRESS", environment)
     with pytest.raises(Joined):
         driver.start_ray(RunSettings(address=address))
-    # settings only for its own
+    # settings only for its own; workers' logs are forwarded with --verbose only, on a cluster joined too
     own = {"_system_config": driver.own_ray_config(), "include_dashboard": False} if expected == "local" else {}
-    assert init_calls == [
-        {"address": expected, "log_to_driver": expected != "local", "logging_level": logging.WARNING, **own}
-    ]
+    assert init_calls == [{"address": expected, "log_to_driver": False, "logging_level": logging.WARNING, **own}]
+
+
+def test_verbose_forwards_the_workers_logs_from_a_cluster_joined(init_calls: list[dict]) -> None:
+    with pytest.raises(Joined):
+        driver.start_ray(RunSettings(address="auto", verbose=True))
+    assert init_calls == [{"address": "auto", "log_to_driver": True, "logging_level": logging.INFO}]
 
 
 def test_its_own_ray_keeps_the_worker_count_warning_away_on_small_machines() -> None:

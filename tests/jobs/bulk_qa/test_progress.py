@@ -2,7 +2,7 @@
 
 import io
 
-from jobs.bulk_qa.progress import Progress
+from jobs.bulk_qa.progress import Progress, StallWatch
 
 
 class Clock:
@@ -34,3 +34,24 @@ def test_quiet_prints_nothing() -> None:
     progress.shard_committed(10)
     progress.close()
     assert stream.getvalue() == ""
+
+
+def test_a_run_without_commits_says_what_it_waits_for_every_interval() -> None:
+    clock, stream = Clock(), io.StringIO()
+    watch = StallWatch(after_s=120, waiting=lambda: "waiting: 1 reader RESTARTING", stream=stream, clock=clock)
+    said = []
+    for second, commits in [(60, False), (119, False), (121, False), (200, False), (241, False), (250, True)]:
+        clock.now = second
+        if commits:
+            watch.committed()
+        said.append(watch.check())
+    clock.now = 369  # 119 s after the last commit
+    said.append(watch.check())
+    clock.now = 371
+    said.append(watch.check())
+    assert said == [
+        None, None, "bulk-qa: no shard committed for 2m01s: waiting: 1 reader RESTARTING", None,
+        "bulk-qa: no shard committed for 4m01s: waiting: 1 reader RESTARTING", None, None,
+        "bulk-qa: no shard committed for 2m01s: waiting: 1 reader RESTARTING",
+    ]  # fmt: skip
+    assert stream.getvalue().splitlines() == [line for line in said if line]
