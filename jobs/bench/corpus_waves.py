@@ -15,44 +15,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.bench.data import Measured, run_measured
 from jobs.bench.retrieval import synthetic_texts
 from qa_core.retrieval.index import BM25Index
 
 ROWS_PER_GROUP = 50_000  # Parquet row groups of the synthetic documents table
-
-
-@dataclass(frozen=True)
-class Measured:
-    """A command's wall time and the machine's peak memory in use while it ran, above what was in use before."""
-
-    wall_s: float
-    peak_mib: float
-
-
-def _memory_in_use() -> int:
-    """The machine's memory in use (MemTotal - MemAvailable, /proc/meminfo): the object store's shared memory and
-    every process's, each page once; reading it costs nothing next to the processes' own accounting."""
-    fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-    return (int(fields["MemTotal"].split()[0]) - int(fields["MemAvailable"].split()[0])) * 1024
-
-
-def run_measured(command: list[str]) -> Measured:
-    """Runs a command to its end, sampling the machine's memory every 0.5 s; raises if it fails."""
-    start, baseline = time.perf_counter(), _memory_in_use()
-    process = subprocess.Popen(command)
-    peak = baseline
-    while process.poll() is None:
-        peak = max(peak, _memory_in_use())
-        time.sleep(0.5)
-    if process.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} exited with {process.returncode}")
-    return Measured(time.perf_counter() - start, (peak - baseline) / 2**20)
 
 
 def write_inputs(folder: Path, passages: int, words: int, questions: int) -> tuple[Path, Path, list[str]]:

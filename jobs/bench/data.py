@@ -6,7 +6,9 @@ sampler, answer agreement and model FLOPs. `jobs.bench` is the command; nothing 
 import json
 import os
 import random
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -256,6 +258,34 @@ class MemoryReading:
     def growth(self) -> int | None:
         """The peak minus what was in use at the start, in bytes (None: not read)."""
         return None if self.start is None or self.peak is None else self.peak - self.start
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A command's wall time and the machine's peak memory in use while it ran, above what was in use before."""
+
+    wall_s: float
+    peak_mib: float
+
+
+def _memory_in_use() -> int:
+    """The machine's memory in use (MemTotal - MemAvailable, /proc/meminfo): the object store's shared memory and
+    every process's, each page once; reading it costs nothing next to the processes' own accounting."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    return (int(fields["MemTotal"].split()[0]) - int(fields["MemAvailable"].split()[0])) * 1024
+
+
+def run_measured(command: list[str]) -> Measured:
+    """Runs a command to its end, sampling the machine's memory every 0.5 s; raises if it fails."""
+    start, baseline = time.perf_counter(), _memory_in_use()
+    process = subprocess.Popen(command)
+    peak = baseline
+    while process.poll() is None:
+        peak = max(peak, _memory_in_use())
+        time.sleep(0.5)
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} exited with {process.returncode}")
+    return Measured(time.perf_counter() - start, (peak - baseline) / 2**20)
 
 
 class AnswerKey(NamedTuple):

@@ -120,7 +120,7 @@ def measure_build(
 
 def compare_builds(args: argparse.Namespace) -> None:
     """`--build`: the documents written once, then each build in a process of its own, measured from outside."""
-    from jobs.bench.corpus_waves import run_measured
+    from jobs.bench.data import run_measured
 
     kinds = BUILDS if args.build == "both" else (args.build,)
     with tempfile.TemporaryDirectory() as temporary:
