@@ -145,7 +145,7 @@ def run(config: JobConfig) -> int:
     # before Ray starts, when the id columns are small (a folder of files: once converted)
     ids = check_small_ids(tables, schemas, squad, engine, n_questions)
     index = None
-    if schemas.retrieval:  # checked (or built in memory) before Ray starts: an unusable option fails at once
+    if schemas.retrieval:  # checked (in-process: built) before any question is read: an unusable index fails at once
         distributed = isinstance(engine, RayEngine)  # built by Ray Data once Ray runs
         index = prepare_index(config.retrieval, tables.work.documents, output, resuming, distributed)
     if cluster is None:
