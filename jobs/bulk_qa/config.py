@@ -60,6 +60,10 @@ class RunSettings(Settings):
     # seconds without a committed shard, while shards are pending, after which the progress says what the run waits
     # for (on Ray: the actors that have no node, and the cluster's free resources), and again as often meanwhile
     stall_warning_s: float = 300.0
+    # seconds for which what a run on Ray waits for has fitted no node of the cluster (actors or tasks asking for more
+    # than any live node has), no shard committed meanwhile, after which it ends (exit 1, committed shards kept, the
+    # same command resumes): the time an autoscaler or a replaced node has to bring what is missing; 0: never
+    stall_exit_s: float = 300.0
     quiet: bool = False  # print only the summary and errors (no progress)
 
     def problems(self) -> list[str]:
@@ -80,6 +84,7 @@ class RunSettings(Settings):
         problems += at_least("sequences_per_actor_batch", self.sequences_per_actor_batch, 1)
         if not self.stall_warning_s > 0:
             problems.append(f"stall_warning_s must be > 0, not {self.stall_warning_s}")
+        problems += at_least("stall_exit_s", self.stall_exit_s, 0)
         return problems + at_least("shards_per_wave", self.shards_per_wave, 1)
 
 

@@ -50,7 +50,7 @@ from jobs.bulk_qa.inputs import (
     table_schema,
 )
 from jobs.bulk_qa.output import OutputFolder
-from jobs.bulk_qa.progress import Progress, StallWatch
+from jobs.bulk_qa.progress import Progress, RunStalled, StallWatch
 from jobs.bulk_qa.results import write_results
 from jobs.bulk_qa.retrieval import complete_index, needs_retrieval, prepare_index
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
@@ -69,6 +69,7 @@ from jobs.bulk_qa.workers.explode import JOINED_DOCUMENT_COLUMNS
 from jobs.bulk_qa.workers.storage import InputError, redact
 from jobs.ingest.folder import InputFolder, files_folder
 from jobs.ingest.stage import DOCUMENTS_SCHEMA as INGESTED_DOCUMENTS_SCHEMA
+from jobs.ray_logs import RayLogFilter
 from qa_core.models import DEFAULT_TOKEN, model_fingerprint
 
 
@@ -76,13 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     """
     Command-line entry point; returns the exit status: 2 for unusable input or settings, 1 when the run could not
     account for every question (a Ray actor of the job that died for good, e.g. a reader whose constructor failed,
-    or reader actors that could not start in time).
+    reader actors that could not start in time, or a cluster that cannot run what the run waits for).
     """
     try:
         return run(load_config(argv))
     except InputError as error:
         print(f"bulk-qa: error: {error}", file=sys.stderr)
         return 2
+    except RunStalled as error:
+        print(f"bulk-qa: error: {error}", file=sys.stderr)
+        return 1
     except Exception as error:
         if not actor_failed(error):
             raise
@@ -123,7 +127,20 @@ def run(config: JobConfig) -> int:
 
     :returns: 0 when every input question is accounted for in the questions table, else 1.
     :raises InputError: For unusable input, before any worker starts.
+    :raises RunStalled: When the cluster cannot run what the run waits for (see `answer_pending_shards`).
     """
+    # Without --verbose, Ray's C++ log lines are dropped from stderr from the moment Ray starts (`start_engine`)
+    # until the run ends: stderr is then as it was, every line before passed on, and a traceback of the run,
+    # printed after, goes straight to it.
+    ray_logs = RayLogFilter()
+    try:
+        return run_with(config, ray_logs)
+    finally:
+        ray_logs.stop()
+
+
+def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
+    """`run`, with the filter of Ray's log lines that `start_engine` starts."""
     started = time.time()
     squad = load_squad_input(config.work.questions, config.work.allow_misaligned_gold)  # None unless a SQuAD file
     corpus = files_folder(config.work.documents) if config.work.documents else None  # None: a Parquet table
@@ -136,7 +153,7 @@ def run(config: JobConfig) -> int:
     resuming = existing == identity and not config.run.overwrite
     cluster, converted, tables = None, None, config  # tables: the run's settings with the documents table it reads
     if corpus is not None:  # converted into the claimed output folder first: the conversion makes the ids
-        cluster = start_engine(config.run, engine)
+        cluster = start_engine(config.run, engine, ray_logs)
         output.claim(identity, config.run.overwrite)
         converted = convert_corpus(
             corpus, output.uri, config.ingest, config.cleaning, engine, cluster["cpus"], resuming
@@ -149,7 +166,7 @@ def run(config: JobConfig) -> int:
         distributed = isinstance(engine, RayEngine)  # built by Ray Data once Ray runs
         index = prepare_index(config.retrieval, tables.work.documents, output, resuming, distributed)
     if cluster is None:
-        cluster = start_engine(config.run, engine)
+        cluster = start_engine(config.run, engine, ray_logs)
     pool = actor_resources(config.run, cluster)
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: tasks sized for the smallest node
         engine = RayEngine(task_cpus=task_cpus(cluster, pool))
@@ -251,13 +268,16 @@ def run_identity(config: JobConfig, schemas: Schemas) -> dict[str, Any]:
 RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
-def start_engine(run: RunSettings, engine: Engine) -> dict[str, Any]:
+def start_engine(run: RunSettings, engine: Engine, ray_logs: RayLogFilter) -> dict[str, Any]:
     """
     Where the run runs, started: this process for the in-process engine, else the Ray `start_ray` starts or joins,
-    with Ray Data configured for the run (before any of its datasets is made: each copies these settings).
+    with Ray Data configured for the run (before any of its datasets is made: each copies these settings) and,
+    without `run.verbose`, `ray_logs` started first (the driver's C++ log writes to stderr from Ray's start).
     """
     if isinstance(engine, InProcessEngine):
         return engine.cluster()
+    if not run.verbose:
+        ray_logs.start()
     cluster = start_ray(run)
     configure_ray_data(run)
     return cluster
@@ -479,12 +499,16 @@ def answer_pending_shards(
     pending = [shard for shard in sorted(expected) if shard not in resumed]
     progress = Progress(sum(expected[shard] for shard in pending), len(pending), enabled=not config.run.quiet)
     markers: dict[int, dict[str, Any]] = {}
-    # In-process, the run waits for nothing but its own reader.
-    watched = bool(pending) and not config.run.quiet and isinstance(inputs.engine, RayEngine)
+    # In-process, the run waits for nothing but its own reader. On Ray, the watch ends a run that cannot go on even
+    # with --quiet, which only silences its stall lines.
+    engine = inputs.engine
     watch = StallWatch(
         config.run.stall_warning_s,
-        lambda: inputs.engine.waiting(pool.cpus_per_actor, pool.gpus_per_actor),
-        enabled=watched,
+        lambda: engine.waiting(pool.cpus_per_actor, pool.gpus_per_actor),
+        config.run.stall_exit_s,
+        lambda: engine.missing_capacity(),
+        warn=not config.run.quiet,
+        enabled=bool(pending) and isinstance(engine, RayEngine),
     )
 
     def committed(marker: dict[str, Any]) -> None:

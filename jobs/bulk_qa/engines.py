@@ -84,14 +84,8 @@ class RayEngine:
         cluster has free.
         """
         import ray
-        from ray._private import state  # the GCS's actor table: it needs no dashboard
 
-        job = ray.get_runtime_context().get_job_id()
-        waiting = Counter(
-            f"{actor['ActorClassName']} {actor['State']}"
-            for actor in state.actors().values()
-            if actor["JobID"] == job and actor["State"] not in ("ALIVE", "DEAD")
-        )
+        waiting = Counter(f"{actor.name} {actor.state}" for actor in waiting_actors())
         actors = ", ".join(f"{count} {name}" for name, count in sorted(waiting.items())) or "no actor of the job"
         free, total = ray.available_resources(), ray.cluster_resources()
         nodes = sum(1 for node in ray.nodes() if node["Alive"])
@@ -101,6 +95,71 @@ class RayEngine:
             f"{free.get('GPU', 0):g} free of {total.get('GPU', 0):g}, on {nodes} node{'s' if nodes != 1 else ''}. "
             "If it lacks them for good, stop the run (Ctrl-C) and run the same command once it has: it resumes."
         )
+
+    def missing_capacity(self) -> str | None:
+        """
+        What the run waits for that no live node of the cluster could run even idle, in words: its actors not
+        running whose resources no node has (a reader asking for a GPU once the GPU nodes are lost), and its tasks
+        if no node has the CPUs each reserves. None when every one would fit on some node (busy nodes included:
+        the work waits for them to free up).
+        """
+        import ray
+
+        nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+        lacking = Counter(
+            (actor.name, actor.resources) for actor in waiting_actors() if not fits_a_node(actor.resources, nodes)
+        )
+        needs = [f"{count} {name} need{'s' if count == 1 else ''} {_amounts(dict(resources))}"
+                 for (name, resources), count in sorted(lacking.items())]  # fmt: skip
+        if not fits_a_node((("CPU", self.task_cpus),), nodes):
+            needs.append(f"its tasks need CPU {self.task_cpus:g} each")
+        if not needs:
+            return None
+        names = sorted({name for (_, resources) in lacking for name, _ in resources} | {"CPU"})
+        largest = _amounts({name: max((node.get(name, 0) for node in nodes), default=0) for name in names})
+        count = f"{len(nodes)} live node{'s' if len(nodes) != 1 else ''}"
+        return f"{'; '.join(needs)}, more than any of its {count} has (at most {largest})"
+
+
+@dataclass(frozen=True)
+class WaitingActor:
+    """An actor of the job that is not running: its class, its state in Ray's actor table, what it reserves."""
+
+    name: str
+    state: str  # DEPENDENCIES_UNREADY, PENDING_CREATION (waiting for a node) or RESTARTING
+    resources: tuple[tuple[str, float], ...]  # (resource, amount), sorted
+
+
+def waiting_actors() -> list[WaitingActor]:
+    """The actors of this driver's job that are neither alive nor dead, from the GCS's actor table (no dashboard
+    needed)."""
+    import ray
+    from ray._private import state
+    from ray.core.generated.gcs_pb2 import ActorTableData
+
+    job = ray.JobID.from_hex(ray.get_runtime_context().get_job_id())
+    actors = [
+        ActorTableData.FromString(row) for row in state.state._connect_and_get_accessor().get_actor_table(job, None)
+    ]
+    return [
+        WaitingActor(
+            actor.class_name,
+            ActorTableData.ActorState.Name(actor.state),
+            tuple(sorted((name, amount) for name, amount in actor.required_resources.items() if amount > 0)),
+        )
+        for actor in actors
+        if actor.state not in (ActorTableData.ALIVE, ActorTableData.DEAD)
+    ]
+
+
+def fits_a_node(resources: tuple[tuple[str, float], ...], nodes: list[dict[str, float]]) -> bool:
+    """Whether some node's total resources hold every `(resource, amount)` (to Ray's precision, 1e-4)."""
+    return any(all(node.get(name, 0) >= amount - 1e-4 for name, amount in resources) for node in nodes)
+
+
+def _amounts(resources: dict[str, float]) -> str:
+    """`CPU 0.5, GPU 1`."""
+    return ", ".join(f"{name} {amount:g}" for name, amount in resources.items())
 
 
 class InProcessEngine:

@@ -3,6 +3,7 @@ The job's own progress, over questions and committed shards, across waves: a bar
 plain line at most every 30 seconds. Written to stderr, so that stdout holds only the summary.
 """
 
+import _thread
 import sys
 import threading
 import time
@@ -82,34 +83,56 @@ class Progress:
             self.bar.close()
 
 
+class RunStalled(Exception):
+    """The run committed nothing for `stall_exit_s` and the cluster cannot run what it waits for; its message is the
+    line the user sees."""
+
+
 class StallWatch:
     """
     Watches a run's commits: once no shard has been committed for `after_s` seconds while shards are pending, it
     writes what the run waits for (`waiting()`, e.g. reader actors that have no node to run on, and the cluster's
     free resources), and again every `after_s` seconds while that lasts, so that a run that cannot go on says so
-    long before Ray Data's own no-progress timeout (30 minutes) ends it.
+    long before Ray Data's own no-progress timeout (30 minutes) ends it. Once `missing()` has named what the
+    cluster lacks (work that fits on no node as the cluster is, not work waiting for a busy one) for `exit_after_s`
+    seconds without a commit, the time an autoscaler or a replaced node has to bring it, it ends the run: it
+    interrupts the main thread, and leaving the watch raises `RunStalled` with the line to show.
 
-    Usage: `with StallWatch(300, waiting) as watch: ... watch.committed() ...`; a thread checks every few seconds.
+    Usage: `with StallWatch(300, waiting, 300, missing) as watch: ... watch.committed() ...`; a thread checks every
+    few seconds.
 
     :param after_s: Seconds without a commit before it speaks.
     :param waiting: What the run waits for, in words.
-    :param enabled: False watches nothing (`--quiet`, or a run with nothing to wait for).
+    :param exit_after_s: Seconds of `missing()` naming something, without a commit, after which the run ends;
+        0: never (nor is `missing()` called).
+    :param missing: What the run waits for that the cluster as it is cannot hold, in words; None when it can.
+    :param warn: False writes no stall line (`--quiet`); the run still ends as above.
+    :param enabled: False watches nothing (a run with nothing to wait for).
     :param stream: Where to write (stderr by default).
     :param clock: Seconds since some start.
+    :param interrupt: Interrupts the main thread (a KeyboardInterrupt there, as Ctrl-C).
     """
 
     def __init__(
         self,
         after_s: float,
         waiting: Callable[[], str],
+        exit_after_s: float = 0.0,
+        missing: Callable[[], str | None] = lambda: None,
+        warn: bool = True,
         enabled: bool = True,
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
+        interrupt: Callable[[], None] = _thread.interrupt_main,
     ) -> None:
-        self.after_s, self.waiting, self.enabled = after_s, waiting, enabled
+        self.after_s, self.waiting, self.exit_after_s, self.missing = after_s, waiting, exit_after_s, missing
+        self.warn, self.enabled, self.interrupt = warn, enabled, interrupt
         self.stream = stream or sys.stderr
         self.clock = clock
         self.last_commit = self.last_line = clock()
+        self.lacking_since: float | None = None  # since when `missing()` names something, at every check
+        self.failure: str | None = None  # the line of a run it ended
+        self._lock = threading.Lock()  # no interrupt once the watch is left
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -118,14 +141,41 @@ class StallWatch:
         self.last_commit = self.clock()
 
     def check(self) -> str | None:
-        """The line to write now, if any (written too): when `after_s` passed since the last commit and line."""
+        """
+        The line to write now, if any (written too): when `after_s` passed since the last commit and line. Or the
+        line of a run that ends, the main thread interrupted: when `missing()` has named what the cluster lacks at
+        every check of the last `exit_after_s` seconds, with no commit meanwhile.
+        """
         now = self.clock()
-        if now - self.last_commit < self.after_s or now - self.last_line < self.after_s:
+        stalled = now - self.last_commit
+        if self.exit_after_s:
+            lacking = self.missing()
+            if lacking is None:
+                self.lacking_since = None
+            elif self.lacking_since is None:
+                self.lacking_since = now
+            lacking_for = 0.0 if lacking is None else now - max(self.lacking_since, self.last_commit)
+            if lacking and lacking_for >= self.exit_after_s:
+                return self._end(
+                    f"no shard committed for {_duration(stalled)}, and for {_duration(lacking_for)} the cluster has "
+                    f"lacked what the run waits for: {lacking}. Shards committed so far are kept: run the same "
+                    "command once the cluster has it, and it resumes."
+                )
+        if not self.warn or stalled < self.after_s or now - self.last_line < self.after_s:
             return None
         self.last_line = now
-        line = f"bulk-qa: no shard committed for {_duration(now - self.last_commit)}: {self.waiting()}"
+        line = f"bulk-qa: no shard committed for {_duration(stalled)}: {self.waiting()}"
         print(line, file=self.stream, flush=True)
         return line
+
+    def _end(self, failure: str) -> str | None:
+        """Interrupts the main thread, which leaves the watch with `failure`, unless it left already."""
+        with self._lock:
+            if self._stop.is_set() or self.failure:
+                return None
+            self.failure = failure
+            self.interrupt()
+        return failure
 
     def __enter__(self) -> "StallWatch":
         if self.enabled:
@@ -133,11 +183,20 @@ class StallWatch:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        try:
+            with self._lock:  # the watch interrupts nothing after this
+                self._stop.set()
+            if self._thread is not None:
+                self._thread.join()
+        except KeyboardInterrupt:  # its own interrupt may land here, the main thread already leaving
+            if not self.failure:
+                raise
+            exc_type = KeyboardInterrupt
+        if self.failure and exc_type is not None:  # the interrupt, or what Ray made of it while stopping
+            raise RunStalled(self.failure) from None
 
     def _watch(self) -> None:
-        while not self._stop.wait(min(5.0, self.after_s)):
+        every = min(5.0, self.after_s, self.exit_after_s or self.after_s)
+        while not self._stop.wait(every) and not self.failure:
             self.check()

@@ -1,8 +1,21 @@
-"""The job's own progress: one plain line at most every 30 s without a terminal, the last shard always shown."""
+"""
+The job's own progress: one plain line at most every 30 s without a terminal, the last shard always shown; a line
+when no shard is committed for a while, and the end of a run that the cluster cannot run.
+"""
 
+import dataclasses
 import io
+import json
+import re
+import time
+from pathlib import Path
 
-from jobs.bulk_qa.progress import Progress, StallWatch
+import pytest
+
+from jobs.bulk_qa import driver
+from jobs.bulk_qa.engines import RayEngine
+from jobs.bulk_qa.progress import Progress, RunStalled, StallWatch
+from tests.jobs.conftest import run_job
 
 
 class Clock:
@@ -55,3 +68,92 @@ def test_a_run_without_commits_says_what_it_waits_for_every_interval() -> None:
         "bulk-qa: no shard committed for 2m01s: waiting: 1 reader RESTARTING",
     ]  # fmt: skip
     assert stream.getvalue().splitlines() == [line for line in said if line]
+
+
+def test_a_run_ends_once_the_cluster_has_lacked_what_it_waits_for_for_the_exit_time() -> None:
+    """Lacking at every check for `exit_after_s` with no commit meanwhile: a check that finds it fits (busy nodes
+    included), or a commit, starts the time again."""
+    clock, lacking, interrupted = Clock(), [], []
+    watch = StallWatch(
+        after_s=120, waiting=lambda: "waiting", exit_after_s=300, missing=lambda: lacking[-1], warn=False,
+        enabled=False, stream=io.StringIO(), clock=clock, interrupt=lambda: interrupted.append(clock.now),
+    )  # fmt: skip
+    said = []
+    events = [(0, "GPU", False), (250, "GPU", False), (299, None, False), (310, "GPU", False), (400, "GPU", True),
+              (699, "GPU", False), (705, "1 Reader needs GPU 1", False), (710, "GPU", False)]  # fmt: skip
+    with pytest.raises(RunStalled) as stalled, watch:
+        for second, missing, commits in events:
+            clock.now = second
+            if commits:
+                watch.committed()
+            lacking.append(missing)
+            said.append(watch.check())
+        raise KeyboardInterrupt  # as the interrupt of the main thread lands there
+    line = (
+        "no shard committed for 5m05s, and for 5m05s the cluster has lacked what the run waits for: 1 Reader needs "
+        "GPU 1. Shards committed so far are kept: run the same command once the cluster has it, and it resumes."
+    )
+    assert said == [None] * 6 + [line, None] and interrupted == [705] and str(stalled.value) == line
+
+
+def test_ctrl_c_stays_ctrl_c() -> None:
+    with pytest.raises(KeyboardInterrupt), StallWatch(1, lambda: "", 1, lambda: None, enabled=False):
+        raise KeyboardInterrupt
+
+
+def test_work_that_fits_no_node_is_told_from_work_waiting_for_a_busy_node(local_ray) -> None:
+    """Two actors of 2 CPUs on a Ray of 2: one waits for the other (busy, it fits); a GPU actor fits none."""
+    actors = [local_ray.remote(num_cpus=2)(Actor).remote() for _ in range(2)]
+    engine = RayEngine(task_cpus=0.5)
+    try:
+        assert engine.missing_capacity() is None
+        actors.append(local_ray.remote(num_cpus=0.5, num_gpus=1)(Actor).remote())
+        deadline = time.monotonic() + 30
+        while (lacking := engine.missing_capacity()) is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # until the actor is registered
+        assert lacking == "1 Actor needs CPU 0.5, GPU 1, more than any of its 1 live node has (at most CPU 2, GPU 0)"
+        assert (
+            RayEngine(task_cpus=4)
+            .missing_capacity()
+            .endswith("; its tasks need CPU 4 each, more than any of its 1 live node has (at most CPU 2, GPU 0)")
+        )
+    finally:
+        for actor in actors:
+            local_ray.kill(actor)
+
+
+class Actor:
+    """An actor that does nothing: only what it reserves matters."""
+
+
+def test_a_run_whose_readers_fit_no_node_ends_with_one_line_and_the_same_command_resumes(
+    local_ray, tiny_bert_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """
+    The reader asks for a GPU, which the local Ray does not have (as when a cluster's GPU nodes are lost after the
+    start): with --quiet too, the run ends with exit 1 and one line naming it, and the same command resumes on the
+    Ray as it is.
+    """
+    output = tmp_path / "out"
+    args = [
+        "--questions", "data/sample/questions.parquet", "--documents", "data/sample/documents.parquet",
+        "--model", tiny_bert_model, "--output", output, "--engine", "ray", "--shard-size", "6",
+        "--stall-warning-s", "1", "--stall-exit-s", "2", "--quiet",
+    ]  # fmt: skip
+    with monkeypatch.context() as patch:
+        pool = driver.actor_resources
+        patch.setattr(driver, "actor_resources", lambda *a: dataclasses.replace(pool(*a), gpus_per_actor=1.0))
+        started = time.monotonic()
+        assert run_job(*args) == 1
+        assert time.monotonic() - started < 120
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bulk-qa")]
+    assert len(errors) == 1 and re.fullmatch(
+        r"bulk-qa: error: no shard committed for \d+s, and for \d+s the cluster has lacked what the run waits for: "
+        r"1 MapWorker\(MapBatches\(ReadSequences\)\) needs CPU 0\.5, GPU 1, more than any of its 1 live node has "
+        r"\(at most CPU 2, GPU 0\)\. Shards committed so far are kept: run the same command once the cluster has "
+        r"it, and it resumes\.",
+        errors[0],
+    ), errors
+    assert run_job(*args) == 0
+    assert "2/2 committed (0 from an earlier run)" in capsys.readouterr().out
+    assert json.loads((output / "manifest.json").read_text())["reconciled"] is True

@@ -1,0 +1,84 @@
+"""Ray's C++ log lines dropped from stderr, everything else passed on as written (`jobs.ray_logs`): no Ray needed."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jobs.ray_logs import RayLogFilter, is_ray_log_line
+from tests.jobs.conftest import ROOT
+
+# Lines as Ray 2.60's driver writes them (the first is Ray Data's, on every cluster run).
+RAY_ERROR = (
+    b"[2026-12-04 09:47:55,652 E 7039 7039] core_worker.cc:2465: Actor with class name: "
+    b"'MapWorker(MapBatches(ReadSequences))' and ID: 'adb9d8dc5a2a3d0ae8ae058e01000000' has constructor arguments "
+    b"in the object store and max_restarts > 0.\n"
+)
+RAY_INFO = b"[2026-12-04 09:52:57,240 I 15997 15997] logging.cc:303: Set ray log level from environment variable\n"
+RAY_WARNING = b"[2026-12-04 10:01:02,003 W 812 845] core_worker.cc:1234: Attempting to recover 3 lost objects\n"
+RAY_FATAL = b"[2026-12-04 10:01:02,003 C 812 845] core_worker.cc:99: Check failed: ok\n"
+OTHER = "line {} [2026-12-04 09:47:55,652 E 1 1] x.cc:1: Ray's format, not at the line's start\n"
+
+# A child that writes Ray's lines and others to fd 2 (from os.write, print and a second thread), more than a pipe
+# holds, then raises: the traceback, printed by the interpreter once the filter stopped, must show whole.
+SCRIPT = """
+import os, sys, threading
+from jobs.ray_logs import RayLogFilter
+RAY_ERROR, RAY_INFO, RAY_WARNING, RAY_FATAL, OTHER = {lines}
+ray_logs = RayLogFilter()
+ray_logs.start()
+try:
+    os.write(2, RAY_ERROR)
+    print("bulk-qa: running on the Ray cluster at 10.0.0.5:6379", file=sys.stderr)
+    writer = threading.Thread(target=os.write, args=(2, RAY_WARNING))
+    writer.start()
+    writer.join()
+    for number in range(20_000):
+        os.write(2, RAY_INFO if number % 2 else OTHER.format(number).encode())
+    os.write(2, RAY_FATAL)
+    sys.stderr.write("\\rquestions 6/12")
+    raise ValueError("the job's own error")
+finally:
+    ray_logs.stop()
+"""
+
+
+def test_ray_lines_are_recognised_by_their_format() -> None:
+    assert is_ray_log_line(RAY_ERROR) and is_ray_log_line(RAY_INFO) and is_ray_log_line(RAY_WARNING)
+    assert not is_ray_log_line(RAY_FATAL)  # a fatal line says why the driver crashes
+    assert not is_ray_log_line(b"2026-12-04 09:48:08,388\tERROR actor_pool_map_operator.py:414 -- failing\n")
+    assert not is_ray_log_line(b"[2026-12-04 09:47:55,652 E 7039 7039] not a source line\n")
+    assert not is_ray_log_line(b"bulk-qa: error: [2026-12-04 09:47:55,652 E 1 1] core_worker.cc:1: quoted\n")
+
+
+def test_a_process_stderr_keeps_all_but_rays_lines_in_order_and_its_final_traceback() -> None:
+    lines = repr((RAY_ERROR, RAY_INFO, RAY_WARNING, RAY_FATAL, OTHER))
+    child = subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(lines=lines)], cwd=ROOT, capture_output=True, timeout=60
+    )
+    assert child.returncode == 1
+    expected = b"bulk-qa: running on the Ray cluster at 10.0.0.5:6379\n" + b"".join(
+        OTHER.format(number).encode() for number in range(0, 20_000, 2)
+    )
+    expected += RAY_FATAL + b"\rquestions 6/12Traceback (most recent call last):\n"
+    assert child.stderr.startswith(expected), child.stderr[:2000]
+    assert child.stderr.endswith(b"\nValueError: the job's own error\n"), child.stderr[-2000:]
+    assert b"core_worker.cc:2465" not in child.stderr and b"logging.cc" not in child.stderr
+
+
+def test_a_line_not_ended_shows_at_once_on_the_stderr_of_the_moment(capfd: pytest.CaptureFixture) -> None:
+    """Under pytest's fd-level capture too; a progress bar's updates do not wait for a line's end."""
+    ray_logs = RayLogFilter()
+    ray_logs.start()
+    try:
+        os.write(2, RAY_ERROR + b"[progress] 1/2")
+        deadline = time.monotonic() + 10
+        while not (err := capfd.readouterr().err) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        ray_logs.stop()
+    assert err == "[progress] 1/2"
+    os.write(2, b"unfiltered\n")
+    assert capfd.readouterr().err == "unfiltered\n"
