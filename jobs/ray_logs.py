@@ -7,12 +7,15 @@ drops those alone (`RAY_BACKEND_LOG_LEVEL` prints a line of its own), so `RayLog
 whose reader, a thread, passes every other byte on, in order, to what fd 2 was.
 """
 
+import contextlib
 import fcntl
 import os
 import re
 import select
 import sys
+import termios
 import threading
+import tty
 
 # `[2026-12-04 09:47:55,652 E 7039 7039] core_worker.cc:2465: ...`: Ray's C++ log format (spdlog's time, level
 # letter, process and thread ids, then the source file and line). Debug, info, warning and error lines match; a
@@ -34,7 +37,8 @@ def is_ray_log_line(line: bytes) -> bool:
 class RayLogFilter:
     """
     While started, the lines of Ray's C++ log (`is_ray_log_line`) written to file descriptor `fd` are dropped and
-    every other byte goes on, in order, to what `fd` was at `start()` (a terminal, a file, pytest's capture).
+    every other byte goes on, in order, to what `fd` was at `start()` (a terminal, a file, pytest's capture). In
+    place of a terminal, `fd` is a pseudo-terminal of the same size: a progress bar still shows as one.
 
     Usage:
         ray_logs = RayLogFilter()
@@ -54,18 +58,14 @@ class RayLogFilter:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Points `fd` at the pipe the filter reads (does nothing if started already)."""
+        """Points `fd` at a pipe (a pseudo-terminal in place of a terminal) that the filter reads; does nothing if
+        started already."""
         if self._thread is not None:
             return
-        read_end, write_end = os.pipe()
-        if hasattr(fcntl, "F_SETPIPE_SZ"):
-            try:
-                fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-            except OSError:  # a system limit below it: the default size
-                pass
+        read_end, write_end = _terminal(like=self.fd) if os.isatty(self.fd) else _pipe()
         self._original = os.dup(self.fd)
         self._flush()
-        os.dup2(write_end, self.fd)  # `fd` is now the pipe's only write end: restoring it ends the pipe
+        os.dup2(write_end, self.fd)  # `fd` is now the only write end: restoring it ends what the thread reads
         os.close(write_end)
         self._thread = threading.Thread(
             target=self._forward, args=(read_end, self._original), name="ray-log-filter", daemon=True
@@ -77,7 +77,7 @@ class RayLogFilter:
         if self._thread is None:
             return
         self._flush()
-        os.dup2(self._original, self.fd)  # closes the pipe's write end: the thread reads to its end
+        os.dup2(self._original, self.fd)  # closes the write end: the thread reads to the end
         self._thread.join(DRAIN_TIMEOUT_S)
         if not self._thread.is_alive():  # else it still writes there, until the child process lets go
             os.close(self._original)
@@ -101,7 +101,10 @@ class RayLogFilter:
                 keep = not is_ray_log_line(line)
                 writer.write(line if keep else b"")
                 line = b""
-            data = os.read(read_end, 65536)
+            try:
+                data = os.read(read_end, 65536)
+            except OSError:  # a pseudo-terminal whose other end closed (EIO), once read to its end
+                data = b""
             if not data:
                 break
             for piece in data.splitlines(keepends=True):
@@ -119,6 +122,28 @@ class RayLogFilter:
         if line and not is_ray_log_line(line):
             writer.write(line)
         os.close(read_end)
+
+
+def _pipe() -> tuple[int, int]:
+    """A pipe's ends (read, write); on Linux of `PIPE_BYTES`."""
+    read_end, write_end = os.pipe()
+    if hasattr(fcntl, "F_SETPIPE_SZ"):
+        with contextlib.suppress(OSError):  # a system limit below it: the default size
+            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    return read_end, write_end
+
+
+def _terminal(like: int) -> tuple[int, int]:
+    """
+    A pseudo-terminal's ends (its master, read; its slave, written) of the size of the terminal `like`: in its
+    place, what asks whether stderr is a terminal (tqdm's bar, and its width) still finds one. Raw: bytes pass as
+    they are written.
+    """
+    read_end, write_end = os.openpty()
+    tty.setraw(write_end)
+    with contextlib.suppress(OSError):
+        fcntl.ioctl(write_end, termios.TIOCSWINSZ, fcntl.ioctl(like, termios.TIOCGWINSZ, bytes(8)))
+    return read_end, write_end
 
 
 class _Writer:

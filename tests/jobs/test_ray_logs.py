@@ -1,9 +1,13 @@
 """Ray's C++ log lines dropped from stderr, everything else passed on as written (`jobs.ray_logs`): no Ray needed."""
 
+import fcntl
 import os
+import struct
 import subprocess
 import sys
+import termios
 import time
+import tty
 
 import pytest
 
@@ -31,7 +35,7 @@ ray_logs = RayLogFilter()
 ray_logs.start()
 try:
     os.write(2, RAY_ERROR)
-    print("bulk-qa: running on the Ray cluster at 10.0.0.5:6379", file=sys.stderr)
+    print(f"terminal {{os.isatty(2)}}, {{os.get_terminal_size(2).columns if os.isatty(2) else None}}", file=sys.stderr)
     writer = threading.Thread(target=os.write, args=(2, RAY_WARNING))
     writer.start()
     writer.join()
@@ -53,19 +57,45 @@ def test_ray_lines_are_recognised_by_their_format() -> None:
     assert not is_ray_log_line(b"bulk-qa: error: [2026-12-04 09:47:55,652 E 1 1] core_worker.cc:1: quoted\n")
 
 
-def test_a_process_stderr_keeps_all_but_rays_lines_in_order_and_its_final_traceback() -> None:
-    lines = repr((RAY_ERROR, RAY_INFO, RAY_WARNING, RAY_FATAL, OTHER))
-    child = subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(lines=lines)], cwd=ROOT, capture_output=True, timeout=60
-    )
-    assert child.returncode == 1
-    expected = b"bulk-qa: running on the Ray cluster at 10.0.0.5:6379\n" + b"".join(
+@pytest.mark.parametrize("terminal", [False, True], ids=["pipe", "terminal"])
+def test_a_process_stderr_keeps_all_but_rays_lines_in_order_and_its_final_traceback(terminal: bool) -> None:
+    """On a pipe or a file; on a terminal too, which the process still sees as one, of its width."""
+    script = SCRIPT.format(lines=repr((RAY_ERROR, RAY_INFO, RAY_WARNING, RAY_FATAL, OTHER)))
+    status, stderr = (run_on_a_terminal if terminal else run_on_a_pipe)([sys.executable, "-c", script])
+    assert status == 1
+    expected = f"terminal {terminal}, {100 if terminal else None}\n".encode() + b"".join(
         OTHER.format(number).encode() for number in range(0, 20_000, 2)
     )
     expected += RAY_FATAL + b"\rquestions 6/12Traceback (most recent call last):\n"
-    assert child.stderr.startswith(expected), child.stderr[:2000]
-    assert child.stderr.endswith(b"\nValueError: the job's own error\n"), child.stderr[-2000:]
-    assert b"core_worker.cc:2465" not in child.stderr and b"logging.cc" not in child.stderr
+    assert stderr.startswith(expected), stderr[:2000]
+    assert stderr.endswith(b"\nValueError: the job's own error\n"), stderr[-2000:]
+    assert b"core_worker.cc:2465" not in stderr and b"logging.cc" not in stderr
+
+
+def run_on_a_pipe(command: list[str]) -> tuple[int, bytes]:
+    """The command's exit status and stderr, a pipe."""
+    child = subprocess.run(command, cwd=ROOT, stderr=subprocess.PIPE, timeout=60)
+    return child.returncode, child.stderr
+
+
+def run_on_a_terminal(command: list[str]) -> tuple[int, bytes]:
+    """The command's exit status and stderr, a terminal of 100 columns (raw: bytes as written)."""
+    reader, terminal = os.openpty()
+    tty.setraw(terminal)
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    child = subprocess.Popen(command, cwd=ROOT, stderr=terminal)
+    os.close(terminal)
+    output = bytearray()
+    while True:
+        try:
+            data = os.read(reader, 65536)
+        except OSError:  # EIO: the child's end closed, all read
+            break
+        if not data:
+            break
+        output += data
+    os.close(reader)
+    return child.wait(timeout=60), bytes(output)
 
 
 def test_a_line_not_ended_shows_at_once_on_the_stderr_of_the_moment(capfd: pytest.CaptureFixture) -> None:
