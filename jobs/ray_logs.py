@@ -137,9 +137,12 @@ def _terminal(like: int) -> tuple[int, int]:
     """
     A pseudo-terminal's ends (its master, read; its slave, written) of the size of the terminal `like`: in its
     place, what asks whether stderr is a terminal (tqdm's bar, and its width) still finds one. Raw: bytes pass as
-    they are written.
+    they are written. Where none can be opened (a container without /dev/ptmx), a pipe.
     """
-    read_end, write_end = os.openpty()
+    try:
+        read_end, write_end = os.openpty()
+    except OSError:
+        return _pipe()
     tty.setraw(write_end)
     with contextlib.suppress(OSError):
         fcntl.ioctl(write_end, termios.TIOCSWINSZ, fcntl.ioctl(like, termios.TIOCGWINSZ, bytes(8)))

@@ -107,7 +107,9 @@ class RayEngine:
 
         nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
         lacking = Counter(
-            (actor.name, actor.resources) for actor in waiting_actors() if not fits_a_node(actor.resources, nodes)
+            (actor.name, actor.resources)
+            for actor in waiting_actors()
+            if not actor.in_placement_group and not fits_a_node(actor.resources, nodes)
         )
         needs = [f"{count} {name} need{'s' if count == 1 else ''} {_amounts(dict(resources))}"
                  for (name, resources), count in sorted(lacking.items())]  # fmt: skip
@@ -128,6 +130,9 @@ class WaitingActor:
     name: str
     state: str  # DEPENDENCIES_UNREADY, PENDING_CREATION (waiting for a node) or RESTARTING
     resources: tuple[tuple[str, float], ...]  # (resource, amount), sorted
+    # its resources are then a placement group's bundle's (`CPU_group_<id>`), which no node has until the group is
+    # placed: whether it fits is the group's to say (the job makes none; a driver run inside one would)
+    in_placement_group: bool = False
 
 
 def waiting_actors() -> list[WaitingActor]:
@@ -146,6 +151,7 @@ def waiting_actors() -> list[WaitingActor]:
             actor.class_name,
             ActorTableData.ActorState.Name(actor.state),
             tuple(sorted((name, amount) for name, amount in actor.required_resources.items() if amount > 0)),
+            bool(actor.placement_group_id),
         )
         for actor in actors
         if actor.state not in (ActorTableData.ALIVE, ActorTableData.DEAD)

@@ -98,3 +98,27 @@ def test_auto_runs_small_local_jobs_in_process(
     config = JobConfig.from_values({**SAMPLE, **values})
     squad = load_squad_input(config.work.questions, False)  # None unless a SQuAD file
     assert driver.choose_engine(config, squad, driver.count_questions(config, squad)).name == expected
+
+
+class Filter:
+    """Records whether `start_engine` started the filter of Ray's log lines."""
+
+    started = False
+
+    def start(self) -> None:
+        self.started = True
+
+
+@pytest.mark.parametrize(("engine", "verbose", "filtered"), [("ray", False, True), ("ray", True, False),
+                                                             ("in-process", False, False)])  # fmt: skip
+def test_rays_log_lines_are_filtered_on_ray_without_verbose(
+    monkeypatch: pytest.MonkeyPatch, engine: str, verbose: bool, filtered: bool
+) -> None:
+    """Before Ray starts: the driver's C++ log writes to stderr from `ray.init` on (see `jobs.ray_logs`)."""
+    ray_logs = Filter()
+    monkeypatch.setattr(driver, "start_ray", lambda run: {"started with the filter": ray_logs.started})
+    monkeypatch.setattr(driver, "configure_ray_data", lambda run: None)
+    engine = driver.RayEngine() if engine == "ray" else driver.InProcessEngine()
+    cluster = driver.start_engine(RunSettings(verbose=verbose), engine, ray_logs)
+    assert ray_logs.started is filtered
+    assert cluster.get("started with the filter", False) is filtered

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobs.bulk_qa import driver
-from jobs.bulk_qa.engines import RayEngine
+from jobs.bulk_qa.engines import RayEngine, waiting_actors
 from jobs.bulk_qa.progress import Progress, RunStalled, StallWatch
 from tests.jobs.conftest import run_job
 
@@ -102,8 +102,17 @@ def test_ctrl_c_stays_ctrl_c() -> None:
 
 
 def test_work_that_fits_no_node_is_told_from_work_waiting_for_a_busy_node(local_ray) -> None:
-    """Two actors of 2 CPUs on a Ray of 2: one waits for the other (busy, it fits); a GPU actor fits none."""
+    """
+    Two actors of 2 CPUs on a Ray of 2: one waits for the other (busy, it fits); a GPU actor fits none. An actor in
+    a placement group is the group's to place: not judged.
+    """
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    group = placement_group([{"CPU": 4}])
+    in_group = PlacementGroupSchedulingStrategy(group)
     actors = [local_ray.remote(num_cpus=2)(Actor).remote() for _ in range(2)]
+    actors.append(local_ray.remote(num_cpus=4)(Actor).options(scheduling_strategy=in_group).remote())
     engine = RayEngine(task_cpus=0.5)
     try:
         assert engine.missing_capacity() is None
@@ -112,6 +121,9 @@ def test_work_that_fits_no_node_is_told_from_work_waiting_for_a_busy_node(local_
         while (lacking := engine.missing_capacity()) is None and time.monotonic() < deadline:
             time.sleep(0.1)  # until the actor is registered
         assert lacking == "1 Actor needs CPU 0.5, GPU 1, more than any of its 1 live node has (at most CPU 2, GPU 0)"
+        assert [actor.resources for actor in waiting_actors() if actor.in_placement_group] == [
+            ((f"CPU_group_{group.id.hex()}", 4.0), (f"bundle_group_{group.id.hex()}", 0.001))
+        ]  # registered before the GPU actor, and left out
         assert (
             RayEngine(task_cpus=4)
             .missing_capacity()
@@ -120,6 +132,7 @@ def test_work_that_fits_no_node_is_told_from_work_waiting_for_a_busy_node(local_
     finally:
         for actor in actors:
             local_ray.kill(actor)
+        remove_placement_group(group)
 
 
 class Actor:
