@@ -28,6 +28,8 @@ from tests.qa_core.ingest.files import (
     docx_bytes,
     encrypted_pdf_bytes,
     pdf_bytes,
+    rich_docx_bytes,
+    without_core_properties,
     write_corpus,
 )
 
@@ -97,6 +99,29 @@ def test_docx_equals_docx_to_document(corpus) -> None:
     assert expected[0].content == 'Dear reader,\n\fSecond page starts here.\nBye.\na,b\r\n1,"2,3"'
     assert expected[0].meta["docx"]["title"] == "A letter"
     assert_same("letter.docx", expected, [file_meta("letter.docx", "docx", corpus, pages=2)])
+
+
+def test_docx_of_every_element_equals_docx_to_document_read_from_two_parts(tmp_path, monkeypatch) -> None:
+    """Empty paragraphs, breaks, page breaks (two in a paragraph, one in a link), merged and nested tables, a text
+    box and a comment: read from the main document and core properties parts alone, as Haystack reads them."""
+    data = rich_docx_bytes()
+    (tmp_path / "rich.docx").write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    expected = DOCXToDocument(store_full_path=True).run(["rich.docx"])["documents"]
+    assert expected[0].content.startswith("\nTab\there,\na new line.\nBefore\fbetweenafter.\f\nLinked: link text\f")
+    assert "Boxed text.\nbox cell\n" in expected[0].content and expected[0].content.count("Boxed") == 1
+    monkeypatch.setattr("docx.Document", None)  # python-docx's whole-package reader is not used
+    extra = file_meta("rich.docx", "docx", {"rich.docx": data}, pages=4)
+    assert_same("rich.docx", expected, [extra])
+
+
+def test_docx_without_core_properties_is_read_by_python_docx_as_haystack_reads_it(tmp_path) -> None:
+    data = without_core_properties(docx_bytes(["One", "Two"], [["a"]], 1, "ignored"))
+    [expected] = DOCXToDocument().run([ByteStream(data)])["documents"]
+    (tmp_path / "bare.docx").write_bytes(data)
+    [doc] = convert_file(str(tmp_path), "bare.docx").documents
+    assert doc.content == expected.content == "One\n\fTwo\na"
+    assert doc.meta["docx"]["title"] == expected.meta["docx"]["title"] == "Word Document"  # python-docx's default
 
 
 def test_jsonl_lines_equal_json_converter(corpus) -> None:
