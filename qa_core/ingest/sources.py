@@ -8,6 +8,7 @@ the file), or the value of the user's id column.
 
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 from qa_core.ingest.report import BadInput
 
@@ -38,14 +39,14 @@ def list_files(root: str | Path) -> list[str]:
     return sorted(found)
 
 
-def read_bytes(root: str | Path, relative_path: str) -> bytes:
+def open_file(root: str | Path, relative_path: str) -> BinaryIO:
     """
-    A file's bytes.
+    A file, open for reading bytes (buffered, seekable).
 
-    :raises BadInput: If the file cannot be read (permissions, vanished).
+    :raises BadInput: If the file cannot be opened (permissions, vanished).
     """
     try:
-        return (Path(root) / relative_path).read_bytes()
+        return (Path(root) / relative_path).open("rb")
     except OSError as error:
         raise BadInput(f"cannot read the file: {error.strerror or error}") from error
 
@@ -90,4 +91,4 @@ def base_meta(relative_path: str, file_format: str, size_bytes: int) -> dict:
     return {"file_path": relative_path, "format": file_format, "size_bytes": size_bytes}
 
 
-__all__ = ["base_meta", "decode_text", "file_id", "list_files", "read_bytes", "row_id"]
+__all__ = ["base_meta", "decode_text", "file_id", "list_files", "open_file", "row_id"]

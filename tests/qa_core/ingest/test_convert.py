@@ -94,6 +94,28 @@ def test_pdf_equals_pypdf_to_document_with_empty_pages_kept(corpus) -> None:
     assert_same("report.pdf", expected, [file_meta("report.pdf", "pdf", corpus, pages=3)])
 
 
+def test_a_pdf_is_read_from_its_file_in_small_reads_its_text_equal_to_pypdf_to_documents(tmp_path) -> None:
+    """Pages released after extraction (pypdf rereads a shared font) and the file never read whole."""
+    import io
+
+    from qa_core.ingest.pdf import convert_pdf
+
+    data = pdf_bytes([f"Page {i}: caf\u00e9 words’ (quoted) text." * 20 if i % 7 else "" for i in range(150)])
+    [expected] = PyPDFToDocument().run([ByteStream(data)])["documents"]
+
+    class Spy(io.BytesIO):
+        largest = 0
+
+        def read(self, size=-1):
+            out = super().read(size)
+            Spy.largest = max(Spy.largest, len(out))
+            return out
+
+    assert convert_pdf(Spy(data)) == (expected.content, {"pages": 150})
+    assert expected.content.count("\f") == 149 and max(expected.content) > "\u00ff"  # a wide `str`
+    assert Spy.largest <= 8192 < len(data)
+
+
 def test_docx_equals_docx_to_document(corpus) -> None:
     expected = DOCXToDocument(store_full_path=True).run(["letter.docx"])["documents"]
     assert expected[0].content == 'Dear reader,\n\fSecond page starts here.\nBye.\na,b\r\n1,"2,3"'
@@ -307,10 +329,10 @@ def test_file_that_cannot_be_read(tmp_path, monkeypatch) -> None:
     """A read refused by the system (as for a file without read permission, which root would still read)."""
     (tmp_path / "locked.txt").write_text("secret")
 
-    def refuse(path):
+    def refuse(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(Path, "open", refuse)
     assert report_of(tmp_path, {}) == [ReportRow("locked.txt", None, "cannot read the file: Permission denied")]
 
 
