@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     skip = {name for name in args.skip.split(",") if name}
     given = argv if argv is not None else sys.argv[1:]
-    result = {"command": " ".join(["python -m jobs.bench.ingest_memory", *given])}
+    result = {"command": " ".join(["python -m jobs.bench.ingest_memory", *given]), "load_average": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory(prefix="bench_ingest_memory_") as folder:
         work = Path(folder)
         (work / "one").mkdir()
@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
             size = write_large_pdf(work / "pdf" / "large.pdf", args.pdf_mb)
             result["pdf"] = {"input_mb": round(size / 1e6, 1), **peak_memory(work / "pdf", work / "out-pdf")}
     baseline = result["baseline"]["peak_bytes"]
+    print(f"{result['command']}; load average {result['load_average']:.1f} at the start")
     print(f"baseline (one small file): peak {baseline / 2**30:.2f} GiB, {result['baseline']['seconds']} s")
     for case in CASES:
         if case in result:

@@ -49,6 +49,7 @@ _FILE_CONVERTERS: dict[str, Callable[[bytes], tuple[str, dict]]] = {
 # Formats whose file is one document, read from the open file as the converter needs it (a large PDF never whole
 # in memory): seekable binary stream -> (text, format-specific meta).
 _STREAM_CONVERTERS: dict[str, Callable[[BinaryIO], tuple[str, dict]]] = {"pdf": convert_pdf}
+# Formats whose file holds one document per row, read from the open file line by line.
 _ROW_CONVERTERS = {"jsonl": convert_jsonl, "csv": convert_csv}
 
 
@@ -137,18 +138,16 @@ def _convert(relative_path: str, columns: RowColumns | None, result: Converted, 
         if not size:
             raise BadInput("empty file")
         meta = base_meta(relative_path, fmt, size)
-        if fmt in _STREAM_CONVERTERS:
+        if fmt in _ROW_CONVERTERS:
+            documents, report = _ROW_CONVERTERS[fmt](stream, relative_path, meta, columns or RowColumns())
+            result.report += report
+            result.documents += documents
+            if not documents and not report:
+                raise BadInput("no rows: the file holds only blank lines or a header")
+        elif fmt in _STREAM_CONVERTERS:
             _add_document(result, relative_path, meta, *_STREAM_CONVERTERS[fmt](stream))
-            return
-        data = _read(stream)
-    if fmt in _ROW_CONVERTERS:
-        documents, report = _ROW_CONVERTERS[fmt](data, relative_path, meta, columns or RowColumns())
-        result.report += report
-        result.documents += documents
-        if not documents and not report:
-            raise BadInput("no rows: the file holds only blank lines or a header")
-    else:
-        _add_document(result, relative_path, meta, *_FILE_CONVERTERS[fmt](data))
+        else:
+            _add_document(result, relative_path, meta, *_FILE_CONVERTERS[fmt](_read(stream)))
 
 
 def _add_document(result: Converted, relative_path: str, meta: dict, text: str, format_meta: dict) -> None:

@@ -6,9 +6,11 @@ machines: the relative POSIX path for a whole file, `path#LINE` for a JSONL line
 the file), or the value of the user's id column.
 """
 
+import codecs
+import io
 import os
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 from qa_core.ingest.report import BadInput
 
@@ -16,6 +18,8 @@ from qa_core.ingest.report import BadInput
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 # How many leading bytes are inspected to tell binary data from text.
 SNIFF_BYTES = 8192
+# Bytes decoded at a time when a file is checked to be valid text without being held whole.
+CHUNK_BYTES = 2**20
 
 
 def list_files(root: str | Path) -> list[str]:
@@ -76,6 +80,35 @@ def decode_text(data: bytes, encoding: str = "utf-8") -> tuple[str, str]:
     return str(best), best.encoding
 
 
+def open_text(stream: BinaryIO, encoding: str, newline: str) -> tuple[TextIO, str]:
+    """
+    A text file as a text stream, for a converter that reads it line by line: the file itself decoded as it is read
+    when it is valid in `encoding` (checked in a first pass over it, a chunk at a time), so that a large file is
+    never held whole; else its text as `decode_text` decodes it (held whole: the detection needs all of it).
+
+    :param stream: The file, open for reading bytes, seekable, at its start.
+    :param encoding: The first encoding to try.
+    :param newline: Where lines end, as `io.TextIOWrapper` takes it ("\n": there only; "": everywhere, untranslated).
+    :returns: The text stream and the encoding used.
+    :raises BadInput: As `decode_text`.
+    """
+    prefix = stream.read(SNIFF_BYTES)
+    stream.seek(0)
+    if b"\x00" in prefix and not prefix.startswith(_WIDE_BOMS):
+        raise BadInput("binary data (NUL bytes) under a text file extension")
+    decoder = codecs.getincrementaldecoder(encoding)()
+    try:
+        while chunk := stream.read(CHUNK_BYTES):
+            decoder.decode(chunk)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        stream.seek(0)
+        text, detected = decode_text(stream.read(), encoding)
+        return io.StringIO(text, newline=newline), detected
+    stream.seek(0)
+    return io.TextIOWrapper(stream, encoding=encoding, newline=newline), encoding
+
+
 def file_id(relative_path: str) -> str:
     """The id of a document made of a whole file: its path relative to the input root."""
     return relative_path
@@ -91,4 +124,4 @@ def base_meta(relative_path: str, file_format: str, size_bytes: int) -> dict:
     return {"file_path": relative_path, "format": file_format, "size_bytes": size_bytes}
 
 
-__all__ = ["base_meta", "decode_text", "file_id", "list_files", "open_file", "row_id"]
+__all__ = ["base_meta", "decode_text", "file_id", "list_files", "open_file", "open_text", "row_id"]

@@ -393,3 +393,21 @@ def test_a_column_named_like_our_meta_is_prefixed_as_haystack_prefixes_it(tmp_pa
     assert {key: json_doc.meta[key] for key in ("format", "json_format", "pages", "json_pages")} == {
         "format": "jsonl", "json_format": "f", "pages": 1, "json_pages": 9
     }  # fmt: skip
+
+
+def test_rows_read_as_a_stream_or_whole_where_the_encoding_is_detected(tmp_path) -> None:
+    """JSONL and CSV files are decoded line by line when they are UTF-8 (a byte order mark dropped), and whole in the
+    detected encoding otherwise; JSON's messages name the line's own columns either way."""
+    rows = [{"content": "Größe über Straße: ça va?"}, {"content": "Äpfel und Öl."}]
+    jsonl = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows) + '{"content": \n'
+    (tmp_path / "utf8.jsonl").write_bytes(b"\xef\xbb\xbf" + jsonl.encode())
+    (tmp_path / "latin1.jsonl").write_bytes(jsonl.encode("latin-1"))
+    (tmp_path / "latin1.csv").write_bytes(("content\n" + "\n".join(row["content"] for row in rows)).encode("latin-1"))
+    result = convert_folder(str(tmp_path))
+    assert [(doc.id, doc.content, doc.meta["encoding"]) for doc in result.documents] == [
+        ("latin1.csv#2", rows[0]["content"], "cp1250"), ("latin1.csv#3", rows[1]["content"], "cp1250"),
+        ("latin1.jsonl#1", rows[0]["content"], "cp1250"), ("latin1.jsonl#2", rows[1]["content"], "cp1250"),
+        ("utf8.jsonl#1", rows[0]["content"], "utf-8-sig"), ("utf8.jsonl#2", rows[1]["content"], "utf-8-sig"),
+    ]  # fmt: skip
+    reason = "malformed JSON: Expecting value: line 1 column 13 (char 12)"
+    assert result.report == [ReportRow("latin1.jsonl", 3, reason), ReportRow("utf8.jsonl", 3, reason)]
