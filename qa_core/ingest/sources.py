@@ -18,7 +18,8 @@ from qa_core.ingest.report import BadInput
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 # How many leading bytes are inspected to tell binary data from text.
 SNIFF_BYTES = 8192
-# Bytes decoded at a time when a file is checked to be valid text without being held whole.
+# Bytes decoded at a time when a file is checked to be valid text without being held whole; a text file of at most
+# this size is decoded whole (faster for small files).
 CHUNK_BYTES = 2**20
 
 
@@ -82,9 +83,10 @@ def decode_text(data: bytes, encoding: str = "utf-8") -> tuple[str, str]:
 
 def open_text(stream: BinaryIO, encoding: str, newline: str) -> tuple[TextIO, str]:
     """
-    A text file as a text stream, for a converter that reads it line by line: the file itself decoded as it is read
-    when it is valid in `encoding` (checked in a first pass over it, a chunk at a time), so that a large file is
-    never held whole; else its text as `decode_text` decodes it (held whole: the detection needs all of it).
+    A text file as a text stream, for a converter that reads it line by line: a file larger than `CHUNK_BYTES` that
+    is valid in `encoding` (checked in a first pass over it, a chunk at a time) decoded as it is read, so that it is
+    never held whole; a smaller one, or one in another encoding, decoded whole as `decode_text` decodes it (the
+    detection needs all of it).
 
     :param stream: The file, open for reading bytes, seekable, at its start.
     :param encoding: The first encoding to try.
@@ -92,14 +94,18 @@ def open_text(stream: BinaryIO, encoding: str, newline: str) -> tuple[TextIO, st
     :returns: The text stream and the encoding used.
     :raises BadInput: As `decode_text`.
     """
-    prefix = stream.read(SNIFF_BYTES)
-    stream.seek(0)
-    if b"\x00" in prefix and not prefix.startswith(_WIDE_BOMS):
+    first = stream.read(CHUNK_BYTES)
+    if len(first) < CHUNK_BYTES:  # the whole file: decoded at once
+        text, used = decode_text(first, encoding)
+        return io.StringIO(text, newline=newline), used
+    if b"\x00" in first[:SNIFF_BYTES] and not first.startswith(_WIDE_BOMS):
         raise BadInput("binary data (NUL bytes) under a text file extension")
     decoder = codecs.getincrementaldecoder(encoding)()
     try:
-        while chunk := stream.read(CHUNK_BYTES):
+        chunk = first
+        while chunk:
             decoder.decode(chunk)
+            chunk = stream.read(CHUNK_BYTES)
         decoder.decode(b"", final=True)
     except UnicodeDecodeError:
         stream.seek(0)
