@@ -4,8 +4,9 @@ from typing import BinaryIO
 
 from qa_core.ingest.report import BadInput
 
-# How pypdf's page texts are held until they are joined: UTF-8 takes half or a quarter of a `str` holding one
-# character outside Latin-1 (Word's quotes, in many PDFs); "surrogatepass" keeps any code point pypdf gives.
+# How pypdf's page texts are held until the document's text is made: UTF-8 in one growing buffer takes half or a
+# quarter of a `str` holding one character outside Latin-1 (Word's quotes, in many PDFs), and leaves no small
+# objects behind to fragment the heap; "surrogatepass" keeps any code point pypdf gives.
 _ENCODING, _ERRORS = "utf-8", "surrogatepass"
 
 
@@ -17,8 +18,8 @@ def convert_pdf(stream: BinaryIO) -> tuple[str, dict]:
 
     Memory stays near the text's size whatever the file's: pypdf reads the objects it needs from `stream` (an
     open, seekable file: never the whole file in memory), each page's parsed objects are released once its text is
-    extracted (pypdf would keep every object it read until the end), and the page texts are held as UTF-8 bytes
-    until they are joined.
+    extracted (pypdf would keep every object it read until the end), and the page texts are held as UTF-8 in one
+    buffer until the text is decoded from it.
 
     :param stream: The file, open for reading bytes, seekable.
     :returns: The text and its meta (`pages`: the PDF's page count).
@@ -31,21 +32,19 @@ def convert_pdf(stream: BinaryIO) -> tuple[str, dict]:
 
     try:
         reader = PdfReader(stream)  # tries the empty password on an encrypted file
-        texts = []
-        for index in range(len(reader.pages)):
+        pages = len(reader.pages)
+        joined = bytearray()
+        for index in range(pages):
             text = reader.pages[index].extract_text(
                 orientations=(0, 90, 180, 270), extraction_mode="plain", space_width=200.0
             )
-            texts.append(text.encode(_ENCODING, _ERRORS))
+            joined += (text if index == 0 else "\f" + text).encode(_ENCODING, _ERRORS)
             _release(reader, index)
     except FileNotDecryptedError as error:
         raise BadInput("encrypted PDF: it cannot be opened without a password") from error
     except Exception as error:  # pypdf raises many kinds (PdfReadError, ValueError, KeyError...) on broken files
         reason = f"PDF that pypdf cannot read (corrupt or truncated?): {type(error).__name__}: {error}"
         raise BadInput(reason) from error
-    pages = len(texts)
-    joined = b"\f".join(texts)
-    del texts
     text = joined.decode(_ENCODING, _ERRORS)
     del joined
     if not text or text.isspace():
