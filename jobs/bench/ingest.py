@@ -211,15 +211,20 @@ def main(argv: list[str] | None = None) -> dict:
         root = args.keep.resolve() if args.keep else Path(folder) / "files"
         sizes = write_mixed_folder(root, args.files, args.seed)
         groups = by_format(root)
+        load = [os.getloadavg()[0]]  # the machine's load average (1 min) before and after the sides ran
         sides = [ours(root, groups)]
         if "haystack" not in skip:
             sides.append(haystack(root, groups))
         if "ray" not in skip:
             sides.append(ray_job(root, Path(folder) / "out"))
+        load.append(os.getloadavg()[0])
     rows = table(groups, sizes, sides)
     result = {"command": " ".join(["python -m jobs.bench.ingest", *(argv if argv is not None else sys.argv[1:])])}
-    result.update(files=args.files, cpus=os.cpu_count(), rows=rows)
-    print(f"{args.files:,} files, {sum(sizes.values()) / 1e6:.2f} MB, {os.cpu_count()} CPUs; {result['command']}")
+    result.update(files=args.files, cpus=os.cpu_count(), load_average=load, rows=rows)
+    print(
+        f"{args.files:,} files, {sum(sizes.values()) / 1e6:.2f} MB, {os.cpu_count()} CPUs, load average "
+        f"{load[0]:.1f} before and {load[1]:.1f} after; {result['command']}"
+    )
     print(format_table(rows))
     for side in sides:
         if side.manifest:

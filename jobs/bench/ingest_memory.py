@@ -1,6 +1,8 @@
 """
 The ingestion's memory (prints only): `python -m jobs.ingest` on a local Ray of its own, its peak memory (the
-resident memory of the command and every process under it: Ray's own and its workers, sampled every 0.1 s) for
+command and every process under it: Ray's own and its workers, sampled every 0.25 s; the sum of their resident
+memory, which counts a shared page once in every process mapping it, Ray's object store among them, and the sum of
+their proportional set sizes, which shares each such page out among them, so that it is counted once) for
 (a) many small files (`jobs.bench.files.write_mixed_folder`: every format) and (b) one large PDF (pages of the
 local text's words), each against the job's baseline: the same command on a folder of one small text file.
 
@@ -24,38 +26,47 @@ import psutil
 from jobs.bench.files import write_large_pdf, write_mixed_folder
 
 REPOSITORY = Path(__file__).resolve().parents[2]  # where `python -m jobs.ingest` runs
-SAMPLE_S = 0.1
+SAMPLE_S = 0.25  # reading every process's proportional set size walks its page tables: not much more often
 CASES = ("small", "pdf")
 
 
 def peak_memory(folder: Path, output: Path) -> dict:
-    """`python -m jobs.ingest` on `folder`: its seconds and the peak resident memory of its process tree (bytes)."""
+    """
+    `python -m jobs.ingest` on `folder`: its seconds and its process tree's peak memory (bytes): of the summed
+    resident memory (`peak_bytes`) and of the summed proportional set sizes (`peak_pss_bytes`).
+    """
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     # No time limit per file: a large file's conversion is what is measured.
     command = [sys.executable, "-m", "jobs.ingest", "--input", str(folder), "--output", str(output), "--overwrite"]
     command += ["--timeout-per-file", "0"]
     started = time.perf_counter()
     process = subprocess.Popen(command, env=env, cwd=REPOSITORY, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    root, peak = psutil.Process(process.pid), 0
+    root, peak, peak_pss = psutil.Process(process.pid), 0, 0
     while process.poll() is None:
         try:
             tree = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             break
-        total = 0
+        rss = pss = 0
         for member in tree:
             try:
-                total += member.memory_info().rss
-            except psutil.NoSuchProcess:
-                pass
-        peak = max(peak, total)
+                memory = member.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            rss, pss = rss + memory.rss, pss + memory.pss
+        peak, peak_pss = max(peak, rss), max(peak_pss, pss)
         time.sleep(SAMPLE_S)
     seconds = time.perf_counter() - started
     stderr = process.stderr.read().decode(errors="replace")
     if process.returncode != 0:
         raise RuntimeError(f"jobs.ingest exited {process.returncode}: {stderr[-2000:]}")
     manifest = json.loads((output / "manifest.json").read_text())
-    return {"seconds": round(seconds, 1), "peak_bytes": peak, "documents": manifest["documents"]}
+    return {
+        "seconds": round(seconds, 1),
+        "peak_bytes": peak,
+        "peak_pss_bytes": peak_pss,
+        "documents": manifest["documents"],
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -68,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     skip = {name for name in args.skip.split(",") if name}
     given = argv if argv is not None else sys.argv[1:]
-    result = {"command": " ".join(["python -m jobs.bench.ingest_memory", *given])}
+    result = {"command": " ".join(["python -m jobs.bench.ingest_memory", *given]), "load_average": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory(prefix="bench_ingest_memory_") as folder:
         work = Path(folder)
         (work / "one").mkdir()
@@ -82,17 +93,24 @@ def main(argv: list[str] | None = None) -> dict:
             (work / "pdf").mkdir()
             size = write_large_pdf(work / "pdf" / "large.pdf", args.pdf_mb)
             result["pdf"] = {"input_mb": round(size / 1e6, 1), **peak_memory(work / "pdf", work / "out-pdf")}
-    baseline = result["baseline"]["peak_bytes"]
-    print(f"baseline (one small file): peak {baseline / 2**30:.2f} GiB, {result['baseline']['seconds']} s")
+    baseline = result["baseline"]
+    print(f"{result['command']}; load average {result['load_average']:.1f} at the start")
+    print(
+        f"baseline (one small file): peak {baseline['peak_bytes'] / 2**30:.2f} GiB resident, "
+        f"{baseline['peak_pss_bytes'] / 2**30:.2f} GiB proportional, {baseline['seconds']} s"
+    )
     for case in CASES:
         if case in result:
             figures = result[case]
-            figures["above_baseline_bytes"] = figures["peak_bytes"] - baseline
+            figures["above_baseline_bytes"] = figures["peak_bytes"] - baseline["peak_bytes"]
+            figures["above_baseline_pss_bytes"] = figures["peak_pss_bytes"] - baseline["peak_pss_bytes"]
             files = f"{figures['files']:,} files, " if "files" in figures else ""
             print(
                 f"{case}: {files}{figures['input_mb']} MB in, {figures['documents']:,} documents, "
-                f"{figures['seconds']} s; peak {figures['peak_bytes'] / 2**30:.2f} GiB, "
-                f"{figures['above_baseline_bytes'] / 2**30:.2f} GiB above the baseline"
+                f"{figures['seconds']} s; peak {figures['peak_bytes'] / 2**30:.2f} GiB resident "
+                f"({figures['above_baseline_bytes'] / 2**30:.2f} above the baseline), "
+                f"{figures['peak_pss_bytes'] / 2**30:.2f} GiB proportional "
+                f"({figures['above_baseline_pss_bytes'] / 2**30:.2f} above the baseline)"
             )
     if args.output:
         args.output.write_text(json.dumps(result, indent=2) + "\n")

@@ -6,6 +6,7 @@ task replaces its file instead of adding to it. The input folder and the report 
 """
 
 import hashlib
+import io
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -109,9 +110,9 @@ def convert_batch(batch: pa.Table, settings: StageSettings) -> pa.Table:
     """
     paths = batch["path"].to_pylist()
     filesystem, root = resolve_path(settings.root)
-    # A local folder is read by qa_core's own reader; another filesystem's files through pyarrow.
-    read = None if isinstance(filesystem, pafs.LocalFileSystem) else partial(_read_file, filesystem, root)
-    converted = convert_files(root, paths, settings.columns, settings.timeout_s, read)
+    # A local folder is read by qa_core's own opener; another filesystem's files through pyarrow.
+    opener = None if isinstance(filesystem, pafs.LocalFileSystem) else partial(_open_file, filesystem, root)
+    converted = convert_files(root, paths, settings.columns, settings.timeout_s, opener)
     _write_report(settings.report_dir, paths, converted.report)
     documents = converted.documents
     if settings.cleaner.active:
@@ -126,11 +127,14 @@ def convert_batch(batch: pa.Table, settings: StageSettings) -> pa.Table:
     return _rows(documents)
 
 
-def _read_file(filesystem: pafs.FileSystem, root: str, relative_path: str) -> bytes:
-    """A file's bytes from a folder on any filesystem; `BadInput` when it cannot be read."""
+def _open_file(filesystem: pafs.FileSystem, root: str, relative_path: str) -> io.BytesIO:
+    """
+    A file from a folder on any filesystem, read whole into memory (pypdf's many small reads would each be a
+    request to an object store); `BadInput` when it cannot be read.
+    """
     try:
         with filesystem.open_input_stream(f"{root.rstrip('/')}/{relative_path}") as stream:
-            return stream.read()
+            return io.BytesIO(stream.read())
     except OSError as error:
         raise BadInput(f"cannot read the file: {error}") from error
 

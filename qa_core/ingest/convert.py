@@ -9,17 +9,19 @@ for row in result.report:
 ```
 """
 
+import io
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import PurePosixPath
+from typing import BinaryIO
 
 from qa_core.document import Document
 from qa_core.ingest.limits import ConversionTimeout, time_limit
 from qa_core.ingest.pdf import convert_pdf
 from qa_core.ingest.report import BadInput, DuplicateIdError, ReportRow
 from qa_core.ingest.rows import RowColumns, convert_csv, convert_jsonl
-from qa_core.ingest.sources import base_meta, file_id, list_files, read_bytes
+from qa_core.ingest.sources import base_meta, file_id, list_files, open_file
 from qa_core.ingest.text import convert_markdown, convert_text
 from qa_core.ingest.web import convert_html
 from qa_core.ingest.word import convert_docx
@@ -42,9 +44,12 @@ _FILE_CONVERTERS: dict[str, Callable[[bytes], tuple[str, dict]]] = {
     "txt": convert_text,
     "markdown": convert_markdown,
     "html": convert_html,
-    "pdf": convert_pdf,
     "docx": convert_docx,
 }
+# Formats whose file is one document, read from the open file as the converter needs it (a large PDF never whole
+# in memory): seekable binary stream -> (text, format-specific meta).
+_STREAM_CONVERTERS: dict[str, Callable[[BinaryIO], tuple[str, dict]]] = {"pdf": convert_pdf}
+# Formats whose file holds one document per row, read from the open file line by line.
 _ROW_CONVERTERS = {"jsonl": convert_jsonl, "csv": convert_csv}
 
 
@@ -87,8 +92,8 @@ def file_format(relative_path: str) -> str | None:
     return FORMATS.get(PurePosixPath(relative_path).suffix.lower())
 
 
-# Reads a file's bytes by its path relative to the input root; raises `BadInput` when it cannot.
-Reader = Callable[[str], bytes]
+# Opens a file by its path relative to the input root, for reading bytes, seekable; raises `BadInput` when it cannot.
+Opener = Callable[[str], BinaryIO]
 
 
 def convert_file(
@@ -96,7 +101,7 @@ def convert_file(
     relative_path: str,
     columns: RowColumns | None = None,
     timeout_s: float | None = None,
-    read: Reader | None = None,
+    open_input: Opener | None = None,
 ) -> Converted:
     """
     One file's documents, or the report rows saying why it gave none (never an exception for bad input).
@@ -108,13 +113,13 @@ def convert_file(
     :param relative_path: The file, relative to `root`, POSIX separators.
     :param columns: The content and id columns of JSONL and CSV files.
     :param timeout_s: Seconds the file's conversion may take (see `limits.time_limit`), or `None` for no limit.
-    :param read: What reads the file's bytes (a folder on another filesystem); default: `root` is a local folder.
+    :param open_input: What opens the file (a folder on another filesystem); default: `root` is a local folder.
     :returns: The file's documents and report rows.
     """
     result = Converted(files=[relative_path])
     try:
         with time_limit(timeout_s):
-            _convert(relative_path, columns, result, read or partial(read_bytes, root))
+            _convert(relative_path, columns, result, open_input or partial(open_file, root))
     except BadInput as error:
         result.documents, result.report = [], [ReportRow(relative_path, None, str(error))]
     except ConversionTimeout:
@@ -123,27 +128,52 @@ def convert_file(
     return result
 
 
-def _convert(relative_path: str, columns: RowColumns | None, result: Converted, read: Reader) -> None:
+def _convert(relative_path: str, columns: RowColumns | None, result: Converted, open_input: Opener) -> None:
     """Fills `result` with the file's documents and its rows' report rows; raises `BadInput` for the whole file."""
     fmt = file_format(relative_path)
     if fmt is None:
         raise BadInput(f"unknown file extension (known: {', '.join(sorted(FORMATS))})")
-    data = read(relative_path)
-    if not data:
-        raise BadInput("empty file")
-    meta = base_meta(relative_path, fmt, len(data))
-    if fmt in _ROW_CONVERTERS:
-        documents, report = _ROW_CONVERTERS[fmt](data, relative_path, meta, columns or RowColumns())
-        result.report += report
-        result.documents += documents
-        if not documents and not report:
-            raise BadInput("no rows: the file holds only blank lines or a header")
-    else:
-        text, format_meta = _FILE_CONVERTERS[fmt](data)
-        if not text.strip():
-            raise BadInput("no text: the file converts to blank text")
-        meta = {**meta, "pages": text.count("\f") + 1, **format_meta}
-        result.documents.append(Document(content=text, id=file_id(relative_path), meta=meta))
+    with open_input(relative_path) as stream:
+        size = _size(stream)
+        if not size:
+            raise BadInput("empty file")
+        meta = base_meta(relative_path, fmt, size)
+        if fmt in _ROW_CONVERTERS:
+            documents, report = _ROW_CONVERTERS[fmt](stream, relative_path, meta, columns or RowColumns())
+            result.report += report
+            result.documents += documents
+            if not documents and not report:
+                raise BadInput("no rows: the file holds only blank lines or a header")
+        elif fmt in _STREAM_CONVERTERS:
+            _add_document(result, relative_path, meta, *_STREAM_CONVERTERS[fmt](stream))
+        else:
+            _add_document(result, relative_path, meta, *_FILE_CONVERTERS[fmt](_read(stream)))
+
+
+def _add_document(result: Converted, relative_path: str, meta: dict, text: str, format_meta: dict) -> None:
+    """The file's document (its text, `meta` and the converter's own meta), unless its text is blank."""
+    if not text or text.isspace():  # neither copies a large text, as `strip` would
+        raise BadInput("no text: the file converts to blank text")
+    meta = {**meta, "pages": text.count("\f") + 1, **format_meta}
+    result.documents.append(Document(content=text, id=file_id(relative_path), meta=meta))
+
+
+def _size(stream: BinaryIO) -> int:
+    """The open file's size in bytes, its position left at the start."""
+    try:
+        size = stream.seek(0, io.SEEK_END)
+        stream.seek(0)
+    except OSError as error:
+        raise BadInput(f"cannot read the file: {error.strerror or error}") from error
+    return size
+
+
+def _read(stream: BinaryIO) -> bytes:
+    """The open file's bytes; `BadInput` when they cannot be read."""
+    try:
+        return stream.read()
+    except OSError as error:
+        raise BadInput(f"cannot read the file: {error.strerror or error}") from error
 
 
 def convert_files(
@@ -151,12 +181,12 @@ def convert_files(
     relative_paths: Iterable[str],
     columns: RowColumns | None = None,
     timeout_s: float | None = None,
-    read: Reader | None = None,
+    open_input: Opener | None = None,
 ) -> Converted:
     """`convert_file` for each file, their results concatenated (ids are not checked here: see `check_unique_ids`)."""
     result = Converted()
     for path in relative_paths:
-        result.extend(convert_file(root, path, columns, timeout_s, read))
+        result.extend(convert_file(root, path, columns, timeout_s, open_input))
     return result
 
 
@@ -195,7 +225,7 @@ __all__ = [
     "FORMATS",
     "LIBRARIES",
     "Converted",
-    "Reader",
+    "Opener",
     "check_unique_ids",
     "convert_file",
     "convert_files",

@@ -4,13 +4,13 @@ optional id column, every other column in its meta. A bad line or record becomes
 """
 
 import csv
-import io
 import json
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from qa_core.document import Document
 from qa_core.ingest.report import ReportRow
-from qa_core.ingest.sources import decode_text, row_id
+from qa_core.ingest.sources import open_text, row_id
 
 
 @dataclass(frozen=True)
@@ -27,22 +27,26 @@ class RowColumns:
     id: str = "id"
 
 
-def convert_jsonl(data: bytes, path: str, meta: dict, columns: RowColumns) -> tuple[list[Document], list[ReportRow]]:
+def convert_jsonl(
+    stream: BinaryIO, path: str, meta: dict, columns: RowColumns
+) -> tuple[list[Document], list[ReportRow]]:
     """
     One document per line holding a JSON object, as Haystack's `JSONConverter(content_key=..., extra_meta_fields="*")`
     converts each line: `meta` plus the object's other fields and `line` (1-based). Blank lines are skipped.
 
-    :param data: The file's bytes (decoded as `utf-8-sig`, or in the encoding charset-normalizer detects).
+    :param stream: The file, open for reading bytes (decoded as `utf-8-sig` line by line, or whole in the encoding
+        charset-normalizer detects: `sources.open_text`).
     :param path: The file's path relative to the input root, for ids and report rows.
     :param meta: The meta every document of the file starts with.
     :param columns: The content and id columns.
     :returns: The documents and the report rows of the lines that gave none.
     :raises BadInput: For binary data, or bytes in no detectable encoding.
     """
-    text, encoding = decode_text(data, "utf-8-sig")
-    documents, report = [], []
     # Lines end at "\n" only: `str.splitlines` would also end one inside a JSON string at a form feed or U+2028.
-    for line, raw in enumerate(text.split("\n"), start=1):
+    lines, encoding = open_text(stream, "utf-8-sig", newline="\n")
+    documents, report = [], []
+    for line, raw in enumerate(lines, start=1):
+        raw = raw.removesuffix("\n")  # as `text.split("\n")` gives it: JSON's messages count lines and columns
         if not raw.strip():
             continue
         try:
@@ -64,14 +68,15 @@ def convert_jsonl(data: bytes, path: str, meta: dict, columns: RowColumns) -> tu
     return documents, report
 
 
-def convert_csv(data: bytes, path: str, meta: dict, columns: RowColumns) -> tuple[list[Document], list[ReportRow]]:
+def convert_csv(stream: BinaryIO, path: str, meta: dict, columns: RowColumns) -> tuple[list[Document], list[ReportRow]]:
     """
     One document per CSV record, as Haystack's `CSVToDocument(conversion_mode="row")` converts each: `meta` plus
     `row_number` (0-based, among the records), every other column as a string, and `line` (the 1-based line the
     record starts on). A record with more or fewer fields than the header is reported (Haystack keeps it, surplus
     values under `extra_columns`, missing ones as empty strings).
 
-    :param data: The file's bytes (decoded as `utf-8-sig`, or in the encoding charset-normalizer detects).
+    :param stream: The file, open for reading bytes (decoded as `utf-8-sig` as it is read, or whole in the encoding
+        charset-normalizer detects: `sources.open_text`).
     :param path: The file's path relative to the input root, for ids and report rows.
     :param meta: The meta every document of the file starts with.
     :param columns: The content and id columns.
@@ -80,8 +85,8 @@ def convert_csv(data: bytes, path: str, meta: dict, columns: RowColumns) -> tupl
     """
     from qa_core.ingest.report import BadInput
 
-    text, encoding = decode_text(data, "utf-8-sig")
-    reader = csv.reader(io.StringIO(text, newline=""))
+    text, encoding = open_text(stream, "utf-8-sig", newline="")
+    reader = csv.reader(text)
     try:
         header = next(reader)
     except (StopIteration, csv.Error) as error:

@@ -6,8 +6,11 @@ machines: the relative POSIX path for a whole file, `path#LINE` for a JSONL line
 the file), or the value of the user's id column.
 """
 
+import codecs
+import io
 import os
 from pathlib import Path
+from typing import BinaryIO, TextIO
 
 from qa_core.ingest.report import BadInput
 
@@ -15,6 +18,9 @@ from qa_core.ingest.report import BadInput
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 # How many leading bytes are inspected to tell binary data from text.
 SNIFF_BYTES = 8192
+# Bytes decoded at a time when a file is checked to be valid text without being held whole; a text file of at most
+# this size is decoded whole (faster for small files).
+CHUNK_BYTES = 2**20
 
 
 def list_files(root: str | Path) -> list[str]:
@@ -38,14 +44,14 @@ def list_files(root: str | Path) -> list[str]:
     return sorted(found)
 
 
-def read_bytes(root: str | Path, relative_path: str) -> bytes:
+def open_file(root: str | Path, relative_path: str) -> BinaryIO:
     """
-    A file's bytes.
+    A file, open for reading bytes (buffered, seekable).
 
-    :raises BadInput: If the file cannot be read (permissions, vanished).
+    :raises BadInput: If the file cannot be opened (permissions, vanished).
     """
     try:
-        return (Path(root) / relative_path).read_bytes()
+        return (Path(root) / relative_path).open("rb")
     except OSError as error:
         raise BadInput(f"cannot read the file: {error.strerror or error}") from error
 
@@ -75,6 +81,40 @@ def decode_text(data: bytes, encoding: str = "utf-8") -> tuple[str, str]:
     return str(best), best.encoding
 
 
+def open_text(stream: BinaryIO, encoding: str, newline: str) -> tuple[TextIO, str]:
+    """
+    A text file as a text stream, for a converter that reads it line by line: a file larger than `CHUNK_BYTES` that
+    is valid in `encoding` (checked in a first pass over it, a chunk at a time) decoded as it is read, so that it is
+    never held whole; a smaller one, or one in another encoding, decoded whole as `decode_text` decodes it (the
+    detection needs all of it).
+
+    :param stream: The file, open for reading bytes, seekable, at its start.
+    :param encoding: The first encoding to try.
+    :param newline: Where lines end, as `io.TextIOWrapper` takes it ("\n": there only; "": everywhere, untranslated).
+    :returns: The text stream and the encoding used.
+    :raises BadInput: As `decode_text`.
+    """
+    first = stream.read(CHUNK_BYTES)
+    if len(first) < CHUNK_BYTES:  # the whole file: decoded at once
+        text, used = decode_text(first, encoding)
+        return io.StringIO(text, newline=newline), used
+    if b"\x00" in first[:SNIFF_BYTES] and not first.startswith(_WIDE_BOMS):
+        raise BadInput("binary data (NUL bytes) under a text file extension")
+    decoder = codecs.getincrementaldecoder(encoding)()
+    try:
+        chunk = first
+        while chunk:
+            decoder.decode(chunk)
+            chunk = stream.read(CHUNK_BYTES)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        stream.seek(0)
+        text, detected = decode_text(stream.read(), encoding)
+        return io.StringIO(text, newline=newline), detected
+    stream.seek(0)
+    return io.TextIOWrapper(stream, encoding=encoding, newline=newline), encoding
+
+
 def file_id(relative_path: str) -> str:
     """The id of a document made of a whole file: its path relative to the input root."""
     return relative_path
@@ -90,4 +130,4 @@ def base_meta(relative_path: str, file_format: str, size_bytes: int) -> dict:
     return {"file_path": relative_path, "format": file_format, "size_bytes": size_bytes}
 
 
-__all__ = ["base_meta", "decode_text", "file_id", "list_files", "read_bytes", "row_id"]
+__all__ = ["base_meta", "decode_text", "file_id", "list_files", "open_file", "open_text", "row_id"]

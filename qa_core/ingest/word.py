@@ -38,38 +38,97 @@ def convert_docx(data: bytes) -> tuple[str, dict]:
     A DOCX file's text: its body's paragraphs (a rendered page break as a form feed) and the text boxes anchored to
     them, and its tables as CSV, one element per line, as `DOCXToDocument` writes them.
 
+    The text comes from two parts of the package only, the main document and the core properties, parsed by
+    python-docx's own parser into its own element classes, so that its paragraph, table and page-break code reads
+    them as it does under `docx.Document` (which also parses styles, numbering, settings, fonts and every other part,
+    four fifths of its time on a small file). A package that is not that simple case (no core properties part, a
+    main part that is not a Word document, a corrupt archive...) is opened by `docx.Document`, as Haystack does, and
+    its error is the one reported. A package whose other parts alone are broken converts here where python-docx
+    refuses it.
+
     :returns: The text and its meta (`docx`: the core properties).
     :raises BadInput: For a file python-docx cannot open (not a DOCX, corrupt).
     """
-    import docx
+    parts = _main_parts(data)
+    if parts is not None:
+        body, properties = parts
+    else:
+        import docx
+
+        try:
+            document = docx.Document(io.BytesIO(data))
+        except Exception as error:  # python-docx raises zipfile, lxml and its own errors on broken files
+            raise BadInput(f"DOCX that python-docx cannot read (corrupt?): {type(error).__name__}: {error}") from error
+        body, properties = document.element.body, document.core_properties
+    try:
+        text = "\n".join(_elements(body))
+    except Exception as error:
+        raise BadInput(f"DOCX that python-docx cannot read (corrupt?): {type(error).__name__}: {error}") from error
+    return text, {"docx": asdict(_metadata(properties))}
+
+
+def _main_parts(data: bytes):
+    """
+    The main document's body and the core properties, read as `docx.Document` reads them (its package reader, its
+    relationship and content-type rules, its XML parser) but from those two parts only; `None` for a package outside
+    that simple case, or one this reader cannot read, left to `docx.Document`.
+    """
+    from docx.opc.constants import CONTENT_TYPE, RELATIONSHIP_TYPE
+    from docx.opc.coreprops import CoreProperties
+    from docx.opc.packuri import PACKAGE_URI
+    from docx.opc.phys_pkg import PhysPkgReader
+    from docx.opc.pkgreader import _ContentTypeMap, _SerializedRelationships
+    from docx.oxml.parser import parse_xml
 
     try:
-        document = docx.Document(io.BytesIO(data))
-        text = "\n".join(_elements(document))
-    except Exception as error:  # python-docx raises zipfile, lxml and its own errors on broken files
-        raise BadInput(f"DOCX that python-docx cannot read (corrupt?): {type(error).__name__}: {error}") from error
-    return text, {"docx": asdict(_metadata(document))}
+        reader = PhysPkgReader(io.BytesIO(data))
+        try:
+            content_types = _ContentTypeMap.from_xml(reader.content_types_xml)
+            relationships = _SerializedRelationships.load_from_xml(
+                PACKAGE_URI.baseURI, reader.rels_xml_for(PACKAGE_URI)
+            )
+            elements = {}
+            for reltype, content_type in (
+                (RELATIONSHIP_TYPE.OFFICE_DOCUMENT, CONTENT_TYPE.WML_DOCUMENT_MAIN),
+                (RELATIONSHIP_TYPE.CORE_PROPERTIES, CONTENT_TYPE.OPC_CORE_PROPERTIES),
+            ):
+                matching = [rel for rel in relationships if rel.reltype == reltype]
+                if len(matching) != 1 or matching[0].is_external:
+                    return None
+                partname = matching[0].target_partname
+                if content_types[partname] != content_type:
+                    return None
+                elements[reltype] = parse_xml(reader.blob_for(partname))
+        finally:
+            reader.close()
+        body = elements[RELATIONSHIP_TYPE.OFFICE_DOCUMENT].body
+        if body is None:
+            return None
+        return body, CoreProperties(elements[RELATIONSHIP_TYPE.CORE_PROPERTIES])
+    except Exception:  # whatever it is, `docx.Document` meets it too and says what it is
+        return None
 
 
-def _elements(document) -> list[str]:
+def _elements(body) -> list[str]:
     from docx.table import Table
     from docx.text.paragraph import Paragraph
     from lxml.etree import _Comment
 
+    # python-docx's paragraphs and tables read only their own elements: no parent object is needed for their text.
     elements = []
-    for element in document.element.body:
+    for element in body:
         if isinstance(element, _Comment):
             continue
         if element.tag.endswith("p"):
-            paragraph = Paragraph(element, document)
+            paragraph = Paragraph(element, None)
             elements.append(_paragraph_with_page_breaks(paragraph) if paragraph.contains_page_break else paragraph.text)
-            elements.extend(_text_boxes(element, document))
+            elements.extend(_text_boxes(element))
         elif element.tag.endswith("tbl"):
-            elements.append(_table_to_csv(Table(element, document)))
+            elements.append(_table_to_csv(Table(element, None)))
     return elements
 
 
-def _text_boxes(element, document) -> list[str]:
+def _text_boxes(element) -> list[str]:
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
@@ -79,9 +138,9 @@ def _text_boxes(element, document) -> list[str]:
             continue
         for child in text_box:
             if child.tag.endswith("p"):
-                elements.append(Paragraph(child, document).text)
+                elements.append(Paragraph(child, None).text)
             elif child.tag.endswith("tbl"):
-                elements.append(_table_to_csv(Table(child, document)))
+                elements.append(_table_to_csv(Table(child, None)))
     return elements
 
 
@@ -108,8 +167,7 @@ def _table_to_csv(table) -> str:
     return output.getvalue().strip()
 
 
-def _metadata(document) -> DocxMetadata:
-    properties = document.core_properties
+def _metadata(properties) -> DocxMetadata:
 
     def iso(value):
         return value.isoformat() if value else None

@@ -71,3 +71,75 @@ def write_corpus(root: Path) -> dict[str, bytes]:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
     return files
+
+
+_W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+_MC = "http://schemas.openxmlformats.org/markup-compatibility/2006"
+# A text box as Word writes one: a drawing under mc:Choice, its VML copy under mc:Fallback (read once, not twice).
+_TEXT_BOX = f"""<w:r xmlns:w="{_W}" xmlns:mc="{_MC}"><mc:AlternateContent><mc:Choice Requires="wps"><w:drawing>
+<w:txbxContent><w:p><w:r><w:t>Boxed text.</w:t></w:r></w:p><w:tbl><w:tr><w:tc><w:p><w:r><w:t>box cell</w:t></w:r>
+</w:p></w:tc></w:tr></w:tbl></w:txbxContent></w:drawing></mc:Choice><mc:Fallback><w:pict><w:txbxContent><w:p><w:r>
+<w:t>Boxed text.</w:t></w:r></w:p></w:txbxContent></w:pict></mc:Fallback></mc:AlternateContent></w:r>"""
+
+
+def rich_docx_bytes() -> bytes:
+    """
+    A DOCX file with what `DOCXToDocument`'s text depends on: empty paragraphs, tabs and line breaks, a paragraph
+    with two rendered page breaks and one whose page break falls inside a hyperlink, a table with merged cells (across
+    and down), a cell of two paragraphs, a nested table, a text box (with its fallback copy), a comment in the body.
+    """
+    import docx
+    from docx.oxml import OxmlElement, parse_xml
+    from lxml import etree
+
+    document = docx.Document()
+    document.add_paragraph("")
+    run = document.add_paragraph().add_run("Tab\there,")
+    run.add_break()
+    run.add_text("a new line.")
+    paragraph = document.add_paragraph()
+    paragraph.add_run("Before")
+    paragraph.add_run()._r.append(OxmlElement("w:lastRenderedPageBreak"))
+    paragraph.add_run("between")
+    paragraph.add_run()._r.append(OxmlElement("w:lastRenderedPageBreak"))
+    paragraph.add_run("after.")
+    linked = document.add_paragraph("Linked: ")
+    link = parse_xml(
+        f'<w:hyperlink xmlns:w="{_W}"><w:r><w:t>link </w:t></w:r><w:r><w:lastRenderedPageBreak/><w:t>text</w:t>'
+        "</w:r></w:hyperlink>"
+    )
+    linked._p.append(link)
+    linked.add_run(" and on.")
+    document.add_paragraph()
+    anchor = document.add_paragraph("Anchor of a box.")
+    anchor._p.append(parse_xml(_TEXT_BOX))
+    document.element.body.insert(0, etree.Comment("a comment"))
+    table = document.add_table(rows=3, cols=3)
+    for r, row in enumerate(table.rows):
+        for c, cell in enumerate(row.cells):
+            cell.text = f"r{r}c{c}"
+    table.cell(0, 0).merge(table.cell(0, 1))
+    table.cell(1, 2).merge(table.cell(2, 2))
+    table.cell(1, 0).add_paragraph('second "quoted" paragraph, with a comma')
+    table.cell(2, 0).add_table(rows=1, cols=2).cell(0, 1).text = "nested"
+    document.add_paragraph("The end.")
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def without_core_properties(data: bytes) -> bytes:
+    """The DOCX package without its core properties part and the relationship to it."""
+    import re
+    import zipfile
+
+    source, out = zipfile.ZipFile(io.BytesIO(data)), io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
+        for item in source.infolist():
+            blob = source.read(item)
+            if item.filename == "docProps/core.xml":
+                continue
+            if item.filename == "_rels/.rels":
+                blob = re.sub(rb"<Relationship [^>]*core-properties[^>]*/>", b"", blob)
+            target.writestr(item, blob)
+    return out.getvalue()

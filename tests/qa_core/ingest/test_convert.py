@@ -28,6 +28,8 @@ from tests.qa_core.ingest.files import (
     docx_bytes,
     encrypted_pdf_bytes,
     pdf_bytes,
+    rich_docx_bytes,
+    without_core_properties,
     write_corpus,
 )
 
@@ -92,11 +94,56 @@ def test_pdf_equals_pypdf_to_document_with_empty_pages_kept(corpus) -> None:
     assert_same("report.pdf", expected, [file_meta("report.pdf", "pdf", corpus, pages=3)])
 
 
+def test_a_pdf_is_read_from_its_file_in_small_reads_its_text_equal_to_pypdf_to_documents(tmp_path) -> None:
+    """Pages released after extraction (pypdf rereads a shared font) and the file never read whole."""
+    import io
+
+    from qa_core.ingest.pdf import convert_pdf
+
+    data = pdf_bytes([f"Page {i}: caf\u00e9 words’ (quoted) text." * 20 if i % 7 else "" for i in range(150)])
+    [expected] = PyPDFToDocument().run([ByteStream(data)])["documents"]
+
+    class Spy(io.BytesIO):
+        largest = 0
+
+        def read(self, size=-1):
+            out = super().read(size)
+            Spy.largest = max(Spy.largest, len(out))
+            return out
+
+    assert convert_pdf(Spy(data)) == (expected.content, {"pages": 150})
+    assert expected.content.count("\f") == 149 and max(expected.content) > "\u00ff"  # a wide `str`
+    assert Spy.largest <= 8192 < len(data)
+
+
 def test_docx_equals_docx_to_document(corpus) -> None:
     expected = DOCXToDocument(store_full_path=True).run(["letter.docx"])["documents"]
     assert expected[0].content == 'Dear reader,\n\fSecond page starts here.\nBye.\na,b\r\n1,"2,3"'
     assert expected[0].meta["docx"]["title"] == "A letter"
     assert_same("letter.docx", expected, [file_meta("letter.docx", "docx", corpus, pages=2)])
+
+
+def test_docx_of_every_element_equals_docx_to_document_read_from_two_parts(tmp_path, monkeypatch) -> None:
+    """Empty paragraphs, breaks, page breaks (two in a paragraph, one in a link), merged and nested tables, a text
+    box and a comment: read from the main document and core properties parts alone, as Haystack reads them."""
+    data = rich_docx_bytes()
+    (tmp_path / "rich.docx").write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    expected = DOCXToDocument(store_full_path=True).run(["rich.docx"])["documents"]
+    assert expected[0].content.startswith("\nTab\there,\na new line.\nBefore\fbetweenafter.\f\nLinked: link text\f")
+    assert "Boxed text.\nbox cell\n" in expected[0].content and expected[0].content.count("Boxed") == 1
+    monkeypatch.setattr("docx.Document", None)  # python-docx's whole-package reader is not used
+    extra = file_meta("rich.docx", "docx", {"rich.docx": data}, pages=4)
+    assert_same("rich.docx", expected, [extra])
+
+
+def test_docx_without_core_properties_is_read_by_python_docx_as_haystack_reads_it(tmp_path) -> None:
+    data = without_core_properties(docx_bytes(["One", "Two"], [["a"]], 1, "ignored"))
+    [expected] = DOCXToDocument().run([ByteStream(data)])["documents"]
+    (tmp_path / "bare.docx").write_bytes(data)
+    [doc] = convert_file(str(tmp_path), "bare.docx").documents
+    assert doc.content == expected.content == "One\n\fTwo\na"
+    assert doc.meta["docx"]["title"] == expected.meta["docx"]["title"] == "Word Document"  # python-docx's default
 
 
 def test_jsonl_lines_equal_json_converter(corpus) -> None:
@@ -282,10 +329,10 @@ def test_file_that_cannot_be_read(tmp_path, monkeypatch) -> None:
     """A read refused by the system (as for a file without read permission, which root would still read)."""
     (tmp_path / "locked.txt").write_text("secret")
 
-    def refuse(path):
+    def refuse(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(Path, "open", refuse)
     assert report_of(tmp_path, {}) == [ReportRow("locked.txt", None, "cannot read the file: Permission denied")]
 
 
@@ -346,3 +393,21 @@ def test_a_column_named_like_our_meta_is_prefixed_as_haystack_prefixes_it(tmp_pa
     assert {key: json_doc.meta[key] for key in ("format", "json_format", "pages", "json_pages")} == {
         "format": "jsonl", "json_format": "f", "pages": 1, "json_pages": 9
     }  # fmt: skip
+
+
+def test_rows_read_as_a_stream_or_whole_where_the_encoding_is_detected(tmp_path) -> None:
+    """JSONL and CSV files are decoded line by line when they are UTF-8 (a byte order mark dropped), and whole in the
+    detected encoding otherwise; JSON's messages name the line's own columns either way."""
+    rows = [{"content": "Größe über Straße: ça va?"}, {"content": "Äpfel und Öl."}]
+    jsonl = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows) + '{"content": \n'
+    (tmp_path / "utf8.jsonl").write_bytes(b"\xef\xbb\xbf" + jsonl.encode())
+    (tmp_path / "latin1.jsonl").write_bytes(jsonl.encode("latin-1"))
+    (tmp_path / "latin1.csv").write_bytes(("content\n" + "\n".join(row["content"] for row in rows)).encode("latin-1"))
+    result = convert_folder(str(tmp_path))
+    assert [(doc.id, doc.content, doc.meta["encoding"]) for doc in result.documents] == [
+        ("latin1.csv#2", rows[0]["content"], "cp1250"), ("latin1.csv#3", rows[1]["content"], "cp1250"),
+        ("latin1.jsonl#1", rows[0]["content"], "cp1250"), ("latin1.jsonl#2", rows[1]["content"], "cp1250"),
+        ("utf8.jsonl#1", rows[0]["content"], "utf-8-sig"), ("utf8.jsonl#2", rows[1]["content"], "utf-8-sig"),
+    ]  # fmt: skip
+    reason = "malformed JSON: Expecting value: line 1 column 13 (char 12)"
+    assert result.report == [ReportRow("latin1.jsonl", 3, reason), ReportRow("utf8.jsonl", 3, reason)]
