@@ -12,7 +12,8 @@ the documents, and each shard folder also holds `passages.json` (`workers.passag
 in its source document.
 
 With the Ray engine (and in `python -m jobs.index`) the index is built by Ray Data (`build_index_with_ray`,
-`jobs.indexing`): the driver holds the corpus statistics only, each shard is built and written by a task. The
+`jobs.indexing`): the driver holds the corpus statistics only; each shard is tokenized once by a task that
+writes its term counts, then weighed from them and written by another. The
 in-process engine, chosen for small local jobs, builds the same index in its own process (`build_index`).
 
 For dense and hybrid retrieval the index folder also holds the passages' vectors (`dense/`, embedded by
@@ -52,7 +53,7 @@ from jobs.indexing.bm25 import (
     shard_id_hashes,
     weigh_shards,
 )
-from jobs.indexing.passages import numbered_passages
+from jobs.indexing.passages import read_passages
 from qa_core.retrieval.corpus import weigh_corpus
 from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
 from qa_core.retrieval.index import BM25Index
@@ -269,7 +270,8 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
         documents file.
     """
     started = time.time()
-    passages, n_docs = numbered_passages(documents, settings)
+    passages = read_passages(documents, settings)
+    n_docs = passages.count()
     _check_shards(settings, n_docs)
     size = settings.shard_size(n_docs)
     n_shards = len(range(0, n_docs, size))
@@ -368,8 +370,8 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
     )  # fmt: skip
     old_shards, size = record["shards"], record["shard_size"]
     headers = {shard: _read_json(shard, HEADER_FILE) for shard in shard_locations(str(folder), old_shards)}
-    passages, n_added = numbered_passages(documents, settings, first_position=before.n_docs)
-    locations = shard_locations(str(folder), old_shards + len(range(0, n_added, size)))
+    passages = read_passages(documents, settings)
+    locations = shard_locations(str(folder), old_shards + len(range(0, passages.count(), size)))
     old = [(shard, header["doc_offset"]) for shard, header in headers.items()]
     try:
         added = _count_shards(passages, locations[old_shards:], size, before.n_docs, settings,

@@ -1,17 +1,19 @@
 """
-The BM25 index of `indexed_passages` built by Ray Data, each passage tokenized once, the driver holding the corpus
+The BM25 index of `read_passages` built by Ray Data, each passage tokenized once, the driver holding the corpus
 statistics only:
 
-1. count (`count_shards`): the passages, in blocks of one shard each, go to Ray Data tasks; each tokenizes its
-   shard once, writes its term counts and ids into the shard's folder (`sharding.CountedShard`, with
-   `passages.json` when split) and returns only the shard's statistics; the driver merges them in corpus order
-   (`CorpusStatistics.merge`: the single-process build's vocabulary order, so the same idf sums) and checks that
-   no id occurs twice in the corpus (from a 64-bit hash of each id that the tasks return);
+1. count (`count_shards`): the passages, cut into shards (`split_at_indices`, no shuffle), go to Ray Data
+   tasks, a whole shard each; each tokenizes its shard once, writes its term counts and ids into the shard's
+   folder (`sharding.CountedShard`, with `passages.json` when split) and returns only the shard's statistics;
+   the driver merges them in corpus order (`CorpusStatistics.merge`: the single-process build's vocabulary
+   order, so the same idf sums) and checks that no id occurs twice in the corpus (from a 64-bit hash of each id
+   that the tasks return);
 2. weigh (`weigh_shards`): a task per shard weighs its stored counts with the corpus's statistics
    (`sharding.weigh_shard`: counts are read, not texts) and writes the shard's index beside them.
 
-The texts never wait in the object store between the passes. A corpus that grows goes the same way: the added
-passages are counted as new shards, and every shard, old and new, is weighed with the merged statistics.
+The passages are read into the object store once (to be counted and cut); no text is kept past the first pass.
+A corpus that grows goes the same way: the added passages are counted as new shards, and every shard, old and
+new, is weighed with the merged statistics.
 """
 
 import json
@@ -39,7 +41,6 @@ from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 _COUNTED_SCHEMA = pa.schema(
     [
         ("shard", pa.int64()),
-        ("doc_offset", pa.int64()),
         ("vocabulary", pa.list_(pa.string())),
         ("doc_frequencies", pa.list_(pa.int64())),
         ("n_docs", pa.int64()),
@@ -76,10 +77,11 @@ def count_shards(
     passages: Any, locations: list[str], shard_size: int, first_position: int, split: bool
 ) -> CountedPassages:
     """
-    Counts the passages (from corpus position `first_position` on) shard by shard, a Ray Data task per shard of
-    `shard_size`, each writing its counted shard into its folder of `locations`.
+    Counts the passages (from corpus position `first_position` on) shard by shard: cut at every `shard_size`
+    passages (`split_at_indices`, no shuffle), each shard goes whole to a Ray Data task of its own, which writes
+    its counted shard into its folder of `locations` and returns its statistics.
 
-    :param passages: `indexed_passages`' dataset (numbered from `first_position`).
+    :param passages: `read_passages`' dataset.
     :param locations: The folders of the shards these passages make, in order.
     :param shard_size: Passages per shard.
     :param first_position: Corpus position of the first passage.
@@ -87,22 +89,28 @@ def count_shards(
     :returns: The passages' statistics, sources, shard fingerprints and id hashes.
     :raises ValueError: If a shard's passages cannot be indexed (ids invalid, or one twice in the shard).
     """
-    counted = passages.repartition(target_num_rows_per_block=shard_size, strict=True).map_batches(
-        _count_shard,
-        batch_format="pyarrow",
-        batch_size=None,  # one block: one shard
-        fn_kwargs={
-            "locations": locations,
-            "shard_size": shard_size,
-            "first_position": first_position,
-            "tokenization_regex": DEFAULT_TOKENIZATION_REGEX,
-            "split": split,
-        },
-    )
-    rows = sorted(
-        (row for table in counted.iter_batches(batch_size=None, batch_format="pyarrow") for row in table.to_pylist()),
-        key=lambda row: row["shard"],
-    )
+    n_passages = passages.count()
+    cuts = list(range(shard_size, n_passages, shard_size))
+    parts = passages.split_at_indices(cuts) if cuts else [passages][:n_passages]
+    counted = [
+        part.map_batches(
+            _count_shard,
+            batch_format="pyarrow",
+            batch_size=shard_size,  # the whole shard in one batch
+            fn_kwargs={
+                "location": location,
+                "shard": shard,
+                "doc_offset": first_position + shard * shard_size,
+                "n_docs": min(shard_size, n_passages - shard * shard_size),
+                "tokenization_regex": DEFAULT_TOKENIZATION_REGEX,
+                "split": split,
+            },
+        )
+        for shard, (part, location) in enumerate(zip(parts, locations, strict=True))
+    ]
+    together = counted[0].union(*counted[1:]) if len(counted) > 1 else counted[0] if counted else None
+    tables = together.iter_batches(batch_size=None, batch_format="pyarrow") if together is not None else []
+    rows = sorted((row for table in tables for row in table.to_pylist()), key=lambda row: row["shard"])
     errors = [row["error"] for row in rows if row["error"] is not None]
     if errors:
         raise ValueError(errors[0])
@@ -186,22 +194,14 @@ def _statistics(row: dict[str, Any]) -> CorpusStatistics:
 
 
 def _count_shard(
-    batch: pa.Table,
-    locations: list[str],
-    shard_size: int,
-    first_position: int,
-    tokenization_regex: str,
-    split: bool,
+    batch: pa.Table, location: str, shard: int, doc_offset: int, n_docs: int, tokenization_regex: str, split: bool
 ) -> pa.Table:
     """One shard's passages -> its counted shard written into its folder; its statistics, one row."""
-    positions = batch["position"].to_numpy()
-    first = int(positions[0])
-    within = first - first_position  # the shard's place among the passages counted
-    if within % shard_size or positions[-1] - first != positions.size - 1 or positions.size > shard_size:
-        raise ValueError(f"The block of passages from position {first} is not one whole shard of {shard_size}.")
-    shard, ids, texts = within // shard_size, batch["id"].to_pylist(), batch["content"].to_pylist()
+    if batch.num_rows != n_docs:
+        raise ValueError(f"Shard {shard} came in {batch.num_rows} passages, not its {n_docs}, to one task.")
+    ids, texts = batch["id"].to_pylist(), batch["content"].to_pylist()
     try:
-        counted, statistics = count_shard(ids, texts, first, Tokenizer(tokenization_regex))
+        counted, statistics = count_shard(ids, texts, doc_offset, Tokenizer(tokenization_regex))
     except ValueError as error:  # bad input: the driver raises it
         columns = {name: [None] for name in _COUNTED_SCHEMA.names}
         return pa.table({**columns, "shard": [shard], "error": [str(error)]}, schema=_COUNTED_SCHEMA)
@@ -209,10 +209,9 @@ def _count_shard(
     passages = None
     if split:
         passages = Passages(batch["source_id"].to_pylist(), batch["start"].to_pylist(), batch["end"].to_pylist())
-    save_files(locations[shard], lambda folder: _save_counted(counted, passages, folder))
+    save_files(location, lambda folder: _save_counted(counted, passages, folder))
     row = {
         "shard": [shard],
-        "doc_offset": [first],
         "vocabulary": [statistics.vocabulary],
         "doc_frequencies": [statistics.doc_frequencies],
         "n_docs": [statistics.n_docs],

@@ -31,45 +31,51 @@ _SPLIT_SCHEMA = pa.schema([field for field in PASSAGE_SCHEMA if field.name != "p
 
 def indexed_passages(documents: str, settings: RetrievalSettings) -> Any:
     """
-    What an index of the documents holds, in corpus order: each document with content (`id`, `content`) in table
-    order, or with `settings.split_length` its passages, as `split_batch` makes them.
+    What an index of the documents holds (`read_passages`), numbered by corpus position.
 
     :param documents: The documents' Parquet file or folder (local path or URI) with `id` and `content`.
     :param settings: The splitting (`split_length`, `split_overlap`).
     :returns: A Ray Dataset of `PASSAGE_SCHEMA`, ordered by `position` (its `context` preserves the order).
     """
-    return numbered_passages(documents, settings)[0]
+    import ray.data
+
+    passages = read_passages(documents, settings)
+    n_passages = passages.count()
+    if n_passages == 0:  # blocks without rows may lack the columns
+        return ray.data.from_arrow(PASSAGE_SCHEMA.empty_table())
+    numbers = ray.data.range(n_passages).rename_columns({"id": "position"})
+    with warnings.catch_warnings():
+        # Ray 2.60 warns that `zip` goes in 2.64 and relies on a deterministic order: the order is preserved here.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        numbered = passages.zip(numbers)
+    return numbered.select_columns(PASSAGE_SCHEMA.names)
 
 
-def numbered_passages(documents: str, settings: RetrievalSettings, first_position: int = 0) -> tuple[Any, int]:
+def read_passages(documents: str, settings: RetrievalSettings) -> Any:
     """
-    `indexed_passages`, numbered from `first_position` (passages added after an index's), and how many.
+    What an index of the documents holds, in corpus order: each document with content (`id`, `content`) in table
+    order, or with `settings.split_length` its passages, as `split_batch` makes them.
 
     The documents are read and split by Ray Data tasks and kept in the object store (spilled to disk when they
-    do not fit) so that they can be numbered: the driver holds references and row counts only.
+    do not fit), so that they can be counted and cut at any corpus position (`split_at_indices`) without being
+    read again: the driver holds references and row counts only.
+
+    :param documents: The documents' Parquet file or folder (local path or URI) with `id` and `content`.
+    :param settings: The splitting (`split_length`, `split_overlap`).
+    :returns: A materialized Ray Dataset of `PASSAGE_SCHEMA` without `position`, in corpus order (its `context`
+        preserves the order).
     """
     import ray.data
-    from ray.data.expressions import col
 
     filesystem, inner = resolve_path(documents)
     read = ray.data.read_parquet(inner, filesystem=filesystem, columns=["id", "content"])
     read.context.execution_options.preserve_order = True  # shared by the datasets made from it
-    split = read.map_batches(
+    return read.map_batches(
         _passages_of_batch,
         batch_format="pyarrow",
+        batch_size=None,  # whole blocks as read, not cut into batches
         fn_kwargs={"split_length": settings.split_length, "split_overlap": settings.split_overlap},
     ).materialize()
-    n_passages = split.count()
-    if n_passages == 0:  # blocks without rows may lack the columns
-        return ray.data.from_arrow(PASSAGE_SCHEMA.empty_table()), 0
-    numbers = (
-        ray.data.range(n_passages).with_column("position", col("id") + first_position).select_columns(["position"])
-    )
-    with warnings.catch_warnings():
-        # Ray 2.60 warns that `zip` goes in 2.64 and relies on a deterministic order: the order is preserved here.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        numbered = split.zip(numbers)
-    return numbered.select_columns(PASSAGE_SCHEMA.names), n_passages
 
 
 def _passages_of_batch(batch: pa.Table, split_length: int | None, split_overlap: int) -> pa.Table:
