@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -30,12 +30,14 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from jobs.bulk_qa.workers.passages import Passages
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import resolve_path
 from qa_core.retrieval.index_io import DOC_IDS_FILE
 from qa_core.retrieval.sharding import CountedShard, count_shard, weigh_shard
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
+
+if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
+    from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 
 # What a counting task returns for its shard, one row.
 _COUNTED_SCHEMA = pa.schema(
@@ -233,7 +235,7 @@ def _save_counted(counted: CountedShard, passages: Passages | None, folder: Path
 
 
 def weigh_shards(
-    shards: list[tuple[str, int, str]], statistics: CorpusStatistics, settings: RetrievalSettings
+    shards: list[tuple[str, int, str]], statistics: CorpusStatistics, settings: "RetrievalSettings"
 ) -> list[int]:
     """
     Weighs counted shards with their corpus's statistics (`sharding.weigh_shard`, from their stored counts,

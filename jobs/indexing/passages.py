@@ -4,15 +4,17 @@ table order (or, with `split_length`, their passages), numbered by corpus positi
 """
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.bulk_qa.workers.passages import split_batch
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import resolve_path
+
+if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
+    from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 
 # The columns of `indexed_passages`: `position`, `id` and `content`, and where the passage lies in its document.
 PASSAGE_SCHEMA = pa.schema(
@@ -29,7 +31,7 @@ PASSAGE_SCHEMA = pa.schema(
 _SPLIT_SCHEMA = pa.schema([field for field in PASSAGE_SCHEMA if field.name != "position"])  # before numbering
 
 
-def indexed_passages(documents: str, settings: RetrievalSettings) -> Any:
+def indexed_passages(documents: str, settings: "RetrievalSettings") -> Any:
     """
     What an index of the documents holds (`read_passages`), numbered by corpus position.
 
@@ -51,7 +53,7 @@ def indexed_passages(documents: str, settings: RetrievalSettings) -> Any:
     return numbered.select_columns(PASSAGE_SCHEMA.names)
 
 
-def read_passages(documents: str, settings: RetrievalSettings) -> Any:
+def read_passages(documents: str, settings: "RetrievalSettings") -> Any:
     """
     What an index of the documents holds, in corpus order: each document with content (`id`, `content`) in table
     order, or with `settings.split_length` its passages, as `split_batch` makes them.
