@@ -53,7 +53,7 @@ from jobs.indexing.bm25 import (
     shard_id_hashes,
     weigh_shards,
 )
-from jobs.indexing.passages import read_passages
+from jobs.indexing.passages import numbered_passages
 from qa_core.retrieval.corpus import weigh_corpus
 from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
 from qa_core.retrieval.index import BM25Index
@@ -270,8 +270,7 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
         documents file.
     """
     started = time.time()
-    passages = read_passages(documents, settings)
-    n_docs = passages.count()
+    passages, n_docs = numbered_passages(documents, settings)
     _check_shards(settings, n_docs)
     size = settings.shard_size(n_docs)
     n_shards = len(range(0, n_docs, size))
@@ -370,8 +369,8 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
     )  # fmt: skip
     old_shards, size = record["shards"], record["shard_size"]
     headers = {shard: _read_json(shard, HEADER_FILE) for shard in shard_locations(str(folder), old_shards)}
-    passages = read_passages(documents, settings)
-    locations = shard_locations(str(folder), old_shards + len(range(0, passages.count(), size)))
+    passages, n_added = numbered_passages(documents, settings, first_position=before.n_docs)
+    locations = shard_locations(str(folder), old_shards + len(range(0, n_added, size)))
     old = [(shard, header["doc_offset"]) for shard, header in headers.items()]
     try:
         added = _count_shards(passages, locations[old_shards:], size, before.n_docs, settings,

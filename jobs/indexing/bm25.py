@@ -1,9 +1,9 @@
 """
-The BM25 index of `read_passages` built by Ray Data, each passage tokenized once, the driver holding the corpus
+The BM25 index of `numbered_passages` built by Ray Data, each passage tokenized once, the driver holding the corpus
 statistics only:
 
-1. count (`count_shards`): the passages, cut into shards (`split_at_indices`, no shuffle), go to Ray Data
-   tasks, a whole shard each; each tokenizes its shard once, writes its term counts and ids into the shard's
+1. count (`count_shards`): the passages, streamed in blocks of one shard each (`repartition`, no shuffle), go
+   to Ray Data tasks, a whole shard each; each tokenizes its shard once, writes its term counts and ids into the shard's
    folder (`sharding.CountedShard`, with `passages.json` when split) and returns only the shard's statistics;
    the driver merges them in corpus order (`CorpusStatistics.merge`: the single-process build's vocabulary
    order, so the same idf sums) and checks that no id occurs twice in the corpus (from a 64-bit hash of each id
@@ -11,7 +11,7 @@ statistics only:
 2. weigh (`weigh_shards`): a task per shard weighs its stored counts with the corpus's statistics
    (`sharding.weigh_shard`: counts are read, not texts) and writes the shard's index beside them.
 
-The passages are read into the object store once (to be counted and cut); no text is kept past the first pass.
+No text is kept past the first pass: the object store holds only the blocks in flight.
 A corpus that grows goes the same way: the added passages are counted as new shards, and every shard, old and
 new, is weighed with the merged statistics.
 """
@@ -79,11 +79,11 @@ def count_shards(
     passages: Any, locations: list[str], shard_size: int, first_position: int, split: bool
 ) -> CountedPassages:
     """
-    Counts the passages (from corpus position `first_position` on) shard by shard: cut at every `shard_size`
-    passages (`split_at_indices`, no shuffle), each shard goes whole to a Ray Data task of its own, which writes
-    its counted shard into its folder of `locations` and returns its statistics.
+    Counts the passages (from corpus position `first_position` on) shard by shard: regrouped into blocks of one
+    shard each (`repartition`, streaming, no shuffle), each shard goes whole to a Ray Data task, which writes its
+    counted shard into its folder of `locations` and returns its statistics.
 
-    :param passages: `read_passages`' dataset.
+    :param passages: `numbered_passages`' dataset.
     :param locations: The folders of the shards these passages make, in order.
     :param shard_size: Passages per shard.
     :param first_position: Corpus position of the first passage.
@@ -91,27 +91,19 @@ def count_shards(
     :returns: The passages' statistics, sources, shard fingerprints and id hashes.
     :raises ValueError: If a shard's passages cannot be indexed (ids invalid, or one twice in the shard).
     """
-    n_passages = passages.count()
-    cuts = list(range(shard_size, n_passages, shard_size))
-    parts = passages.split_at_indices(cuts) if cuts else [passages][:n_passages]
-    counted = [
-        part.map_batches(
-            _count_shard,
-            batch_format="pyarrow",
-            batch_size=shard_size,  # the whole shard in one batch
-            fn_kwargs={
-                "location": location,
-                "shard": shard,
-                "doc_offset": first_position + shard * shard_size,
-                "n_docs": min(shard_size, n_passages - shard * shard_size),
-                "tokenization_regex": DEFAULT_TOKENIZATION_REGEX,
-                "split": split,
-            },
-        )
-        for shard, (part, location) in enumerate(zip(parts, locations, strict=True))
-    ]
-    together = counted[0].union(*counted[1:]) if len(counted) > 1 else counted[0] if counted else None
-    tables = together.iter_batches(batch_size=None, batch_format="pyarrow") if together is not None else []
+    counted = passages.repartition(target_num_rows_per_block=shard_size, strict=True).map_batches(
+        _count_shard,
+        batch_format="pyarrow",
+        batch_size=None,  # one block: one shard
+        fn_kwargs={
+            "locations": locations,
+            "shard_size": shard_size,
+            "first_position": first_position,
+            "tokenization_regex": DEFAULT_TOKENIZATION_REGEX,
+            "split": split,
+        },
+    )
+    tables = counted.iter_batches(batch_size=None, batch_format="pyarrow")
     rows = sorted((row for table in tables for row in table.to_pylist()), key=lambda row: row["shard"])
     errors = [row["error"] for row in rows if row["error"] is not None]
     if errors:
@@ -196,11 +188,15 @@ def _statistics(row: dict[str, Any]) -> CorpusStatistics:
 
 
 def _count_shard(
-    batch: pa.Table, location: str, shard: int, doc_offset: int, n_docs: int, tokenization_regex: str, split: bool
+    batch: pa.Table, locations: list[str], shard_size: int, first_position: int, tokenization_regex: str, split: bool
 ) -> pa.Table:
     """One shard's passages -> its counted shard written into its folder; its statistics, one row."""
-    if batch.num_rows != n_docs:
-        raise ValueError(f"Shard {shard} came in {batch.num_rows} passages, not its {n_docs}, to one task.")
+    positions = batch["position"].to_numpy()
+    doc_offset = int(positions[0])
+    shard, within = divmod(doc_offset - first_position, shard_size)
+    if within or positions[-1] - doc_offset != positions.size - 1 or positions.size > shard_size:
+        raise ValueError(f"The block of passages from position {doc_offset} is not one whole shard of {shard_size}.")
+    location = locations[shard]
     ids, texts = batch["id"].to_pylist(), batch["content"].to_pylist()
     try:
         counted, statistics = count_shard(ids, texts, doc_offset, Tokenizer(tokenization_regex))
