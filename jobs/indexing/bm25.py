@@ -18,7 +18,7 @@ new, is weighed with the merged statistics.
 
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,21 +103,29 @@ def count_shards(
             "split": split,
         },
     )
-    tables = counted.iter_batches(batch_size=None, batch_format="pyarrow")
-    rows = sorted((row for table in tables for row in table.to_pylist()), key=lambda row: row["shard"])
-    errors = [row["error"] for row in rows if row["error"] is not None]
+    fingerprints: list[str] = []
+    hashes: list[np.ndarray] = []
+    errors: list[str] = []
+    sources = _SourceCount()
+
+    def shards() -> Iterator[CorpusStatistics]:  # in corpus order (the order is preserved), merged as they come
+        for table in counted.iter_batches(batch_size=None, batch_format="pyarrow"):
+            for row in table.to_pylist():
+                if row["error"] is not None or errors:  # every task runs to its end before the driver raises
+                    errors.append(row["error"])
+                    continue
+                if row["shard"] != len(fingerprints):
+                    raise RuntimeError(f"Shard {row['shard']} was counted out of order.")
+                sources.add(row["sources"], row["first_source"], row["last_source"])
+                fingerprints.append(row["fingerprint"])
+                hashes.append(np.frombuffer(row["id_hashes"], np.uint64))
+                yield _statistics(row)
+
+    statistics = CorpusStatistics.merge(shards())
     if errors:
         raise ValueError(errors[0])
-    sources = _SourceCount()
-    for row in rows:
-        sources.add(row["sources"], row["first_source"], row["last_source"])
-    statistics = CorpusStatistics.merge(_statistics(row) for row in rows)  # in corpus order
-    hashes = [np.frombuffer(row["id_hashes"], np.uint64) for row in rows]
     return CountedPassages(
-        statistics,
-        sources.total,
-        [row["fingerprint"] for row in rows],
-        np.concatenate(hashes) if hashes else np.zeros(0, np.uint64),
+        statistics, sources.total, fingerprints, np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
     )
 
 

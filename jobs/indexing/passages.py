@@ -57,18 +57,18 @@ def numbered_passages(documents: str, settings: "RetrievalSettings", first_posit
     """
     import ray.data
 
-    groups = [
-        {"path": fragment.path, "row_group": group}
+    row_groups = [
+        (fragment.path, group)
         for fragment in parquet_dataset(documents).get_fragments()
         for group in range(fragment.metadata.num_row_groups)
-    ]
-    groups = [{**group, "index": index} for index, group in enumerate(groups)]
+    ]  # in the order the in-process build reads them
+    groups = [{"index": index, "path": path, "row_group": group} for index, (path, group) in enumerate(row_groups)]
     if not groups:
         return ray.data.from_arrow(PASSAGE_SCHEMA.empty_table()), 0
     options = {"documents": documents, "split_length": settings.split_length, "split_overlap": settings.split_overlap}
-    row_groups = ray.data.from_items(groups, override_num_blocks=len(groups))
-    row_groups.context.execution_options.preserve_order = True  # shared by the datasets made from it
-    counted = row_groups.map_batches(_count_row_group, batch_size=1, fn_kwargs=options).take_all()
+    listed = ray.data.from_items(groups, override_num_blocks=len(groups))
+    listed.context.execution_options.preserve_order = True  # shared by the datasets made from it
+    counted = listed.map_batches(_count_row_group, batch_size=1, fn_kwargs=options).take_all()
     counts = [row["passages"] for row in sorted(counted, key=lambda row: row["index"])]
     firsts = np.cumsum([first_position] + counts[:-1]).tolist()
     items = [{**group, "first": first} for group, first in zip(groups, firsts, strict=True)]
@@ -78,7 +78,7 @@ def numbered_passages(documents: str, settings: "RetrievalSettings", first_posit
     return passages, sum(counts)
 
 
-def _row_group_batches(path: str, row_group: int, documents: str) -> Any:
+def _row_group_batches(path: str, row_group: int, documents: str) -> Iterator[pa.RecordBatch]:
     """The `id` and `content` of a row group of a documents file, in batches."""
     filesystem, _ = resolve_path(documents)
     with filesystem.open_input_file(path) as file:
