@@ -67,15 +67,15 @@ def numbered_passages(documents: str, settings: "RetrievalSettings", first_posit
         return ray.data.from_arrow(PASSAGE_SCHEMA.empty_table()), 0
     options = {"documents": documents, "split_length": settings.split_length, "split_overlap": settings.split_overlap}
     listed = ray.data.from_items(groups, override_num_blocks=len(groups))
-    listed.context.execution_options.preserve_order = True  # shared by the datasets made from it
     counted = listed.map_batches(_count_row_group, batch_size=1, fn_kwargs=options).take_all()
     counts = [row["passages"] for row in sorted(counted, key=lambda row: row["index"])]
     firsts = np.cumsum([first_position] + counts[:-1]).tolist()
-    items = [{**group, "first": first} for group, first in zip(groups, firsts, strict=True)]
-    passages = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
-        _row_group_passages, batch_size=1, batch_format="pyarrow", fn_kwargs=options
+    items = ray.data.from_items(
+        [{**group, "first": first} for group, first in zip(groups, firsts, strict=True)],
+        override_num_blocks=len(groups),
     )
-    return passages, sum(counts)
+    items.context.execution_options.preserve_order = True  # shared by the datasets made from it
+    return items.map_batches(_row_group_passages, batch_size=1, batch_format="pyarrow", fn_kwargs=options), sum(counts)
 
 
 def _row_group_batches(path: str, row_group: int, documents: str) -> Iterator[pa.RecordBatch]:
