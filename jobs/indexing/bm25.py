@@ -108,18 +108,22 @@ def count_shards(
     errors: list[str] = []
     sources = _SourceCount()
 
-    def shards() -> Iterator[CorpusStatistics]:  # in corpus order (the order is preserved), merged as they come
+    def shards() -> Iterator[CorpusStatistics]:  # merged in corpus order as soon as the shards before have come
+        waiting: dict[int, dict[str, Any]] = {}
         for table in counted.iter_batches(batch_size=None, batch_format="pyarrow"):
             for row in table.to_pylist():
-                if row["error"] is not None or errors:  # every task runs to its end before the driver raises
+                if row["error"] is not None:
                     errors.append(row["error"])
+                if errors:  # every task runs to its end before the driver raises
                     continue
-                if row["shard"] != len(fingerprints):
-                    raise RuntimeError(f"Shard {row['shard']} was counted out of order.")
-                sources.add(row["sources"], row["first_source"], row["last_source"])
-                fingerprints.append(row["fingerprint"])
-                hashes.append(np.frombuffer(row["id_hashes"], np.uint64))
-                yield _statistics(row)
+                waiting[row["shard"]] = row
+                while (row := waiting.pop(len(fingerprints), None)) is not None:
+                    sources.add(row["sources"], row["first_source"], row["last_source"])
+                    fingerprints.append(row["fingerprint"])
+                    hashes.append(np.frombuffer(row["id_hashes"], np.uint64))
+                    yield _statistics(row)
+        if waiting and not errors:
+            raise RuntimeError(f"Shards {sorted(waiting)} were counted, but not shard {len(fingerprints)}.")
 
     statistics = CorpusStatistics.merge(shards())
     if errors:
