@@ -12,7 +12,8 @@ the documents, and each shard folder also holds `passages.json` (`workers.passag
 in its source document.
 
 With the Ray engine (and in `python -m jobs.index`) the index is built by Ray Data (`build_index_with_ray`,
-`jobs.indexing`): the driver holds the corpus statistics only, each shard is built and written by a task. The
+`jobs.indexing`): the driver holds the corpus statistics only; each shard is tokenized once by a task that
+writes its term counts, then weighed from them and written by another. The
 in-process engine, chosen for small local jobs, builds the same index in its own process (`build_index`).
 
 For dense and hybrid retrieval the index folder also holds the passages' vectors (`dense/`, embedded by
@@ -30,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -43,8 +45,15 @@ from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments
 from jobs.bulk_qa.workers.retrieve_dense import RetrieveDense
 from jobs.bulk_qa.workers.rows import wave_questions
 from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact, resolve_path
-from jobs.indexing.bm25 import corpus_statistics, reweigh_shards, save_files, write_shards
-from jobs.indexing.passages import indexed_passages
+from jobs.indexing.bm25 import (
+    CountedPassages,
+    check_unique_ids,
+    count_shards,
+    save_files,
+    shard_id_hashes,
+    weigh_shards,
+)
+from jobs.indexing.passages import numbered_passages
 from qa_core.retrieval.corpus import weigh_corpus
 from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
 from qa_core.retrieval.index import BM25Index
@@ -250,36 +259,40 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
 
 def build_index_with_ray(settings: RetrievalSettings, documents: str, location: str) -> dict[str, Any]:
     """
-    Builds the index `build_index` builds, the same bit for bit, by Ray Data (`jobs.indexing`): the documents
-    read and split by tasks, the statistics counted by tasks and merged in the driver (which holds only them),
-    each shard built and written into `location` by a task; `build.json` last. A local folder appears complete
-    or not at all (written beside it, then renamed). Needs a running Ray.
+    Builds the index `build_index` builds, the same bit for bit, by Ray Data (`jobs.indexing.bm25`): the
+    documents read and split by tasks, each shard tokenized once by a task that writes its term counts and
+    returns its statistics, the statistics merged in the driver (which holds only them), then each shard weighed
+    from its counts by a task and written into `location`; `build.json` last. A local folder appears complete or
+    not at all (written beside it, then renamed). Needs a running Ray.
 
     :returns: The build record.
-    :raises InputError: If the documents cannot be indexed, naming the documents file.
+    :raises InputError: If the documents cannot be indexed (no terms, ids invalid or not unique), naming the
+        documents file.
     """
     started = time.time()
-    passages = indexed_passages(documents, settings).materialize()  # numbered once for both passes
-    try:
-        statistics, n_sources = corpus_statistics(passages, DEFAULT_TOKENIZATION_REGEX)
-        statistics.check(DEFAULT_TOKENIZATION_REGEX)
-    except ValueError as error:
-        raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
-    _check_shards(settings, statistics.n_docs)
-    size = settings.shard_size(statistics.n_docs)
-    n_shards = -(-statistics.n_docs // size)
+    passages, n_docs = numbered_passages(documents, settings)
+    _check_shards(settings, n_docs)
+    size = settings.shard_size(n_docs)
+    n_shards = len(range(0, n_docs, size))
     filesystem, inner = resolve_path(location)
     local = isinstance(filesystem, pafs.LocalFileSystem)
     folder = str(Path(inner).with_name(f".{Path(inner).name}.{uuid.uuid4().hex}")) if local else location
     if not local and filesystem.get_file_info(inner).type != pafs.FileType.NotFound:
         filesystem.delete_dir(inner)
+    locations = shard_locations(folder, n_shards)
     try:
-        write_shards(passages, statistics, settings, shard_locations(folder, n_shards), size)
-    except ValueError as error:  # e.g. an id twice in a shard, or one that is not a non-empty string
-        raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
-    save_files(folder, statistics.save)  # what `add_documents_with_ray` grows the index from
+        problem = f"{redact(documents)}: cannot build the BM25 index of the documents"
+        counted = _count_shards(passages, locations, size, 0, settings, problem)
+        statistics = counted.statistics
+        weigh_shards(list(zip(locations, range(0, n_docs, size), counted.fingerprints, strict=True)), statistics,
+                     settings)  # fmt: skip
+        save_files(folder, statistics.save)  # what `add_documents_with_ray` grows the index from
+    except BaseException:
+        if local:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
-    record = _build_record(settings, documents, corpus, n_shards, size, n_sources, started)
+    record = _build_record(settings, documents, corpus, n_shards, size, counted.sources, started)
     if local:
         (Path(folder) / BUILD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
         if Path(inner).exists():
@@ -291,17 +304,46 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
     return record
 
 
+def _count_shards(
+    passages: Any,
+    locations: list[str],
+    size: int,
+    first_position: int,
+    settings: RetrievalSettings,
+    problem: str,
+    old_shards: list[tuple[str, int]] = (),
+) -> CountedPassages:
+    """
+    `count_shards` of passages numbered from `first_position` into `locations`, then the corpus's checks: it has
+    terms, and no id twice among these passages and the documents of an index's `old_shards` (folder, offset).
+
+    :raises InputError: `problem`, then what is wrong.
+    """
+    try:
+        counted = count_shards(passages, locations, size, first_position, settings.split_length is not None)
+        counted.statistics.check(DEFAULT_TOKENIZATION_REGEX)
+        hashes = np.concatenate([*(shard_id_hashes(location) for location, _ in old_shards), counted.id_hashes])
+        offsets = [offset for _, offset in old_shards]
+        offsets += range(first_position, first_position + len(counted.id_hashes), size)
+        check_unique_ids(hashes, [location for location, _ in old_shards] + locations, offsets)
+    except ValueError as error:
+        raise InputError(f"{problem}: {error}") from None
+    return counted
+
+
 def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
     """
     Grows a local index folder built by `build_index_with_ray` with more documents, by Ray Data, without reading
-    its documents again: the added documents (split as the index's were) are counted and merged into the stored
-    statistics, indexed as new shards after the old ones (of the index's shard size), and every old shard is
-    weighed again from its stored term counts (no tokenizing). The result is bit for bit the index of the old
-    documents followed by the new ones built at once, shards aside (the old last shard may hold fewer passages).
-    `build.json` is removed first and written last: an interrupted addition leaves an incomplete folder.
+    its documents again: the added documents (split as the index's were) are counted as new shards after the old
+    ones (of the index's shard size) and their statistics merged into the stored ones, then every shard is
+    weighed from its stored term counts (the old ones without tokenizing). The result is bit for bit the index
+    of the old documents followed by the new ones built at once, shards aside (the old last shard may hold fewer
+    passages). Until the added documents are counted and checked the index is untouched; then `build.json` is
+    removed, and written last: an addition interrupted after that leaves an incomplete folder.
 
     :returns: The new build record (its `documents_files` lists both builds' files).
-    :raises InputError: If the folder is not such an index, or the documents cannot be indexed.
+    :raises InputError: If the folder is not such an index (or holds vectors too), or the documents cannot be
+        indexed (no terms, ids invalid, or an id that the index and the documents hold twice in all).
     """
     started = time.time()
     filesystem, inner = resolve_path(location)
@@ -309,8 +351,13 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
     record = _read_json(location, BUILD_FILE)
     if not isinstance(filesystem, pafs.LocalFileSystem) or not isinstance(record, dict):
         raise InputError(f"--index {redact(location)}: not a complete local index folder (no {BUILD_FILE}).")
+    if "dense" in record:
+        raise InputError(
+            f"--index {redact(location)}: it holds the passages' vectors too (dense retrieval); --add grows a BM25 "
+            "index only: build the dense or hybrid index again with --documents and --output."
+        )
     try:
-        old = CorpusStatistics.load(folder)
+        before = CorpusStatistics.load(folder)
     except ValueError as error:
         raise InputError(
             f"--index {redact(location)}: it keeps no corpus statistics to grow from (built by the in-process "
@@ -320,45 +367,39 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
         bm25_algorithm=record["algorithm"], bm25_parameters=record["parameters"], index_shard_size=record["shard_size"],
         split_length=record.get("split_length"), split_overlap=record.get("split_overlap", 0),
     )  # fmt: skip
-    passages = (
-        indexed_passages(documents, settings)
-        .map_batches(_shifted, batch_format="pyarrow", fn_kwargs={"offset": old.n_docs})
-        .materialize()
-    )  # numbered once for both passes
-    try:
-        added, n_sources = corpus_statistics(passages, DEFAULT_TOKENIZATION_REGEX)
-        added.check(DEFAULT_TOKENIZATION_REGEX)
-    except ValueError as error:
-        raise InputError(f"{redact(documents)}: cannot add the documents to the index: {error}") from None
-    statistics = CorpusStatistics.merge([old, added])
-    (folder / BUILD_FILE).unlink()  # incomplete until the new record is written
     old_shards, size = record["shards"], record["shard_size"]
+    headers = {shard: _read_json(shard, HEADER_FILE) for shard in shard_locations(str(folder), old_shards)}
+    passages, n_added = numbered_passages(documents, settings, first_position=before.n_docs)
+    locations = shard_locations(str(folder), old_shards + len(range(0, n_added, size)))
+    old = [(shard, header["doc_offset"]) for shard, header in headers.items()]
+    try:
+        added = _count_shards(passages, locations[old_shards:], size, before.n_docs, settings,
+                              f"{redact(documents)}: cannot add the documents to the index", old)  # fmt: skip
+    except BaseException:
+        for shard in locations[old_shards:]:
+            shutil.rmtree(shard, ignore_errors=True)
+        raise
+    statistics = CorpusStatistics.merge([before, added.statistics])
+    (folder / BUILD_FILE).unlink()  # incomplete until the new record is written
     if old_shards == 1:  # a one-shard index keeps its files at the top: into shard-00000/ beside the new shards
-        first_shard = folder / Path(shard_locations(str(folder), 2)[0]).name
-        first_shard.mkdir()
+        Path(locations[0]).mkdir()
         for path in list(folder.iterdir()):
             if path.is_file() and path.name not in (STATISTICS_FILE, FREQUENCIES_FILE):
-                path.rename(first_shard / path.name)
-    locations = shard_locations(str(folder), old_shards + -(-added.n_docs // size))
-    try:
-        write_shards(passages, statistics, settings, locations, size, first_position=old.n_docs)
-    except ValueError as error:
-        raise InputError(f"{redact(documents)}: cannot add the documents to the index: {error}") from None
-    reweigh_shards(locations[:old_shards], statistics, settings)
+                path.rename(Path(locations[0]) / path.name)
+    shards = [(location, header["doc_offset"], header["fingerprint"])
+              for location, header in zip(locations, headers.values(), strict=False)]  # fmt: skip
+    shards += zip(
+        locations[old_shards:], range(before.n_docs, statistics.n_docs, size), added.fingerprints, strict=True
+    )
+    weigh_shards(shards, statistics, settings)
     statistics.save(folder)
     corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
     grown = _build_record(settings, documents, corpus, len(locations), size, None, started)
     grown["documents_files"] = [record["documents_files"], grown["documents_files"]]
     if settings.split_length is not None:
-        grown["source_documents"] = record["source_documents"] + n_sources
+        grown["source_documents"] = record["source_documents"] + added.sources
     (folder / BUILD_FILE).write_text(json.dumps(grown, indent=2, sort_keys=True), encoding="utf-8")
     return grown
-
-
-def _shifted(batch: pa.Table, offset: int) -> pa.Table:
-    """Passages numbered after an index's `offset` passages."""
-    position = batch.schema.get_field_index("position")
-    return batch.set_column(position, "position", pc.add(batch["position"], offset))
 
 
 def _check_shards(settings: RetrievalSettings, n_docs: int) -> None:

@@ -1,85 +1,184 @@
 """
-The BM25 index of `indexed_passages` built by Ray Data in two passes over the passages, the driver holding the
-corpus statistics only:
+The BM25 index of `numbered_passages` built by Ray Data, each passage tokenized once, the driver holding the corpus
+statistics only:
 
-1. statistics: tasks count the terms of batches of passages (`CorpusStatistics.of_texts`), and the driver merges
-   the batches' statistics in corpus order as they stream in (one reduction: the vocabulary, document
-   frequencies, documents, total length and fingerprint), then turns them into idf and avgdl exactly as the
-   single-process build does;
-2. shards: the passages regrouped into blocks of one shard each (`repartition`, streaming, no shuffle) and each
-   shard tokenized again, weighed with the statistics (`sharding.build_shard`) and written into its folder by a
-   task, with its term counts, then freed.
+1. count (`count_shards`): the passages, streamed in blocks of one shard each (`repartition`, no shuffle), go
+   to Ray Data tasks, a whole shard each; each tokenizes its shard once, writes its term counts and ids into the shard's
+   folder (`sharding.CountedShard`, with `passages.json` when split) and returns only the shard's statistics;
+   the driver merges them in corpus order (`CorpusStatistics.merge`: the single-process build's vocabulary
+   order, so the same idf sums) and checks that no id occurs twice in the corpus (from a 64-bit hash of each id
+   that the tasks return);
+2. weigh (`weigh_shards`): a task per shard weighs its stored counts with the corpus's statistics
+   (`sharding.weigh_shard`: counts are read, not texts) and writes the shard's index beside them.
 
-Both passes tokenize: the second pass costs a second tokenization of every passage instead of holding the first
-pass's term counts of the whole corpus. The index is bit for bit the one `sharding.build_sharded` makes of the
-same shards. A corpus that grows: the added passages go through both passes as new shards, and the old shards
-are weighed again from their term counts (`reweigh_shards`).
+No text is kept past the first pass: the object store holds only the blocks in flight.
+A corpus that grows goes the same way: the added passages are counted as new shards, and every shard, old and
+new, is weighed with the merged statistics.
 """
 
+import json
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from jobs.bulk_qa.workers.passages import Passages
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import resolve_path
-from qa_core.retrieval.corpus import check_corpus
-from qa_core.retrieval.fingerprint import fingerprint_hex
-from qa_core.retrieval.index import BM25Index
-from qa_core.retrieval.sharding import ShardCounts, build_shard, reweigh_shard
+from qa_core.retrieval.index_io import DOC_IDS_FILE
+from qa_core.retrieval.sharding import CountedShard, count_shard, weigh_shard
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
-# Passages counted per batch in the statistics pass: each batch sends its vocabulary to the driver.
-STATISTICS_BATCH = 16384
-# The statistics of one batch, one row.
-_STATISTICS_SCHEMA = pa.schema(
+if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
+    from jobs.bulk_qa.workers.retrieve import RetrievalSettings
+
+# What a counting task returns for its shard, one row.
+_COUNTED_SCHEMA = pa.schema(
     [
+        ("shard", pa.int64()),
         ("vocabulary", pa.list_(pa.string())),
         ("doc_frequencies", pa.list_(pa.int64())),
         ("n_docs", pa.int64()),
         ("total_length", pa.int64()),
         ("fingerprint", pa.string()),
-        # The batch's source documents: how many, the first and the last (a document's passages are consecutive).
+        ("id_hashes", pa.binary()),  # `id_hashes` of the shard's ids, uint64 bytes
+        # The shard's source documents: how many, the first and the last (a document's passages are consecutive).
         ("sources", pa.int64()),
         ("first_source", pa.string()),
         ("last_source", pa.string()),
-        ("error", pa.string()),  # why the batch cannot be indexed (bad input), else null
+        ("error", pa.string()),  # why the shard cannot be indexed (bad input), else null
     ]
 )
 
 
-def corpus_statistics(passages: Any, tokenization_regex: str) -> tuple[CorpusStatistics, int]:
+@dataclass(frozen=True)
+class CountedPassages:
     """
-    The statistics of the passages (`indexed_passages`' dataset, in corpus order), counted by Ray Data tasks and
-    merged in the driver in corpus order.
+    What counting some passages as shards gives the driver.
 
-    :returns: The statistics, and how many source documents the passages come from.
-    :raises ValueError: If a batch's ids are not unique non-empty strings.
+    :param statistics: Their statistics, merged in corpus order.
+    :param sources: How many source documents they come from.
+    :param fingerprints: Each shard's fingerprint (hex), in order.
+    :param id_hashes: `(passages,)` uint64 `id_hashes` of their ids, in corpus order.
     """
-    parts = passages.select_columns(["position", "id", "content", "source_id"]).map_batches(
-        _batch_statistics,
+
+    statistics: CorpusStatistics
+    sources: int
+    fingerprints: list[str]
+    id_hashes: np.ndarray
+
+
+def count_shards(
+    passages: Any, locations: list[str], shard_size: int, first_position: int, split: bool
+) -> CountedPassages:
+    """
+    Counts the passages (from corpus position `first_position` on) shard by shard: regrouped into blocks of one
+    shard each (`repartition`, streaming, no shuffle), each shard goes whole to a Ray Data task, which writes its
+    counted shard into its folder of `locations` and returns its statistics.
+
+    :param passages: `numbered_passages`' dataset.
+    :param locations: The folders of the shards these passages make, in order.
+    :param shard_size: Passages per shard.
+    :param first_position: Corpus position of the first passage.
+    :param split: Whether the passages are split documents (each shard then keeps `passages.json`).
+    :returns: The passages' statistics, sources, shard fingerprints and id hashes.
+    :raises ValueError: If a shard's passages cannot be indexed (ids invalid, or one twice in the shard).
+    """
+    counted = passages.repartition(target_num_rows_per_block=shard_size, strict=True).map_batches(
+        _count_shard,
         batch_format="pyarrow",
-        batch_size=STATISTICS_BATCH,
-        fn_kwargs={"tokenization_regex": tokenization_regex},
+        batch_size=None,  # one block: one shard
+        fn_kwargs={
+            "locations": locations,
+            "shard_size": shard_size,
+            "first_position": first_position,
+            "tokenization_regex": DEFAULT_TOKENIZATION_REGEX,
+            "split": split,
+        },
     )
+    fingerprints: list[str] = []
+    hashes: list[np.ndarray] = []
+    errors: list[str] = []
     sources = _SourceCount()
-    statistics = CorpusStatistics.merge(
-        part
-        for table in parts.iter_batches(batch_size=None, batch_format="pyarrow")
-        for part in _rows_statistics(table, sources)
+
+    def shards() -> Iterator[CorpusStatistics]:  # merged in corpus order as soon as the shards before have come
+        waiting: dict[int, dict[str, Any]] = {}
+        for table in counted.iter_batches(batch_size=None, batch_format="pyarrow"):
+            for row in table.to_pylist():
+                if row["error"] is not None:
+                    errors.append(row["error"])
+                if errors:  # every task runs to its end before the driver raises
+                    continue
+                waiting[row["shard"]] = row
+                while (row := waiting.pop(len(fingerprints), None)) is not None:
+                    sources.add(row["sources"], row["first_source"], row["last_source"])
+                    fingerprints.append(row["fingerprint"])
+                    hashes.append(np.frombuffer(row["id_hashes"], np.uint64))
+                    yield _statistics(row)
+        if waiting and not errors:
+            raise RuntimeError(f"Shards {sorted(waiting)} were counted, but not shard {len(fingerprints)}.")
+
+    statistics = CorpusStatistics.merge(shards())
+    if errors:
+        raise ValueError(errors[0])
+    return CountedPassages(
+        statistics, sources.total, fingerprints, np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
     )
-    return statistics, sources.total
+
+
+def id_hashes(ids: list[str]) -> np.ndarray:
+    """`(ids,)` uint64 hashes of the ids, the same in every process (pandas' SipHash with its fixed key)."""
+    return pd.util.hash_array(np.asarray(ids, dtype=object)).astype(np.uint64, copy=False)
+
+
+def shard_id_hashes(location: str) -> np.ndarray:
+    """`id_hashes` of a written shard's document ids."""
+    return id_hashes(read_doc_ids(location))
+
+
+def read_doc_ids(location: str) -> list[str]:
+    """The document ids of a shard folder (local or remote)."""
+    filesystem, inner = resolve_path(location)
+    with filesystem.open_input_stream(f"{inner.rstrip('/')}/{DOC_IDS_FILE}") as stream:
+        return json.loads(stream.read().decode("utf-8"))
+
+
+def check_unique_ids(hashes: np.ndarray, locations: list[str], offsets: list[int]) -> None:
+    """
+    Checks that no id occurs twice in the corpus, from the ids' hashes; a pair of equal hashes is confirmed (or
+    dismissed, for a collision) from the shards' `doc_ids.json`.
+
+    :param hashes: `(passages,)` `id_hashes` of the corpus's ids, in corpus order.
+    :param locations: The shard folders.
+    :param offsets: Their first corpus positions.
+    :raises ValueError: Naming the first id found twice and its positions.
+    """
+    order = np.argsort(hashes, kind="stable")
+    ordered = hashes[order]
+    for later in np.flatnonzero(ordered[1:] == ordered[:-1]).tolist():
+        first, second = (int(position) for position in order[later : later + 2])
+        found = [_doc_id(position, locations, offsets) for position in (first, second)]
+        if found[0] == found[1]:
+            raise ValueError(
+                f"Document id {found[0]!r} occurs more than once in the corpus (passages {first} and {second})."
+            )
+
+
+def _doc_id(position: int, locations: list[str], offsets: list[int]) -> str:
+    """The id at a corpus position, read from its shard's folder."""
+    shard = int(np.searchsorted(offsets, position, side="right")) - 1
+    return read_doc_ids(locations[shard])[position - offsets[shard]]
 
 
 class _SourceCount:
-    """Source documents counted batch by batch in corpus order (a document cut between two batches counts once)."""
+    """Source documents counted shard by shard in corpus order (a document cut between two shards counts once)."""
 
     def __init__(self) -> None:
         self.total, self.last = 0, None
@@ -89,175 +188,122 @@ class _SourceCount:
         self.last = last if last is not None else self.last
 
 
-def write_shards(
-    passages: Any,
-    statistics: CorpusStatistics,
-    settings: RetrievalSettings,
-    locations: list[str],
-    shard_size: int,
-    first_position: int = 0,
-) -> list[dict[str, Any]]:
-    """
-    Builds and writes each shard of the passages by a Ray Data task, with its term counts (`ShardCounts`, to
-    weigh it again when the corpus grows): the passages, from corpus position `first_position` on (documents
-    added to an index), in shards of `shard_size`, go into the last of `locations`, in order.
-
-    :returns: Per shard, in order: its `shard` number, `n_docs`, `fingerprint` and `vocabulary` size.
-    :raises ValueError: If a shard's passages cannot be indexed (ids not unique in it, or not non-empty strings).
-    """
-    import ray
-
-    algorithm, parameters = settings.bm25_algorithm, settings.parameters()
-    weights = ray.put(statistics.weights(algorithm, parameters))
-    first_shard = len(locations) - -(-(statistics.n_docs - first_position) // shard_size)
-    written = passages.repartition(target_num_rows_per_block=shard_size, strict=True).map_batches(
-        _write_shard,
-        batch_format="pyarrow",
-        batch_size=None,  # one block: one shard
-        fn_kwargs={
-            "weights": weights,
-            "locations": locations,
-            "shard_size": shard_size,
-            "first_position": first_position,
-            "first_shard": first_shard,
-            "n_docs": statistics.n_docs,
-            "algorithm": algorithm,
-            "parameters": parameters,
-            "tokenization_regex": DEFAULT_TOKENIZATION_REGEX,
-            "split": settings.split_length is not None,
-        },
+def _statistics(row: dict[str, Any]) -> CorpusStatistics:
+    """The `CorpusStatistics` of a row of `_COUNTED_SCHEMA`."""
+    return CorpusStatistics(
+        vocabulary=row["vocabulary"],
+        doc_frequencies=np.asarray(row["doc_frequencies"], np.int64),
+        n_docs=row["n_docs"],
+        total_length=row["total_length"],
+        fingerprint=int(row["fingerprint"], 16),
     )
-    rows = sorted(written.take_all(), key=lambda row: row["shard"])
-    errors = [row["error"] for row in rows if row["error"] is not None]
-    if errors:
-        raise ValueError(errors[0])
-    return rows
 
 
-def _batch_statistics(batch: pa.Table, tokenization_regex: str) -> pa.Table:
-    """A batch of consecutive passages -> its statistics, one row."""
+def _count_shard(
+    batch: pa.Table, locations: list[str], shard_size: int, first_position: int, tokenization_regex: str, split: bool
+) -> pa.Table:
+    """One shard's passages -> its counted shard written into its folder; its statistics, one row."""
     positions = batch["position"].to_numpy()
-    if positions.size and positions[-1] - positions[0] != positions.size - 1:
-        raise ValueError(f"The batch of passages from position {positions[0]} is not contiguous.")
-    first = int(positions[0]) if positions.size else 0
+    doc_offset = int(positions[0])
+    shard, within = divmod(doc_offset - first_position, shard_size)
+    if within or positions[-1] - doc_offset != positions.size - 1 or positions.size > shard_size:
+        raise ValueError(f"The block of passages from position {doc_offset} is not one whole shard of {shard_size}.")
+    location = locations[shard]
     ids, texts = batch["id"].to_pylist(), batch["content"].to_pylist()
     try:
-        if ids:
-            check_corpus(ids, texts)  # ids unique within the batch; across batches only within a shard
-    except ValueError as error:
-        columns = {name: [None] for name in _STATISTICS_SCHEMA.names}
-        return pa.table({**columns, "error": [str(error)]}, schema=_STATISTICS_SCHEMA)
-    part = CorpusStatistics.of_texts(ids, texts, first, Tokenizer(tokenization_regex))
-    row = {
-        "vocabulary": [part.vocabulary],
-        "doc_frequencies": [part.doc_frequencies],
-        "n_docs": [part.n_docs],
-        "total_length": [part.total_length],
-        "fingerprint": [fingerprint_hex(part.fingerprint)],
-        "sources": [pc.count_distinct(batch["source_id"]).as_py()],
-        "first_source": [batch["source_id"][0].as_py() if batch.num_rows else None],
-        "last_source": [batch["source_id"][-1].as_py() if batch.num_rows else None],
-        "error": [None],
-    }
-    return pa.table(row, schema=_STATISTICS_SCHEMA)
-
-
-def _rows_statistics(table: pa.Table, sources: _SourceCount) -> Iterator[CorpusStatistics]:
-    """The `CorpusStatistics` of each row of a table of `_STATISTICS_SCHEMA`, in order, counting the sources."""
-    for row in range(table.num_rows):
-        if table["error"][row].is_valid:
-            raise ValueError(table["error"][row].as_py())
-        sources.add(*(table[name][row].as_py() for name in ("sources", "first_source", "last_source")))
-        yield CorpusStatistics(
-            vocabulary=table["vocabulary"][row].values.to_pylist(),
-            doc_frequencies=table["doc_frequencies"][row].values.to_numpy(zero_copy_only=False).astype(np.int64),
-            n_docs=table["n_docs"][row].as_py(),
-            total_length=table["total_length"][row].as_py(),
-            fingerprint=int(table["fingerprint"][row].as_py(), 16),
-        )
-
-
-def _write_shard(
-    batch: pa.Table,
-    weights: Any,
-    locations: list[str],
-    shard_size: int,
-    first_position: int,
-    first_shard: int,
-    n_docs: int,
-    algorithm: str,
-    parameters: dict[str, float],
-    tokenization_regex: str,
-    split: bool,
-) -> pa.Table:
-    """One shard's passages -> its index written into its folder (with `passages.json` when split); one row."""
-    import ray
-
-    positions = batch["position"].to_numpy()
-    first = int(positions[0])
-    within = first - first_position  # the shard's place among the passages written
-    if within % shard_size or batch.num_rows != min(shard_size, n_docs - first) or positions[-1] - first >= shard_size:
-        raise ValueError(f"The block of passages from position {first} is not one whole shard of {shard_size}.")
-    shard, ids, texts = first_shard + within // shard_size, batch["id"].to_pylist(), batch["content"].to_pylist()
-    try:
-        index, counts = build_shard(ids, texts, first, ray.get(weights), algorithm, parameters, tokenization_regex)
+        counted, statistics = count_shard(ids, texts, doc_offset, Tokenizer(tokenization_regex))
     except ValueError as error:  # bad input: the driver raises it
-        return pa.table(
-            {"shard": [shard], "n_docs": [0], "fingerprint": [""], "vocabulary": [0], "error": [str(error)]}
-        )
+        columns = {name: [None] for name in _COUNTED_SCHEMA.names}
+        return pa.table({**columns, "shard": [shard], "error": [str(error)]}, schema=_COUNTED_SCHEMA)
     del texts
     passages = None
     if split:
         passages = Passages(batch["source_id"].to_pylist(), batch["start"].to_pylist(), batch["end"].to_pylist())
-    save_files(locations[shard], lambda folder: _save_local(index, counts, passages, folder))
-    return pa.table(
-        {
-            "shard": [shard],
-            "n_docs": [index.n_docs],
-            "fingerprint": [index.fingerprint],
-            "vocabulary": [len(index.vocabulary)],
-            "error": pa.array([None], pa.string()),
-        }
-    )
+    save_files(location, lambda folder: _save_counted(counted, passages, folder))
+    row = {
+        "shard": [shard],
+        "vocabulary": [statistics.vocabulary],
+        "doc_frequencies": [statistics.doc_frequencies],
+        "n_docs": [statistics.n_docs],
+        "total_length": [statistics.total_length],
+        "fingerprint": [statistics.fingerprint_hex],
+        "id_hashes": [id_hashes(ids).tobytes()],
+        "sources": [pc.count_distinct(batch["source_id"]).as_py()],
+        "first_source": [batch["source_id"][0].as_py()],
+        "last_source": [batch["source_id"][-1].as_py()],
+        "error": [None],
+    }
+    return pa.table(row, schema=_COUNTED_SCHEMA)
 
 
-def reweigh_shards(locations: list[str], statistics: CorpusStatistics, settings: RetrievalSettings) -> None:
+def _save_counted(counted: CountedShard, passages: Passages | None, folder: Path) -> None:
+    counted.save(folder)
+    if passages is not None:
+        passages.save(folder)
+
+
+def weigh_shards(
+    shards: list[tuple[str, int, str]], statistics: CorpusStatistics, settings: "RetrievalSettings"
+) -> list[int]:
     """
-    Weighs local shards again with the statistics of their grown corpus (`sharding.reweigh_shard`, from their
-    term counts, without tokenizing), a Ray Data task per shard, each rewriting its shard's weights and header.
+    Weighs counted shards with their corpus's statistics (`sharding.weigh_shard`, from their stored counts,
+    without tokenizing), a Ray Data task per shard, each writing its shard's index into its folder.
+
+    :param shards: Each shard's folder, first corpus position and fingerprint (hex).
+    :param statistics: The corpus's statistics.
+    :param settings: The algorithm and its parameters.
+    :returns: Each shard's vocabulary size, in order.
+    :raises ValueError: If a shard's term is missing from the statistics.
     """
     import ray
     import ray.data
 
-    weights = ray.put(statistics.weights(settings.bm25_algorithm, settings.parameters()))
-    shards = ray.data.from_items([{"location": location} for location in locations], override_num_blocks=len(locations))
-    shards.map_batches(_reweigh, batch_size=1, fn_kwargs={"weights": weights}).materialize()
+    algorithm, parameters = settings.bm25_algorithm, settings.parameters()
+    weights = ray.put(statistics.weights(algorithm, parameters))
+    items = [{"location": location, "doc_offset": offset, "fingerprint": fp} for location, offset, fp in shards]
+    weighed = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+        _weigh,
+        batch_size=1,
+        fn_kwargs={"weights": weights, "algorithm": algorithm, "parameters": parameters},
+    )
+    return [row["terms"] for row in sorted(weighed.take_all(), key=lambda row: row["doc_offset"])]
 
 
-def _reweigh(batch: dict[str, Any], weights: Any) -> dict[str, Any]:
-    """One shard folder (local) weighed again and rewritten in place."""
+def _weigh(batch: dict[str, Any], weights: Any, algorithm: str, parameters: dict[str, float]) -> dict[str, Any]:
+    """One counted shard weighed and its index written into its folder."""
     import ray
 
-    folder = Path(str(batch["location"][0]))
-    index = reweigh_shard(BM25Index.load(folder, mmap=False), ShardCounts.load(folder), ray.get(weights))
-    index.save(folder)
-    return batch
+    location, offset = str(batch["location"][0]), int(batch["doc_offset"][0])
+
+    def weigh(folder: Path) -> int:
+        index, counts = weigh_shard(CountedShard.load(folder), offset, str(batch["fingerprint"][0]), ray.get(weights),
+                                    algorithm, parameters, DEFAULT_TOKENIZATION_REGEX)  # fmt: skip
+        counts.save(folder)  # before the index, whose `index.json` is written last
+        index.save(folder)
+        return len(index.vocabulary)
+
+    return {"doc_offset": [offset], "terms": [in_folder(location, weigh)]}
 
 
 def save_files(location: str, save: Callable[[Path], None]) -> None:
     """Runs `save(folder)` into a folder at `location`, local or remote (written locally, then copied)."""
+    in_folder(location, save, read=False)
+
+
+def in_folder(location: str, work: Callable[[Path], Any], read: bool = True) -> Any:
+    """
+    Runs `work(folder)` on a folder at `location`, local or remote: a remote one is copied into a local folder
+    first (with `read`), and the local folder copied back after.
+
+    :returns: What `work` returns.
+    """
     filesystem, inner = resolve_path(location)
     if isinstance(filesystem, pafs.LocalFileSystem):
         Path(inner).mkdir(parents=True, exist_ok=True)
-        save(Path(inner))
-        return
+        return work(Path(inner))
     with tempfile.TemporaryDirectory() as local:
-        save(Path(local))
+        if read:
+            pafs.copy_files(inner, local, source_filesystem=filesystem, destination_filesystem=pafs.LocalFileSystem())
+        result = work(Path(local))
         pafs.copy_files(local, inner, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
-
-
-def _save_local(index: BM25Index, counts: ShardCounts, passages: Passages | None, folder: Path) -> None:
-    index.save(folder)
-    counts.save(folder)
-    if passages is not None:
-        passages.save(folder)
+    return result

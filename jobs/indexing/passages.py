@@ -3,16 +3,19 @@ The passages an index holds, as a Ray Dataset read and split by Ray Data tasks: 
 table order (or, with `split_length`, their passages), numbered by corpus position.
 """
 
-import warnings
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from jobs.bulk_qa.workers.passages import split_batch
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings
-from jobs.bulk_qa.workers.storage import resolve_path
+from jobs.bulk_qa.workers.storage import parquet_dataset, resolve_path
+
+if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
+    from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 
 # The columns of `indexed_passages`: `position`, `id` and `content`, and where the passage lies in its document.
 PASSAGE_SCHEMA = pa.schema(
@@ -27,39 +30,86 @@ PASSAGE_SCHEMA = pa.schema(
 )
 
 _SPLIT_SCHEMA = pa.schema([field for field in PASSAGE_SCHEMA if field.name != "position"])  # before numbering
+_READ_BATCH = 65536  # documents read at a time from a row group
 
 
-def indexed_passages(documents: str, settings: RetrievalSettings) -> Any:
+def indexed_passages(documents: str, settings: "RetrievalSettings") -> Any:
     """
     What an index of the documents holds, in corpus order: each document with content (`id`, `content`) in table
-    order, or with `settings.split_length` its passages, as `split_batch` makes them.
-
-    The documents are read and split by Ray Data tasks and kept in the object store (spilled to disk when they
-    do not fit) so that they can be numbered: the driver holds references and row counts only.
+    order, or with `settings.split_length` its passages, as `split_batch` makes them (`numbered_passages`).
 
     :param documents: The documents' Parquet file or folder (local path or URI) with `id` and `content`.
     :param settings: The splitting (`split_length`, `split_overlap`).
     :returns: A Ray Dataset of `PASSAGE_SCHEMA`, ordered by `position` (its `context` preserves the order).
     """
+    return numbered_passages(documents, settings)[0]
+
+
+def numbered_passages(documents: str, settings: "RetrievalSettings", first_position: int = 0) -> tuple[Any, int]:
+    """
+    `indexed_passages` numbered from `first_position` (passages added after an index's), and how many, streamed:
+    the documents are read twice by Ray Data tasks, a Parquet row group each: first only to count each row
+    group's passages (the driver keeps the counts), then to read, split and number them from the row group's first
+    position. Nothing is held between the two: the object store holds only the blocks in flight, and the driver
+    the row groups' counts.
+
+    :returns: The passages (a streaming Ray Dataset of `PASSAGE_SCHEMA`, in corpus order) and how many.
+    """
     import ray.data
 
-    filesystem, inner = resolve_path(documents)
-    read = ray.data.read_parquet(inner, filesystem=filesystem, columns=["id", "content"])
-    read.context.execution_options.preserve_order = True  # shared by the datasets made from it
-    split = read.map_batches(
-        _passages_of_batch,
-        batch_format="pyarrow",
-        fn_kwargs={"split_length": settings.split_length, "split_overlap": settings.split_overlap},
-    ).materialize()
-    n_passages = split.count()
-    if n_passages == 0:  # blocks without rows may lack the columns
-        return ray.data.from_arrow(PASSAGE_SCHEMA.empty_table())
-    numbers = ray.data.range(n_passages).rename_columns({"id": "position"})
-    with warnings.catch_warnings():
-        # Ray 2.60 warns that `zip` goes in 2.64 and relies on a deterministic order: the order is preserved here.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        numbered = split.zip(numbers)
-    return numbered.select_columns(PASSAGE_SCHEMA.names)
+    row_groups = [
+        (fragment.path, group)
+        for fragment in parquet_dataset(documents).get_fragments()
+        for group in range(fragment.metadata.num_row_groups)
+    ]  # in the order the in-process build reads them
+    groups = [{"index": index, "path": path, "row_group": group} for index, (path, group) in enumerate(row_groups)]
+    if not groups:
+        return ray.data.from_arrow(PASSAGE_SCHEMA.empty_table()), 0
+    options = {"documents": documents, "split_length": settings.split_length, "split_overlap": settings.split_overlap}
+    listed = ray.data.from_items(groups, override_num_blocks=len(groups))
+    counted = listed.map_batches(_count_row_group, batch_size=1, fn_kwargs=options).take_all()
+    counts = [row["passages"] for row in sorted(counted, key=lambda row: row["index"])]
+    firsts = np.cumsum([first_position] + counts[:-1]).tolist()
+    items = ray.data.from_items(
+        [{**group, "first": first} for group, first in zip(groups, firsts, strict=True)],
+        override_num_blocks=len(groups),
+    )
+    items.context.execution_options.preserve_order = True  # shared by the datasets made from it
+    return items.map_batches(_row_group_passages, batch_size=1, batch_format="pyarrow", fn_kwargs=options), sum(counts)
+
+
+def _row_group_batches(path: str, row_group: int, documents: str) -> Iterator[pa.RecordBatch]:
+    """The `id` and `content` of a row group of a documents file, in batches."""
+    filesystem, _ = resolve_path(documents)
+    with filesystem.open_input_file(path) as file:
+        parquet = pq.ParquetFile(file)
+        yield from parquet.iter_batches(_READ_BATCH, row_groups=[row_group], columns=["id", "content"])
+
+
+def _count_row_group(
+    item: dict[str, Any], documents: str, split_length: int | None, split_overlap: int
+) -> dict[str, Any]:
+    """A row group -> how many passages it holds."""
+    path, row_group = str(item["path"][0]), int(item["row_group"][0])
+    count = 0
+    for batch in _row_group_batches(path, row_group, documents):
+        if split_length is None:
+            count += batch.num_rows - batch.column("content").null_count
+        else:
+            count += _passages_of_batch(pa.Table.from_batches([batch]), split_length, split_overlap).num_rows
+    return {"index": item["index"], "passages": [count]}
+
+
+def _row_group_passages(
+    item: pa.Table, documents: str, split_length: int | None, split_overlap: int
+) -> Iterator[pa.Table]:
+    """A row group -> its passages (`PASSAGE_SCHEMA`), numbered from its first position, batch by batch."""
+    path, row_group, position = item["path"][0].as_py(), item["row_group"][0].as_py(), item["first"][0].as_py()
+    for batch in _row_group_batches(path, row_group, documents):
+        passages = _passages_of_batch(pa.Table.from_batches([batch]), split_length, split_overlap)
+        numbers = pa.array(np.arange(position, position + passages.num_rows, dtype=np.int64))
+        position += passages.num_rows
+        yield passages.add_column(0, "position", numbers)
 
 
 def _passages_of_batch(batch: pa.Table, split_length: int | None, split_overlap: int) -> pa.Table:

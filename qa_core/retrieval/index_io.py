@@ -49,9 +49,9 @@ def write_index_files(directory: Path, files: IndexFiles) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name, (dtype, _) in ARRAY_SHAPES.items():
         np.save(directory / f"{name}.npy", np.ascontiguousarray(files.arrays[name], dtype=dtype), allow_pickle=False)
-    _write_json(directory / VOCABULARY_FILE, files.vocabulary)
-    _write_json(directory / DOC_IDS_FILE, files.doc_ids)
-    _write_json(directory / HEADER_FILE, {"format": FORMAT, **files.header})  # last: a complete folder has it
+    write_json(directory / VOCABULARY_FILE, files.vocabulary)
+    write_json(directory / DOC_IDS_FILE, files.doc_ids)
+    write_json(directory / HEADER_FILE, {"format": FORMAT, **files.header})  # last: a complete folder has it
 
 
 def read_index_files(directory: Path, mmap: bool) -> IndexFiles:
@@ -65,22 +65,27 @@ def read_index_files(directory: Path, mmap: bool) -> IndexFiles:
         version must be built again), or an array has another dtype or number of dimensions (object arrays,
         which need pickle, included).
     """
-    header = _read_json(directory / HEADER_FILE, dict)
+    header = read_json(directory / HEADER_FILE, dict)
     if header.pop("format", None) != FORMAT:
         raise ValueError(
             f"{directory / HEADER_FILE} is not a {FORMAT} index header (an index saved by another version of "
             "qa_core must be built again)."
         )
-    vocabulary = _read_json(directory / VOCABULARY_FILE, list)
-    doc_ids = _read_json(directory / DOC_IDS_FILE, list)
+    vocabulary = read_json(directory / VOCABULARY_FILE, list)
+    doc_ids = read_json(directory / DOC_IDS_FILE, list)
     for name, values in ((VOCABULARY_FILE, vocabulary), (DOC_IDS_FILE, doc_ids)):
         if not all(isinstance(value, str) for value in values):
             raise ValueError(f"{directory / name} must hold a list of strings.")
-    arrays = {name: _read_array(directory / f"{name}.npy", *shape, mmap) for name, shape in ARRAY_SHAPES.items()}
+    arrays = {name: read_array(directory / f"{name}.npy", *shape, mmap) for name, shape in ARRAY_SHAPES.items()}
     return IndexFiles(header=header, vocabulary=vocabulary, doc_ids=doc_ids, arrays=arrays)
 
 
-def _read_array(path: Path, dtype: np.dtype, ndim: int, mmap: bool) -> np.ndarray:
+def read_array(path: Path, dtype: np.dtype, ndim: int, mmap: bool) -> np.ndarray:
+    """
+    A `.npy` array of a dtype and number of dimensions, never unpickled (memory-mapped read-only with `mmap`).
+
+    :raises ValueError: If it is missing, malformed or another dtype or number of dimensions.
+    """
     try:
         array = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
     except (OSError, ValueError) as error:  # ValueError: an object array, which only pickle could load
@@ -90,12 +95,18 @@ def _read_array(path: Path, dtype: np.dtype, ndim: int, mmap: bool) -> np.ndarra
     return array
 
 
-def _write_json(path: Path, value: Any) -> None:
+def write_json(path: Path, value: Any) -> None:
+    """Writes a JSON file (UTF-8, non-ASCII characters as they are)."""
     with path.open("w", encoding="utf-8") as file:
         json.dump(value, file, ensure_ascii=False)
 
 
-def _read_json(path: Path, kind: type) -> Any:
+def read_json(path: Path, kind: type) -> Any:
+    """
+    A JSON file's value, of a type (`list`, `dict`).
+
+    :raises ValueError: If it is missing, malformed or of another type.
+    """
     try:
         with path.open(encoding="utf-8") as file:
             value = json.load(file)

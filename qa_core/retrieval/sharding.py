@@ -1,22 +1,23 @@
 """
 Shards: a corpus split by document into indexes weighed with the whole corpus's statistics, built at once
-(`build_sharded`) or one shard at a time from the merged statistics of the corpus (`build_shard`), and weighed
-again without tokenizing when the corpus grows (`reweigh_shard`, from the term counts `build_shard` keeps).
+(`build_sharded`) or one shard at a time: each shard tokenized once into its term counts and statistics
+(`count_shard`), the shards' statistics merged in corpus order, then each shard weighed from its counts
+(`weigh_shard`), again without tokenizing whenever the corpus grows.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
-from qa_core.retrieval.corpus import check_corpus, weigh_corpus, weigh_frequencies
+from qa_core.retrieval.corpus import check_corpus, weigh_corpus
 from qa_core.retrieval.counts import count_terms
-from qa_core.retrieval.fingerprint import fingerprint
-from qa_core.retrieval.index import BM25Index, CorpusStats, dense_rows, term_major
+from qa_core.retrieval.fingerprint import fingerprint_value
+from qa_core.retrieval.index import BM25Index, CorpusStats, PostingLists, dense_rows
+from qa_core.retrieval.index_io import DOC_IDS_FILE, VOCABULARY_FILE, read_array, read_json, write_json
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters, term_frequency_components
-from qa_core.retrieval.statistics import CorpusWeights
+from qa_core.retrieval.statistics import CorpusStatistics, CorpusWeights
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
 
@@ -71,7 +72,7 @@ COUNT_FILES = {"term_counts": np.dtype(np.int32), "doc_lengths": np.dtype(np.int
 @dataclass(frozen=True)
 class ShardCounts:
     """
-    What a shard's weights were computed from, besides the corpus's statistics.
+    What a shard's weights are computed from, besides the corpus's statistics.
 
     :param term_counts: `(pairs,)` int32 occurrences of each posting's term in its document, in posting order.
     :param doc_lengths: `(documents,)` int64 terms per document.
@@ -88,100 +89,148 @@ class ShardCounts:
     @classmethod
     def load(cls, folder: Path) -> "ShardCounts":
         """
-        Reads what `save` wrote, memory-mapped, never unpickling.
+        Reads what `save` wrote into memory, never unpickling.
 
         :raises ValueError: If a file is missing or not a one-dimensional array of its dtype.
         """
-        arrays = {}
-        for name, dtype in COUNT_FILES.items():
-            try:
-                array = np.load(folder / f"{name}.npy", allow_pickle=False, mmap_mode="r")
-            except (OSError, ValueError) as error:
-                raise ValueError(f"Cannot load {folder / name}.npy (the shard's term counts): {error}") from error
-            if array.dtype != dtype or array.ndim != 1:
-                raise ValueError(f"{folder / name}.npy must be a one-dimensional {dtype} array.")
-            arrays[name] = array
-        return cls(**arrays)
+        return cls(**{name: read_array(folder / f"{name}.npy", dtype, 1, False) for name, dtype in COUNT_FILES.items()})
 
 
-def build_shard(
-    ids: Sequence[str],
-    texts: Sequence[str],
+@dataclass(frozen=True)
+class CountedShard:
+    """
+    A shard's documents tokenized and counted, term-major, not weighed: what `weigh_shard` weighs with the
+    statistics of any corpus the shard belongs to, without its texts. Its files are those of an index folder
+    (`vocabulary.json`, `doc_ids.json`, `starts.npy`, `doc_indices.npy`) plus `ShardCounts`', so that a weighed
+    shard's folder holds its counted shard too (to weigh it again when the corpus grows).
+
+    :param vocabulary: The shard's terms, by term id: in order of first occurrence in the shard as counted, in the
+        corpus's term order once weighed.
+    :param doc_ids: The documents' ids.
+    :param starts: `(terms + 1,)` int64: term `t`'s postings are `starts[t]:starts[t + 1]`.
+    :param doc_indices: `(pairs,)` int64 document of each posting, ascending within a term.
+    :param counts: The postings' term counts and the documents' lengths.
+    """
+
+    vocabulary: list[str]
+    doc_ids: list[str]
+    starts: np.ndarray
+    doc_indices: np.ndarray
+    counts: ShardCounts
+
+    def save(self, folder: Path) -> None:
+        """Writes the shard's files into a folder, created if needed (no `index.json`: it is not an index yet)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / VOCABULARY_FILE, self.vocabulary)
+        write_json(folder / DOC_IDS_FILE, self.doc_ids)
+        for name in ("starts", "doc_indices"):
+            np.save(folder / f"{name}.npy", np.ascontiguousarray(getattr(self, name), np.int64), allow_pickle=False)
+        self.counts.save(folder)
+
+    @classmethod
+    def load(cls, folder: Path) -> "CountedShard":
+        """
+        Reads what `save` (or `BM25Index.save` and `ShardCounts.save`) wrote into memory (not memory-mapped: the
+        folder's files are then rewritten by the weighed shard's).
+
+        :raises ValueError: If a file is missing or malformed, or the files do not fit each other.
+        """
+        vocabulary, doc_ids = read_json(folder / VOCABULARY_FILE, list), read_json(folder / DOC_IDS_FILE, list)
+        starts, doc_indices = (read_array(folder / f"{name}.npy", np.dtype(np.int64), 1, False)
+                               for name in ("starts", "doc_indices"))  # fmt: skip
+        counts = ShardCounts.load(folder)
+        if (
+            starts.size != len(vocabulary) + 1
+            or starts[-1] != doc_indices.size
+            or counts.term_counts.size != doc_indices.size
+            or counts.doc_lengths.size != len(doc_ids)
+        ):
+            raise ValueError(f"{folder}: the shard's term counts do not match its postings, terms or documents.")
+        return cls(vocabulary, doc_ids, starts, doc_indices, counts)
+
+
+def count_shard(
+    ids: Sequence[str], texts: Sequence[str], doc_offset: int, tokenizer: Tokenizer
+) -> tuple[CountedShard, CorpusStatistics]:
+    """
+    Tokenizes a shard's documents once: its counts, to weigh later, and its statistics, to merge with the other
+    shards' (in corpus order, `CorpusStatistics.merge`) into the corpus's.
+
+    :param ids: The shard's document ids, unique non-empty strings.
+    :param texts: Their texts.
+    :param doc_offset: Corpus position of the first.
+    :param tokenizer: Splits a text into terms.
+    :returns: The counted shard and its statistics.
+    :raises ValueError: If the ids are invalid.
+    """
+    check_corpus(ids, texts)
+    counts = count_terms(texts, tokenizer)
+    by_term = counts.frequencies.tocsc()  # every term occurs: term ids are columns, documents ascending in each
+    counted = CountedShard(
+        counts.vocabulary,
+        list(ids),
+        by_term.indptr.astype(np.int64),
+        by_term.indices.astype(np.int64),
+        ShardCounts(by_term.data, counts.doc_lengths),
+    )
+    return counted, CorpusStatistics.of_counts(counts, fingerprint_value(ids, texts, doc_offset))
+
+
+def weigh_shard(
+    counted: CountedShard,
     doc_offset: int,
+    doc_fingerprint: str,
     weights: CorpusWeights,
     algorithm: str,
     parameters: dict[str, float],
     tokenization_regex: str,
 ) -> tuple[BM25Index, ShardCounts]:
     """
-    Indexes one shard of a corpus with the corpus's merged statistics (`CorpusStatistics.merge(...).weights`):
-    the same index, bit for bit, as `build_sharded`'s shard of these positions.
+    Weighs a counted shard with the statistics of its corpus: bit for bit `build_sharded`'s shard of these
+    positions (its terms put in the corpus's term order, the weights computed pair by pair by the same formulas).
 
-    :param ids: The shard's document ids, in corpus order.
-    :param texts: Their texts.
-    :param doc_offset: Corpus position of the first.
-    :param weights: The corpus's idf and avgdl; every term of the texts must be in its vocabulary.
+    :param counted: The shard (`count_shard`'s, or loaded from a weighed shard's folder).
+    :param doc_offset: Corpus position of its first document.
+    :param doc_fingerprint: `fingerprint.fingerprint` of its documents.
+    :param weights: The corpus's idf and avgdl; its vocabulary holds every term of the shard.
     :param algorithm: The algorithm `weights` was made for.
     :param parameters: Its parameters (`scoring.resolve_parameters`).
-    :param tokenization_regex: The regex the statistics were counted with.
-    :returns: The shard, and its term counts (for `reweigh_shard`).
-    :raises ValueError: If the ids are invalid or a term is missing from the statistics (they were counted from
-        other documents).
+    :param tokenization_regex: The regex the shard was counted with.
+    :returns: The shard's index, and its counts in the index's posting order (to save beside it).
+    :raises ValueError: If a term of the shard is missing from the corpus's statistics.
     """
-    check_corpus(ids, texts)
-    counts = count_terms(texts, Tokenizer(tokenization_regex))
+    vocabulary = counted.vocabulary
     try:
-        corpus_ids = np.fromiter(map(weights.term_ids.__getitem__, counts.vocabulary), np.int64, len(counts.vocabulary))
+        corpus_ids = np.fromiter(map(weights.term_ids.__getitem__, vocabulary), np.int64, len(vocabulary))
     except KeyError as error:
         raise ValueError(f"The term {error.args[0]!r} of shard {doc_offset} is not in the corpus statistics.") from None
-    frequencies = counts.frequencies
-    frequencies = sp.csr_matrix(
-        (frequencies.data, corpus_ids[frequencies.indices].astype(np.int32), frequencies.indptr),
-        shape=(frequencies.shape[0], len(weights.term_ids)),
-    )
-    rows = weigh_frequencies(frequencies, counts.doc_lengths, weights.idf, weights.avg_doc_len, algorithm, parameters)
-    shard_counts = ShardCounts(term_major(frequencies)[1].data, counts.doc_lengths)  # the weights' posting order
-    index = BM25Index.from_weights(
-        rows,
-        dict(zip(corpus_ids.tolist(), counts.vocabulary, strict=True)),
-        list(ids),
-        doc_offset,
-        fingerprint(ids, texts, doc_offset),
-        CorpusStats(weights.n_docs, weights.avg_doc_len, weights.fingerprint),
-        algorithm,
-        parameters,
-        tokenization_regex,
-    )
-    return index, shard_counts
-
-
-def reweigh_shard(index: BM25Index, counts: ShardCounts, weights: CorpusWeights) -> BM25Index:
-    """
-    A shard weighed again with the statistics of a corpus that grew (documents added after it), from its term
-    counts, without tokenizing: bit for bit the shard `build_shard` makes with those statistics.
-
-    :param index: The shard, as built or loaded.
-    :param counts: Its term counts (`build_shard`'s).
-    :param weights: The grown corpus's weights (its vocabulary holds every term of the shard).
-    :returns: The shard with the new weights and corpus statistics.
-    """
-    postings = index.postings
-    corpus_ids = np.fromiter(map(weights.term_ids.__getitem__, index.vocabulary), np.int64, len(index.vocabulary))
-    pair_terms = np.repeat(corpus_ids, np.diff(postings.starts))
-    pair_lengths = np.asarray(counts.doc_lengths)[postings.doc_indices]
+    starts, doc_indices, term_counts = counted.starts, counted.doc_indices, counted.counts.term_counts
+    lengths = np.diff(starts)
+    if np.any(np.diff(corpus_ids) < 0):  # the terms into the corpus's order, each term's postings as they are
+        order = np.argsort(corpus_ids)
+        corpus_ids, lengths, vocabulary = corpus_ids[order], lengths[order], [vocabulary[i] for i in order.tolist()]
+        new_starts = np.zeros(lengths.size + 1, np.int64)
+        np.cumsum(lengths, out=new_starts[1:])
+        pairs = np.repeat(starts[:-1][order] - new_starts[:-1], lengths) + np.arange(new_starts[-1])
+        starts, doc_indices, term_counts = new_starts, doc_indices[pairs], term_counts[pairs]
+        del pairs
+    doc_lengths = counted.counts.doc_lengths
     tfc = term_frequency_components(
-        index.algorithm, index.parameters, np.asarray(counts.term_counts), pair_lengths, weights.avg_doc_len
+        algorithm, parameters, np.asarray(term_counts), np.asarray(doc_lengths)[doc_indices], weights.avg_doc_len
     )
-    pair_weights = weights.idf[pair_terms] * tfc
-    dense_terms, dense_weights = dense_rows(postings.starts, postings.doc_indices, pair_weights, index.n_docs)
-    return BM25Index(
-        algorithm=index.algorithm,
-        parameters=index.parameters,
-        tokenization_regex=index.tokenizer.regex,
-        vocabulary=index.vocabulary,
-        doc_ids=index.doc_ids,
-        doc_offset=index.doc_offset,
-        fingerprint=index.fingerprint,
+    pair_weights = weights.idf[np.repeat(corpus_ids, lengths)] * tfc
+    del tfc
+    n_docs = len(counted.doc_ids)
+    dense_terms, dense_weights = dense_rows(starts, doc_indices, pair_weights, n_docs)
+    index = BM25Index(
+        algorithm=algorithm,
+        parameters=parameters,
+        tokenization_regex=tokenization_regex,
+        vocabulary=vocabulary,
+        doc_ids=counted.doc_ids,
+        doc_offset=doc_offset,
+        fingerprint=doc_fingerprint,
         corpus=CorpusStats(weights.n_docs, weights.avg_doc_len, weights.fingerprint),
-        postings=replace(postings, weights=pair_weights, dense_terms=dense_terms, dense_weights=dense_weights),
+        postings=PostingLists(np.asarray(starts), np.asarray(doc_indices), pair_weights, dense_terms, dense_weights),
     )
+    return index, ShardCounts(term_counts, doc_lengths)

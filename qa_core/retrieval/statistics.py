@@ -1,19 +1,18 @@
 """
-The corpus statistics BM25 weighs with (documents, total length, each term's document frequency), counted batch
-by batch, possibly in parallel, and merged in corpus order into the very numbers a one-pass count gives.
+The corpus statistics BM25 weighs with (documents, total length, each term's document frequency), counted shard
+by shard, possibly in parallel, and merged in corpus order into the very numbers a one-pass count gives.
 """
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from qa_core.retrieval.counts import TermCounts, TermIds, count_terms
-from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
+from qa_core.retrieval.counts import TermCounts, TermIds
+from qa_core.retrieval.fingerprint import fingerprint_hex
 from qa_core.retrieval.scoring import inverse_document_frequencies
-from qa_core.retrieval.tokenizer import Tokenizer
 
 # Where an index folder keeps its corpus's statistics (to grow it).
 STATISTICS_FILE = "statistics.json"
@@ -49,20 +48,6 @@ class CorpusStatistics:
             total_length=int(counts.doc_lengths.sum()),
             fingerprint=fingerprint,
         )
-
-    @classmethod
-    def of_texts(
-        cls, ids: Sequence[str], texts: Sequence[str], first_position: int, tokenizer: Tokenizer
-    ) -> "CorpusStatistics":
-        """
-        The statistics of a batch of documents.
-
-        :param ids: Their ids.
-        :param texts: Their texts.
-        :param first_position: Corpus position of the first.
-        :param tokenizer: Splits a text into terms.
-        """
-        return cls.of_counts(count_terms(texts, tokenizer), fingerprint_value(ids, texts, first_position))
 
     @classmethod
     def merge(cls, parts: Iterable["CorpusStatistics"]) -> "CorpusStatistics":
@@ -136,7 +121,7 @@ class CorpusStatistics:
             )
 
     def weights(self, algorithm: str, parameters: dict[str, float]) -> "CorpusWeights":
-        """What a shard of the corpus is weighed with (`sharding.build_shard`)."""
+        """What a shard of the corpus is weighed with (`sharding.weigh_shard`)."""
         return CorpusWeights(
             term_ids={term: term_id for term_id, term in enumerate(self.vocabulary)},
             idf=inverse_document_frequencies(algorithm, parameters, self.doc_frequencies, self.n_docs),

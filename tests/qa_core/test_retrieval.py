@@ -27,9 +27,9 @@ from qa_core.retrieval import (
 from qa_core.retrieval import corpus as corpus_module
 from qa_core.retrieval import counts as counts_module
 from qa_core.retrieval import index as index_module
-from qa_core.retrieval.fingerprint import add_fingerprints
+from qa_core.retrieval.fingerprint import add_fingerprints, fingerprint_hex
 from qa_core.retrieval.scoring import resolve_parameters
-from qa_core.retrieval.sharding import ShardCounts, build_shard, reweigh_shard, shard_bounds
+from qa_core.retrieval.sharding import CountedShard, count_shard, shard_bounds, weigh_shard
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.topk import top_k
 
@@ -201,33 +201,48 @@ def test_three_shards_equal_one_index(algorithm: str) -> None:
         np.testing.assert_array_equal(merged_scores, scores)  # same weights, same summation order: bit-equal
 
 
-@pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L", "BM25Plus", "Lucene"])
-def test_shards_built_apart_from_merged_batch_statistics_equal_build_sharded(algorithm: str) -> None:
-    """The distributed build's pieces: statistics of batches merged in order, then each shard on its own."""
-    ids, texts, _ = _search_grid()
-    parameters = resolve_parameters(algorithm, None)
-    expected = build_sharded(ids, texts, n_shards=3, algorithm=algorithm)
-    batches = range(0, len(texts), 50)  # batches that do not line up with the shards
-    statistics = CorpusStatistics.merge(
-        CorpusStatistics.of_texts(ids[first : first + 50], texts[first : first + 50], first, Tokenizer())
-        for first in batches
+def _assert_same_shard(shard: BM25Index, reference: BM25Index) -> None:
+    """Bit for bit: the same terms, documents, statistics and arrays (dtypes and bytes)."""
+    assert (shard.vocabulary, shard.doc_ids, shard.doc_offset) == (
+        reference.vocabulary,
+        reference.doc_ids,
+        reference.doc_offset,
     )
-    weights = statistics.weights(algorithm, parameters)
+    assert (shard.corpus, shard.fingerprint) == (reference.corpus, reference.fingerprint)
+    for name, array in vars(reference.postings).items():
+        assert np.asarray(getattr(shard.postings, name)).dtype == array.dtype, name
+        assert np.asarray(getattr(shard.postings, name)).tobytes() == array.tobytes(), name
+
+
+@pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L", "BM25Plus", "Lucene"])
+def test_shards_counted_apart_and_weighed_with_merged_statistics_equal_build_sharded(
+    algorithm: str, tmp_path: Path
+) -> None:
+    """
+    The distributed build's pieces: each shard tokenized once and saved as counts, the shards' statistics merged
+    in order, then each shard weighed from its loaded counts (its terms put in the corpus's order).
+    """
+    ids, texts, _ = _search_grid()
+    parameters, tokenizer = resolve_parameters(algorithm, None), Tokenizer()
+    expected = build_sharded(ids, texts, n_shards=3, algorithm=algorithm)
     bounds = shard_bounds(len(texts), 3)
-    shards = [
-        build_shard(ids[start:stop], texts[start:stop], start, weights, algorithm, parameters, Tokenizer().regex)[0]
+    parts = [
+        count_shard(ids[start:stop], texts[start:stop], start, tokenizer)
         for start, stop in zip(bounds[:-1], bounds[1:], strict=True)
     ]
-    for shard, reference in zip(shards, expected, strict=True):  # bit for bit: the same numbers, the same order
-        assert (shard.vocabulary, shard.doc_ids, shard.doc_offset) == (
-            reference.vocabulary,
-            reference.doc_ids,
-            reference.doc_offset,
+    weights = CorpusStatistics.merge(statistics for _, statistics in parts).weights(algorithm, parameters)
+    shards = []
+    for shard, ((counted, statistics), start) in enumerate(zip(parts, bounds, strict=False)):
+        counted.save(tmp_path / str(shard))
+        loaded = CountedShard.load(tmp_path / str(shard))
+        shards.append(
+            weigh_shard(
+                loaded, start, fingerprint_hex(statistics.fingerprint), weights, algorithm, parameters, tokenizer.regex
+            )[0]
         )
-        assert (shard.corpus, shard.fingerprint) == (reference.corpus, reference.fingerprint)
-        for name, array in vars(reference.postings).items():
-            assert getattr(shard.postings, name).dtype == array.dtype
-            assert getattr(shard.postings, name).tobytes() == array.tobytes(), name
+    assert any(shard.vocabulary != counted.vocabulary for shard, (counted, _) in zip(shards, parts, strict=True))
+    for shard, reference in zip(shards, expected, strict=True):
+        _assert_same_shard(shard, reference)
     assert add_fingerprints([shard.fingerprint for shard in shards]) == expected[0].corpus.fingerprint
 
 
@@ -235,32 +250,50 @@ def test_shards_built_apart_from_merged_batch_statistics_equal_build_sharded(alg
 def test_shards_weighed_again_for_a_grown_corpus_equal_shards_built_with_its_statistics(
     algorithm: str, tmp_path: Path
 ) -> None:
-    """Documents added as new shards: the old shards weighed again from their saved term counts, not tokenized."""
+    """Documents added as new shards: the old shards weighed again from their saved folders, not tokenized."""
     ids, texts, _ = _search_grid()
     parameters, tokenizer = resolve_parameters(algorithm, None), Tokenizer()
     old = 500  # the corpus's first 500 documents, in 2 shards; the rest added later
-
-    def statistics(start: int, stop: int) -> CorpusStatistics:
-        return CorpusStatistics.of_texts(ids[start:stop], texts[start:stop], start, tokenizer)
-
-    before, after = statistics(0, old), CorpusStatistics.merge([statistics(0, old), statistics(old, len(texts))])
-    for start, stop in ((0, 250), (250, old)):
-        shard, counts = build_shard(ids[start:stop], texts[start:stop], start, before.weights(algorithm, parameters),
-                                    algorithm, parameters, tokenizer.regex)  # fmt: skip
+    parts = [
+        count_shard(ids[start:stop], texts[start:stop], start, tokenizer)
+        for start, stop in ((0, 250), (250, old), (old, len(texts)))
+    ]
+    before = CorpusStatistics.merge(statistics for _, statistics in parts[:2])
+    after = CorpusStatistics.merge(statistics for _, statistics in parts)
+    for (counted, statistics), start in zip(parts[:2], (0, 250), strict=True):
+        doc_fingerprint = fingerprint_hex(statistics.fingerprint)
+        shard, counts = weigh_shard(
+            counted,
+            start,
+            doc_fingerprint,
+            before.weights(algorithm, parameters),
+            algorithm,
+            parameters,
+            tokenizer.regex,
+        )
         shard.save(tmp_path)
         counts.save(tmp_path)
-        grown = reweigh_shard(
-            BM25Index.load(tmp_path), ShardCounts.load(tmp_path), after.weights(algorithm, parameters)
+        grown, _ = weigh_shard(
+            CountedShard.load(tmp_path),
+            start,
+            doc_fingerprint,
+            after.weights(algorithm, parameters),
+            algorithm,
+            parameters,
+            tokenizer.regex,
         )
-        expected, _ = build_shard(ids[start:stop], texts[start:stop], start, after.weights(algorithm, parameters),
-                                  algorithm, parameters, tokenizer.regex)  # fmt: skip
-        assert (grown.vocabulary, grown.corpus, grown.fingerprint) == (
-            expected.vocabulary,
-            expected.corpus,
-            expected.fingerprint,
+        expected, _ = weigh_shard(
+            counted,
+            start,
+            doc_fingerprint,
+            after.weights(algorithm, parameters),
+            algorithm,
+            parameters,
+            tokenizer.regex,
         )
-        for name, array in vars(expected.postings).items():
-            assert np.asarray(getattr(grown.postings, name)).tobytes() == array.tobytes(), name
+        _assert_same_shard(grown, expected)
+    whole = build_sharded(ids, texts, n_shards=1, algorithm=algorithm)[0]
+    assert whole.corpus == grown.corpus
 
 
 @pytest.mark.parametrize("n_docs", [1, 7, 100, 5000])

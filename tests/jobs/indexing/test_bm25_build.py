@@ -109,12 +109,19 @@ def test_index_command_builds_shards_of_a_size_and_refuses_a_corpus_without_term
     for contents, ids, message in [
         (["!!! ...", "-- ?"], ["a", "b"], "The corpus of 2 documents has no terms"),
         ([None, None], ["a", "b"], "Cannot build a BM25 index from an empty corpus"),
-        (["one", "two"], ["a", "a"], "Document id 'a' occurs more than once in the corpus"),
+        (["one", "two"], ["a", "a"], "Document id 'a' occurs more than once in the corpus."),  # in one shard
+        (
+            ["one", "two", "three"],
+            ["a", "b", "a"],
+            "Document id 'a' occurs more than once in the corpus (passages 0 and 2).",
+        ),  # in two shards  # fmt: skip
     ]:
         bad = tmp_path / "bad.parquet"
         pq.write_table(pa.table({"id": ids, "content": pa.array(contents, pa.string())}), bad)
-        assert index_command.main(["--documents", str(bad), "--output", str(tmp_path / "none")]) == 2
+        command = ["--documents", str(bad), "--output", str(tmp_path / "none"), "--index-shard-size", "2"]
+        assert index_command.main(command) == 2
         assert f"{bad}: cannot build the BM25 index of the documents: {message}" in capsys.readouterr().err
+        assert not list(tmp_path.glob(".none.*")) and not (tmp_path / "none").exists()  # no partial folder left
     both = ["--index-shards", "2", "--index-shard-size", "5"]
     assert index_command.main(["--documents", documents, "--output", str(tmp_path / "both"), *both]) == 2
     assert "index_shards 2 and index_shard_size: set one of them, not both" in capsys.readouterr().err
@@ -149,3 +156,29 @@ def test_documents_added_as_shards_give_the_index_of_all_the_documents(
     # The grown index is the index of the documents, old then new (checked by fingerprint: other files).
     settings = RetrievalSettings(index=str(grown), split_length=12)
     assert check_given_index(settings, documents)["documents"] == expected["documents"]
+
+
+def test_adding_refuses_ids_the_index_holds_and_dense_indexes_leaving_the_index_as_it_was(
+    local_ray, tmp_path: Path, documents: str, capsys: pytest.CaptureFixture
+) -> None:
+    index = tmp_path / "index"
+    assert index_command.main(["--documents", documents, "--output", str(index), "--index-shard-size", "100"]) == 0
+    files = {path: path.read_bytes() for path in index.rglob("*") if path.is_file()}
+    again = tmp_path / "again.parquet"  # a new document, then one whose id the index's second shard holds
+    pq.write_table(pa.table({"id": ["new", "d150"], "content": ["fresh words", "old words"]}), again)
+    assert index_command.main(["--add", str(again), "--index", str(index)]) == 2
+    assert (
+        f"{again}: cannot add the documents to the index: Document id 'd150' occurs more than once in the corpus "
+        "(passages 136 and 219)." in capsys.readouterr().err
+    )
+    dense = ["--retrieval", "dense", "--embedding-model", "any-model"]
+    assert index_command.main(["--add", str(again), "--index", str(index), *dense]) == 2
+    assert "--add grows a BM25 index only: build a dense or hybrid index again with --output" in capsys.readouterr().err
+    record = json.loads((index / BUILD_FILE).read_text())
+    (index / BUILD_FILE).write_text(json.dumps({**record, "dense": {"model": "any-model"}}))  # as embedding leaves it
+    assert index_command.main(["--add", str(again), "--index", str(index)]) == 2
+    assert (
+        "it holds the passages' vectors too (dense retrieval); --add grows a BM25 index only" in capsys.readouterr().err
+    )
+    (index / BUILD_FILE).write_bytes(files[index / BUILD_FILE])
+    assert {path: path.read_bytes() for path in index.rglob("*") if path.is_file()} == files  # untouched
