@@ -552,6 +552,7 @@ def retrieved_questions(
                 "join_mode": settings.join_mode,
                 "join_weights": settings.fusion_weights(),
                 "cpu_threads": int(cluster_cpus or 1),
+                "search_precision": settings.embedding_search_precision,
                 "device": engine.reader_device(),
             },
             num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / 4),

@@ -27,6 +27,7 @@ VALUES: dict[str, Any] = {
     "retrieval": "hybrid",
     "embedding_similarity": "cosine",
     "embedding_precision": "bf16",
+    "embedding_search_precision": "bf16",
     "join_mode": "distribution_based_rank_fusion",
     "join_weights": {"bm25": 1, "dense": 2},
 }

@@ -148,12 +148,12 @@ def test_dense_retrieval_on_a_built_index_equals_haystacks_embedding_retriever(
         assert row["retrieved_document_ids"] == [doc.id for doc in dense], key
         assert row["retrieval_scores"] == pytest.approx([doc.score for doc in dense], abs=1e-5), key
         assert row["dense_ranks"] == list(range(1, TOP_K + 1)) and row["bm25_ranks"] is None, key
-    # The run's own index, its vectors embedded in-process: the same hits.
+    # The run's own index, its vectors embedded in-process, searched with the bf16 screening: the same hits.
     own = corpus["root"] / "dense-own-index"
     status = run_job(
         "--questions", paths["questions"], "--documents", paths["documents"], "--output", own,
         "--model", tiny_bert_model, "--engine", "in-process", "--retrieval", "dense", "--embedding-model", EMBEDDER,
-        *READER,
+        "--embedding-search-precision", "bf16", *READER,
     )  # fmt: skip
     assert status == 0
     again = {row["question_id"]: row for row in read_output(own, "questions")}
