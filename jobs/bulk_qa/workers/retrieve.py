@@ -228,16 +228,7 @@ class RetrieveDocuments:
                 set_row_hits(hits, row, found_hits, self.passages is not None)
                 scores[row] = row_scores[: len(kept)].tolist()
                 carried[row] = kept
-        columns = {name: pa.array(values, RETRIEVED_SCHEMA.field(name).type) for name, values in hits.items()}
-        return pa.table(
-            {
-                "id": batch["id"],
-                "query": batch["query"],
-                "retrieval_scores": pa.array(scores, pa.list_(pa.float64())),
-                "retrieved_positions": pa.array(carried, pa.list_(pa.int64())),
-                **columns,
-            }
-        ).select(RETRIEVED_SCHEMA.names)
+        return retrieved_table(batch, scores, carried, hits)
 
     def _hit(self, position: int) -> Hit:
         """The document (or passage) of this index at corpus `position`."""
@@ -246,6 +237,30 @@ class RetrieveDocuments:
             return Hit(self.index.doc_ids[index])
         passages = self.passages
         return Hit(passages.source_ids[index], self.index.doc_ids[index], passages.starts[index], passages.ends[index])
+
+
+def retrieved_table(
+    batch: pa.Table,
+    scores: list[list[float] | None],
+    positions: list[list[int] | None],
+    hits: dict[str, list],
+    more: dict[str, pa.Array] | None = None,
+    schema: pa.Schema = RETRIEVED_SCHEMA,
+) -> pa.Table:
+    """
+    A retrieval stage's output: the batch's `id` and `query`, each row's hits' scores, corpus positions and
+    `HIT_COLUMNS` (null for the rows not retrieved for) and the stage's `more` columns, in `schema`'s order.
+    """
+    return pa.table(
+        {
+            "id": batch["id"],
+            "query": batch["query"],
+            "retrieval_scores": pa.array(scores, pa.list_(pa.float64())),
+            "retrieved_positions": pa.array(positions, pa.list_(pa.int64())),
+            **{name: pa.array(values, RETRIEVED_SCHEMA.field(name).type) for name, values in hits.items()},
+            **(more or {}),
+        }
+    ).select(schema.names)
 
 
 def asked_rows(queries: list[str | None], document_ids: list[list[str] | None]) -> list[int]:

@@ -20,6 +20,7 @@ from jobs.bulk_qa.workers.retrieve import (
     asked_rows,
     hit_columns,
     local_index_folder,
+    retrieved_table,
     row_hits,
     set_row_hits,
 )
@@ -135,17 +136,8 @@ class RetrieveDense:
                     rank = {position: (rank, score) for rank, (position, score) in enumerate(retrieved, 1)}
                     own[f"{name}_scores"][row] = [rank[p][1] if p in rank else None for p in positions[row]]
                     own[f"{name}_ranks"][row] = [rank[p][0] if p in rank else None for p in positions[row]]
-        columns = {name: pa.array(values, RETRIEVED_SCHEMA.field(name).type) for name, values in hits.items()}
-        return pa.table(
-            {
-                "id": batch["id"],
-                "query": batch["query"],
-                "retrieval_scores": pa.array(scores, pa.list_(pa.float64())),
-                "retrieved_positions": pa.array(positions, pa.list_(pa.int64())),
-                **columns,
-                **{name: pa.array(values, RETRIEVER_COLUMNS[name]) for name, values in own.items()},
-            }
-        ).select(DENSE_RETRIEVED_SCHEMA.names)
+        more = {name: pa.array(values, RETRIEVER_COLUMNS[name]) for name, values in own.items()}
+        return retrieved_table(batch, scores, positions, hits, more, DENSE_RETRIEVED_SCHEMA)
 
     def _hit(self, position: int) -> Hit:
         """The document (or passage) at corpus `position`."""
