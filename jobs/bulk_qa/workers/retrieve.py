@@ -25,6 +25,7 @@ from jobs.bulk_qa.workers.passages import Passages
 from jobs.bulk_qa.workers.storage import resolve_path
 from jobs.bulk_qa.workers.tables import JOINED
 from qa_core.hardware import PRECISIONS
+from qa_core.retrieval.ann import ANN_KINDS, DEFAULT_EF_SEARCH
 from qa_core.retrieval.dense import DEFAULT_SIMILARITY, SIMILARITIES
 from qa_core.retrieval.fusion import DEFAULT_JOIN_MODE, JOIN_MODES
 from qa_core.retrieval.index import BM25Index
@@ -74,6 +75,10 @@ class RetrievalSettings(Settings):
     # The exact search's screening product: fp32, bf16 or auto; the same hits and scores, bf16 faster on CPUs
     # with native bf16 (qa_core.retrieval.dense), holding a bf16 copy of the vectors in the retrieval actor.
     embedding_search_precision: str = "fp32"
+    # An approximate index (FAISS HNSW, the `ann` extra) built with the dense vectors; a run whose index holds one
+    # searches it instead of searching exactly (qa_core.retrieval.ann), keeping ann_ef_search candidates.
+    ann: str | None = None  # None (exact search only) or hnsw
+    ann_ef_search: int = DEFAULT_EF_SEARCH  # HNSW candidates kept per query while searching (FAISS's efSearch)
     join_mode: str = DEFAULT_JOIN_MODE  # hybrid: DocumentJoiner's join_mode (reciprocal_rank_fusion, ...)
     join_weights: dict[str, float] = field(default_factory=dict)  # hybrid: {bm25: w, dense: w}; empty: equal
 
@@ -119,6 +124,11 @@ class RetrievalSettings(Settings):
         for name in ("embedding_precision", "embedding_search_precision"):
             if getattr(self, name) not in PRECISIONS:
                 problems.append(f"{name} must be one of {', '.join(PRECISIONS)}, not {getattr(self, name)!r}")
+        if self.ann is not None and (self.ann not in ANN_KINDS or not self.dense):
+            problems.append(
+                f"ann must be one of {', '.join(ANN_KINDS)} with retrieval dense or hybrid, not {self.ann!r}"
+            )
+        problems += at_least("ann_ef_search", self.ann_ef_search, 1)
         if self.join_mode not in JOIN_MODES:
             problems.append(f"join_mode must be one of {', '.join(JOIN_MODES)}, not {self.join_mode!r}")
         weights = self.join_weights

@@ -25,8 +25,10 @@ from jobs.bulk_qa.workers.retrieve import (
     set_row_hits,
 )
 from jobs.bulk_qa.workers.tables import JOINED, RETRIEVER_FIELDS
+from jobs.indexing.ann import load_ann
 from qa_core.embedding import SentenceEmbedder
 from qa_core.hardware import resolve_precision
+from qa_core.retrieval.ann import DEFAULT_EF_SEARCH, search_hnsw
 from qa_core.retrieval.dense import DenseIndex, search_shards
 from qa_core.retrieval.fusion import fuse
 from qa_core.retrieval.index_io import DOC_IDS_FILE, HEADER_FILE
@@ -56,6 +58,7 @@ class RetrieveDense:
         join_weights: list[float] | None,
         cpu_threads: int,
         search_precision: str = "fp32",
+        ann_ef_search: int = DEFAULT_EF_SEARCH,
         device: str | None = None,
     ) -> None:
         """
@@ -68,6 +71,7 @@ class RetrieveDense:
         :param join_weights: Its weights, in `JOINED` order, or None.
         :param cpu_threads: torch's threads (the search's, and the model's on the CPU).
         :param search_precision: The exact search's screening product (`fp32`, `bf16` or `auto`; the same hits).
+        :param ann_ef_search: HNSW's efSearch, where the index holds an HNSW graph (`dense.ann`): searched instead.
         :param device: Where the model runs; None: the GPU Ray assigned this actor, else the CPU.
         """
         import torch
@@ -89,6 +93,8 @@ class RetrieveDense:
         self.embedder = SentenceEmbedder(dense["model"], precision=dense["precision"], device=device)
         self.embedder.warm_up()
         self.search_precision = resolve_precision(search_precision, "cpu")
+        self.ann = load_ann(folder, dense) if "ann" in dense else None
+        self.ann_ef_search = ann_ef_search
         self.top_k = retriever_top_k
         self.hybrid = hybrid
         self.join_mode = join_mode
@@ -118,7 +124,11 @@ class RetrieveDense:
         own: dict[str, list] = {name: [None] * len(batch) for name in RETRIEVER_COLUMNS}
         if asked:
             vectors = self.embedder.embed([queries[row] for row in asked])
-            found_positions, found_scores = search_shards(self.shards, vectors, self.top_k, self.search_precision)
+            if self.ann is None:
+                found_positions, found_scores = search_shards(self.shards, vectors, self.top_k, self.search_precision)
+            else:
+                found_positions, found_scores = search_hnsw(self.ann, self.shards, vectors, self.top_k,
+                                                            self.ann_ef_search)  # fmt: skip
             for index, row in enumerate(asked):
                 kept = found_positions[index] != NO_POSITION
                 lists = {"dense": list(zip(found_positions[index][kept].tolist(), found_scores[index][kept].tolist(),

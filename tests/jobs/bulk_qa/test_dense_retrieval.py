@@ -128,13 +128,16 @@ def test_recall_and_mrr_against_relevant_document_ids(hybrid_output: Path) -> No
         assert 'data-metric="retrieval.mrr"' in report.read_text()
 
 
-def test_dense_retrieval_on_a_built_index_equals_haystacks_embedding_retriever(
+def test_dense_retrieval_on_a_built_index_with_hnsw_equals_haystacks_embedding_retriever(
     local_ray, corpus: dict, tiny_bert_model: Path
 ) -> None:
     index = corpus["root"] / "index"
     paths = corpus["paths"]
     assert index_command.main(["--documents", paths["documents"], "--output", str(index), "--retrieval", "dense",
-                               "--embedding-model", EMBEDDER]) == 0  # fmt: skip
+                               "--embedding-model", EMBEDDER, "--ann", "hnsw"]) == 0  # fmt: skip
+    ann = json.loads((index / BUILD_FILE).read_text())["dense"]["ann"]  # the run searches its HNSW graph
+    assert (ann["kind"], ann["vectors"], ann["recall@10"]) == ("hnsw", 8, 1.0)
+    assert (index / ann["file"]).is_file()
     output = corpus["root"] / "dense"
     status = run_job(
         "--questions", paths["questions"], "--documents", paths["documents"], "--output", output,
