@@ -86,20 +86,3 @@ def _rows(shard: DenseIndex, positions: np.ndarray) -> np.ndarray:
     """The shard's vectors at those of the (ascending) corpus `positions` that it holds."""
     mine = positions[(positions >= shard.doc_offset) & (positions < shard.doc_offset + len(shard.ids))]
     return np.asarray(shard.vectors[mine - shard.doc_offset], np.float32)
-
-
-def load_ann(folder: Path, dense: dict[str, Any]) -> Any:
-    """
-    The HNSW graph of a local index folder, checked against its dense shards.
-
-    :raises ValueError: If it was built from other vectors than the dense section's, or holds another count.
-    :raises ImportError: Without FAISS.
-    """
-    faiss = require_faiss()
-    ann = dense["ann"]
-    if ann.get("vectors_fingerprint") != vectors_fingerprint(dense):
-        raise ValueError(f"{folder}: its {ANN_FILE} was built from other vectors than its dense shards: rebuild it.")
-    graph = faiss.read_index(str(folder / ann["file"]))
-    if graph.ntotal != sum(shard["n"] for shard in dense["shards"]):
-        raise ValueError(f"{folder}: its {ANN_FILE} holds {graph.ntotal} vectors, not the dense shards' count.")
-    return graph

@@ -10,6 +10,7 @@ the one exact search gives it; only which documents are found may differ (its re
 import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -108,3 +109,20 @@ def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:
         for f, e in zip(found, exact, strict=True)
     ]
     return float(np.mean(shares)) if shares else 1.0
+
+
+def load_ann(folder: Path, dense: dict[str, Any]) -> Any:
+    """
+    The HNSW graph of a local index folder, checked against its dense shards.
+
+    :raises ValueError: If it was built from other vectors than the dense section's, or holds another count.
+    :raises ImportError: Without FAISS.
+    """
+    faiss = require_faiss()
+    ann = dense["ann"]
+    if ann.get("vectors_fingerprint") != vectors_fingerprint(dense):
+        raise ValueError(f"{folder}: its HNSW file was built from other vectors than its dense shards: rebuild it.")
+    graph = faiss.read_index(str(folder / ann["file"]))
+    if graph.ntotal != sum(shard["n"] for shard in dense["shards"]):
+        raise ValueError(f"{folder}: its HNSW file holds {graph.ntotal} vectors, not the dense shards' count.")
+    return graph

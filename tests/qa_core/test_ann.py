@@ -8,7 +8,7 @@ import pytest
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError
 from jobs.indexing.ann import add_ann
-from qa_core.retrieval.ann import build_hnsw, recall_at_k, require_faiss, search_hnsw
+from qa_core.retrieval.ann import build_hnsw, load_ann, recall_at_k, require_faiss, search_hnsw, vectors_fingerprint
 from qa_core.retrieval.dense import DenseIndex, search_shards, unit_rows
 
 pytest.importorskip("faiss")
@@ -45,3 +45,19 @@ def test_without_faiss_the_approximate_index_is_refused_clearly(monkeypatch: pyt
     settings = RetrievalSettings(retrieval="dense", embedding_model="m", ann="hnsw")
     with pytest.raises(InputError, match="needs FAISS"):
         add_ann(str(tmp_path), {"shards": []}, settings)
+
+
+def test_a_graph_of_other_vectors_is_refused(tmp_path) -> None:
+    import faiss
+
+    vectors = unit_rows(np.random.default_rng(1).standard_normal((50, 8))).astype(np.float32)
+    faiss.write_index(build_hnsw([DenseIndex([str(i) for i in range(50)], vectors)]), str(tmp_path / "g"))
+    shards = [{"folder": "s", "doc_offset": 0, "n": 50}]
+    dense = {"fingerprint": "model-1", "similarity": "dot_product", "shards": shards}
+    assert (
+        load_ann(tmp_path, {**dense, "ann": {"file": "g", "vectors_fingerprint": vectors_fingerprint(dense)}}).ntotal
+        == 50
+    )
+    other = {**dense, "fingerprint": "model-2"}  # the shards re-embedded by another model
+    with pytest.raises(ValueError, match="built from other vectors than its dense shards"):
+        load_ann(tmp_path, {**other, "ann": {"file": "g", "vectors_fingerprint": vectors_fingerprint(dense)}})

@@ -25,10 +25,9 @@ from jobs.bulk_qa.workers.retrieve import (
     set_row_hits,
 )
 from jobs.bulk_qa.workers.tables import JOINED, RETRIEVER_FIELDS
-from jobs.indexing.ann import load_ann
 from qa_core.embedding import SentenceEmbedder
 from qa_core.hardware import resolve_precision
-from qa_core.retrieval.ann import DEFAULT_EF_SEARCH, search_hnsw
+from qa_core.retrieval.ann import DEFAULT_EF_SEARCH, load_ann, search_hnsw
 from qa_core.retrieval.dense import DenseIndex, search_shards
 from qa_core.retrieval.fusion import fuse
 from qa_core.retrieval.index_io import DOC_IDS_FILE, HEADER_FILE
