@@ -4,7 +4,7 @@ Builds the BM25 index of a documents table once, for bulk QA runs to share (`pyt
     python -m jobs.index --documents D --output DIR [--bm25-algorithm BM25L] [--bm25-parameters '{k1: 1.2}'] \
         [--index-shards N | --index-shard-size PASSAGES] [--split-length WORDS] [--split-overlap WORDS] \
         [--retrieval dense|hybrid --embedding-model MODEL [--embedding-similarity cosine]] \
-        [--embedding-precision bf16] [--address RAY]
+        [--embedding-precision bf16] [--ann hnsw] [--address RAY]
 
 Or grows an index it built with more documents, as new shards, without reading its documents again:
 
@@ -40,7 +40,7 @@ from qa_core.retrieval.index_io import HEADER_FILE
 INDEX_OPTIONS = frozenset(
     {
         "bm25_algorithm", "bm25_parameters", "index_shards", "index_shard_size", "split_length", "split_overlap",
-        "retrieval", "embedding_model", "embedding_similarity", "embedding_precision",
+        "retrieval", "embedding_model", "embedding_similarity", "embedding_precision", "ann",
     }
 )  # fmt: skip
 # Where the build runs (the job's options of the same names).
@@ -100,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
             f"dimensions, {len(dense['shards'])} shards) in {dense['build_s']} s",
             flush=True,
         )
+        if "ann" in dense:
+            ann = dense["ann"]
+            print(f"jobs.index: HNSW index over {ann['vectors']} vectors in {ann['build_s']} s, recall@10 of exact "
+                  f"search {ann['recall@10']:.3f} ({ann['recall_queries']} of the passages' own vectors as queries, "
+                  f"efSearch {ann['ef_search']})", flush=True)  # fmt: skip
     return 0
 
 

@@ -16,6 +16,11 @@ instead (`jobs.bench.retrieval_quality`, its own options):
 
     .venv/bin/python -m jobs.bench.retrieval quality --model models/minilm-squad
 
+`dense` as the first argument measures exact dense search in fp32 and bf16 and the HNSW index instead
+(`jobs.bench.dense_search`, its own options):
+
+    .venv/bin/python -m jobs.bench.retrieval dense --vectors 1000000
+
     .venv/bin/python -m jobs.bench.retrieval --build both --passages 1000000 --shard-size 250000
 """
 
@@ -247,5 +252,9 @@ if __name__ == "__main__":
         from jobs.bench.retrieval_quality import main as quality
 
         quality(sys.argv[2:])
+    elif sys.argv[1:2] == ["dense"]:
+        from jobs.bench.dense_search import main as dense
+
+        dense(sys.argv[2:])
     else:
         main()

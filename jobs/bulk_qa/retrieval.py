@@ -188,6 +188,10 @@ def add_dense_index(
     dense = embed_index(
         _passages_dataset(documents, settings, engine), settings, location, record["documents"], engine, cluster
     )
+    if settings.ann is not None:
+        from jobs.indexing.ann import add_ann
+
+        dense["ann"] = add_ann(location, dense, settings)
     filesystem, inner = resolve_path(location)
     with filesystem.open_output_stream(f"{inner.rstrip('/')}/{BUILD_FILE}") as stream:
         stream.write(json.dumps({**record, "dense": dense}, indent=2, sort_keys=True).encode("utf-8"))
@@ -593,6 +597,8 @@ def retrieved_questions(
                 "join_mode": settings.join_mode,
                 "join_weights": settings.fusion_weights(),
                 "cpu_threads": int(cluster_cpus or 1),
+                "search_precision": settings.embedding_search_precision,
+                "ann_ef_search": settings.ann_ef_search,
                 "device": engine.reader_device(),
             },
             num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / 4),

@@ -23,7 +23,7 @@ from qa_core.document import Document
 from qa_core.embedding import EmbeddingModelConfig, SentenceEmbedder
 from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval import BM25Retriever, merge_top_k, split_documents
-from qa_core.retrieval.dense import DenseIndex
+from qa_core.retrieval.dense import SEARCH_PRECISIONS, DenseIndex, screening_error, search_shards, unit_rows
 from qa_core.retrieval.fusion import fuse
 from qa_core.retrieval.quality import retrieval_quality
 from qa_core.retrieval.topk import NO_POSITION
@@ -212,3 +212,46 @@ def test_retrieval_quality_equals_haystacks_recall_and_mrr_evaluators() -> None:
     found = [[HaystackDocument(id=i) for i in retrieved[q]] for q in asked]
     mrr = DocumentMRREvaluator(document_comparison_field="id").run(truths, found)["score"]
     assert (quality["mrr"], quality["questions"]) == (mrr, 4)
+
+
+def _clustered(n: int, dimension: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unit vectors around 20 centres (with five equal ones: ties) and 60 queries, near some of them."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((20, dimension))
+    vectors = centres[rng.integers(0, 20, n)] + 0.7 * rng.standard_normal((n, dimension))
+    vectors[10:14] = vectors[500]
+    vectors = unit_rows(vectors).astype(np.float32)
+    queries = vectors[rng.integers(0, n, 60)] + 0.2 * rng.standard_normal((60, dimension)).astype(np.float32)
+    queries[0] = vectors[500]  # its best five: the equal vectors, in corpus order
+    return vectors, queries.astype(np.float32)
+
+
+@pytest.mark.parametrize("similarity", ["dot_product", "cosine"])
+def test_search_in_both_precisions_equals_float64_brute_force(similarity: str) -> None:
+    vectors, queries = _clustered(20000, 64, seed=3)
+    exact_queries, exact_vectors = queries.astype(np.float64), vectors.astype(np.float64)
+    if similarity == "cosine":
+        exact_queries, exact_vectors = unit_rows(exact_queries), unit_rows(exact_vectors)
+    scores = exact_queries @ exact_vectors.T  # (queries, vectors)
+    expected = np.array([np.lexsort((np.arange(len(vectors)), -row))[:TOP_K] for row in scores])
+    bounds = [0, 7000, 16385, len(vectors)]  # shards of several screening blocks, cut off their boundaries
+    shards = [DenseIndex([str(i) for i in range(a, b)], vectors[a:b], a, similarity)
+              for a, b in zip(bounds[:-1], bounds[1:], strict=True)]  # fmt: skip
+    for precision in SEARCH_PRECISIONS:
+        positions, found = search_shards(shards, queries, TOP_K, precision)
+        np.testing.assert_array_equal(positions, expected)
+        np.testing.assert_allclose(found, np.take_along_axis(scores, expected, axis=1), rtol=0, atol=1e-12)
+        assert positions[0, :5].tolist() == [10, 11, 12, 13, 500]  # ties in corpus order
+
+
+def test_screening_error_bounds_the_screening_products() -> None:
+    import torch
+
+    vectors, queries = _clustered(3000, 384, seed=4)
+    exact = queries.astype(np.float64) @ vectors.astype(np.float64).T
+    norms = np.linalg.norm(queries.astype(np.float64), axis=1)[:, None]  # the vectors are unit rows
+    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        product = torch.mm(torch.from_numpy(queries).to(dtype), torch.from_numpy(vectors).to(dtype).T).double()
+        error = np.abs(product.numpy() - exact) / norms
+        assert error.max() <= screening_error(precision, 384)
+    assert screening_error("bf16", 384) == pytest.approx(3 * 2**-8, rel=0.01)  # about 0.0118 of |q| |v|

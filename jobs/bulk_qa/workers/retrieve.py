@@ -25,6 +25,7 @@ from jobs.bulk_qa.workers.passages import Passages
 from jobs.bulk_qa.workers.storage import resolve_path
 from jobs.bulk_qa.workers.tables import JOINED
 from qa_core.hardware import PRECISIONS
+from qa_core.retrieval.ann import ANN_KINDS, DEFAULT_EF_SEARCH
 from qa_core.retrieval.dense import DEFAULT_SIMILARITY, SIMILARITIES
 from qa_core.retrieval.fusion import DEFAULT_JOIN_MODE, JOIN_MODES
 from qa_core.retrieval.index import BM25Index
@@ -71,6 +72,13 @@ class RetrievalSettings(Settings):
     embedding_model: str | None = None  # sentence-transformers model (hub id or local folder) for dense and hybrid
     embedding_similarity: str = DEFAULT_SIMILARITY  # dot_product (InMemoryDocumentStore's default) or cosine
     embedding_precision: str = "fp32"  # the embedding model's: fp32, bf16, or auto (bf16 where fast)
+    # The exact search's screening product: fp32, bf16 or auto; the same hits and scores, bf16 faster on CPUs
+    # with native bf16 (qa_core.retrieval.dense), holding a bf16 copy of the vectors in the retrieval actor.
+    embedding_search_precision: str = "fp32"
+    # An approximate index (FAISS HNSW, the `ann` extra) built with the dense vectors; a run whose index holds one
+    # searches it instead of searching exactly (qa_core.retrieval.ann), keeping ann_ef_search candidates.
+    ann: str | None = None  # None (exact search only) or hnsw
+    ann_ef_search: int = DEFAULT_EF_SEARCH  # HNSW candidates kept per query while searching (FAISS's efSearch)
     join_mode: str = DEFAULT_JOIN_MODE  # hybrid: DocumentJoiner's join_mode (reciprocal_rank_fusion, ...)
     join_weights: dict[str, float] = field(default_factory=dict)  # hybrid: {bm25: w, dense: w}; empty: equal
 
@@ -113,10 +121,14 @@ class RetrievalSettings(Settings):
             problems.append(
                 f"embedding_similarity must be one of {', '.join(SIMILARITIES)}, not {self.embedding_similarity!r}"
             )
-        if self.embedding_precision not in PRECISIONS:
+        for name in ("embedding_precision", "embedding_search_precision"):
+            if getattr(self, name) not in PRECISIONS:
+                problems.append(f"{name} must be one of {', '.join(PRECISIONS)}, not {getattr(self, name)!r}")
+        if self.ann is not None and (self.ann not in ANN_KINDS or not self.dense):
             problems.append(
-                f"embedding_precision must be one of {', '.join(PRECISIONS)}, not {self.embedding_precision!r}"
+                f"ann must be one of {', '.join(ANN_KINDS)} with retrieval dense or hybrid, not {self.ann!r}"
             )
+        problems += at_least("ann_ef_search", self.ann_ef_search, 1)
         if self.join_mode not in JOIN_MODES:
             problems.append(f"join_mode must be one of {', '.join(JOIN_MODES)}, not {self.join_mode!r}")
         weights = self.join_weights
@@ -226,16 +238,7 @@ class RetrieveDocuments:
                 set_row_hits(hits, row, found_hits, self.passages is not None)
                 scores[row] = row_scores[: len(kept)].tolist()
                 carried[row] = kept
-        columns = {name: pa.array(values, RETRIEVED_SCHEMA.field(name).type) for name, values in hits.items()}
-        return pa.table(
-            {
-                "id": batch["id"],
-                "query": batch["query"],
-                "retrieval_scores": pa.array(scores, pa.list_(pa.float64())),
-                "retrieved_positions": pa.array(carried, pa.list_(pa.int64())),
-                **columns,
-            }
-        ).select(RETRIEVED_SCHEMA.names)
+        return retrieved_table(batch, scores, carried, hits)
 
     def _hit(self, position: int) -> Hit:
         """The document (or passage) of this index at corpus `position`."""
@@ -244,6 +247,30 @@ class RetrieveDocuments:
             return Hit(self.index.doc_ids[index])
         passages = self.passages
         return Hit(passages.source_ids[index], self.index.doc_ids[index], passages.starts[index], passages.ends[index])
+
+
+def retrieved_table(
+    batch: pa.Table,
+    scores: list[list[float] | None],
+    positions: list[list[int] | None],
+    hits: dict[str, list],
+    more: dict[str, pa.Array] | None = None,
+    schema: pa.Schema = RETRIEVED_SCHEMA,
+) -> pa.Table:
+    """
+    A retrieval stage's output: the batch's `id` and `query`, each row's hits' scores, corpus positions and
+    `HIT_COLUMNS` (null for the rows not retrieved for) and the stage's `more` columns, in `schema`'s order.
+    """
+    return pa.table(
+        {
+            "id": batch["id"],
+            "query": batch["query"],
+            "retrieval_scores": pa.array(scores, pa.list_(pa.float64())),
+            "retrieved_positions": pa.array(positions, pa.list_(pa.int64())),
+            **{name: pa.array(values, RETRIEVED_SCHEMA.field(name).type) for name, values in hits.items()},
+            **(more or {}),
+        }
+    ).select(schema.names)
 
 
 def asked_rows(queries: list[str | None], document_ids: list[list[str] | None]) -> list[int]:

@@ -20,15 +20,18 @@ from jobs.bulk_qa.workers.retrieve import (
     asked_rows,
     hit_columns,
     local_index_folder,
+    retrieved_table,
     row_hits,
     set_row_hits,
 )
 from jobs.bulk_qa.workers.tables import JOINED, RETRIEVER_FIELDS
 from qa_core.embedding import SentenceEmbedder
-from qa_core.retrieval.dense import DenseIndex
+from qa_core.hardware import resolve_precision
+from qa_core.retrieval.ann import DEFAULT_EF_SEARCH, load_ann, search_hnsw
+from qa_core.retrieval.dense import DenseIndex, search_shards
 from qa_core.retrieval.fusion import fuse
 from qa_core.retrieval.index_io import DOC_IDS_FILE, HEADER_FILE
-from qa_core.retrieval.topk import NO_POSITION, merge_top_k
+from qa_core.retrieval.topk import NO_POSITION
 
 RETRIEVER_COLUMNS = {field.name: field.type for field in RETRIEVER_FIELDS}
 DENSE_RETRIEVED_SCHEMA = pa.schema(
@@ -53,6 +56,8 @@ class RetrieveDense:
         join_mode: str,
         join_weights: list[float] | None,
         cpu_threads: int,
+        search_precision: str = "fp32",
+        ann_ef_search: int = DEFAULT_EF_SEARCH,
         device: str | None = None,
     ) -> None:
         """
@@ -63,7 +68,9 @@ class RetrieveDense:
         :param hybrid: Join the BM25 hits carried in the rows with the dense ones.
         :param join_mode: `DocumentJoiner`'s join mode.
         :param join_weights: Its weights, in `JOINED` order, or None.
-        :param cpu_threads: torch's threads on the CPU.
+        :param cpu_threads: torch's threads (the search's, and the model's on the CPU).
+        :param search_precision: The exact search's screening product (`fp32`, `bf16` or `auto`; the same hits).
+        :param ann_ef_search: HNSW's efSearch, where the index holds an HNSW graph (`dense.ann`): searched instead.
         :param device: Where the model runs; None: the GPU Ray assigned this actor, else the CPU.
         """
         import torch
@@ -72,8 +79,7 @@ class RetrieveDense:
             import ray
 
             device = "cuda:0" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
-        if device == "cpu":
-            torch.set_num_threads(max(1, cpu_threads))
+        torch.set_num_threads(max(1, cpu_threads))  # the search runs on the CPU, the model too without a GPU
         folder = local_index_folder(location)
         self.shards = [
             DenseIndex.load(folder / shard["folder"], mmap=True, similarity=dense["similarity"])
@@ -85,6 +91,9 @@ class RetrieveDense:
         self._check_bm25(folder, bm25_shards)
         self.embedder = SentenceEmbedder(dense["model"], precision=dense["precision"], device=device)
         self.embedder.warm_up()
+        self.search_precision = resolve_precision(search_precision, "cpu")
+        self.ann = load_ann(folder, dense) if "ann" in dense else None
+        self.ann_ef_search = ann_ef_search
         self.top_k = retriever_top_k
         self.hybrid = hybrid
         self.join_mode = join_mode
@@ -114,8 +123,11 @@ class RetrieveDense:
         own: dict[str, list] = {name: [None] * len(batch) for name in RETRIEVER_COLUMNS}
         if asked:
             vectors = self.embedder.embed([queries[row] for row in asked])
-            found_positions, found_scores = merge_top_k([shard.search(vectors, self.top_k) for shard in self.shards],
-                                                        self.top_k)  # fmt: skip
+            if self.ann is None:
+                found_positions, found_scores = search_shards(self.shards, vectors, self.top_k, self.search_precision)
+            else:
+                found_positions, found_scores = search_hnsw(self.ann, self.shards, vectors, self.top_k,
+                                                            self.ann_ef_search)  # fmt: skip
             for index, row in enumerate(asked):
                 kept = found_positions[index] != NO_POSITION
                 lists = {"dense": list(zip(found_positions[index][kept].tolist(), found_scores[index][kept].tolist(),
@@ -133,17 +145,8 @@ class RetrieveDense:
                     rank = {position: (rank, score) for rank, (position, score) in enumerate(retrieved, 1)}
                     own[f"{name}_scores"][row] = [rank[p][1] if p in rank else None for p in positions[row]]
                     own[f"{name}_ranks"][row] = [rank[p][0] if p in rank else None for p in positions[row]]
-        columns = {name: pa.array(values, RETRIEVED_SCHEMA.field(name).type) for name, values in hits.items()}
-        return pa.table(
-            {
-                "id": batch["id"],
-                "query": batch["query"],
-                "retrieval_scores": pa.array(scores, pa.list_(pa.float64())),
-                "retrieved_positions": pa.array(positions, pa.list_(pa.int64())),
-                **columns,
-                **{name: pa.array(values, RETRIEVER_COLUMNS[name]) for name, values in own.items()},
-            }
-        ).select(DENSE_RETRIEVED_SCHEMA.names)
+        more = {name: pa.array(values, RETRIEVER_COLUMNS[name]) for name, values in own.items()}
+        return retrieved_table(batch, scores, positions, hits, more, DENSE_RETRIEVED_SCHEMA)
 
     def _hit(self, position: int) -> Hit:
         """The document (or passage) at corpus `position`."""

@@ -27,6 +27,8 @@ VALUES: dict[str, Any] = {
     "retrieval": "hybrid",
     "embedding_similarity": "cosine",
     "embedding_precision": "bf16",
+    "embedding_search_precision": "bf16",
+    "ann": "hnsw",
     "join_mode": "distribution_based_rank_fusion",
     "join_weights": {"bm25": 1, "dense": 2},
 }
@@ -34,6 +36,7 @@ CHOICES = {"no_answer_source": ("haystack", "model"), "engine": ("auto", "ray")}
 COMPANIONS = {
     "split_overlap": {"split_length": 5},
     "retrieval": {"embedding_model": "m"},
+    "ann": {"retrieval": "dense", "embedding_model": "m"},
 }  # the options a field's other value needs beside it
 FIELDS = [(phase, name) for phase, settings in JobConfig().phases().items() for name in settings.types()]
 

@@ -128,13 +128,16 @@ def test_recall_and_mrr_against_relevant_document_ids(hybrid_output: Path) -> No
         assert 'data-metric="retrieval.mrr"' in report.read_text()
 
 
-def test_dense_retrieval_on_a_built_index_equals_haystacks_embedding_retriever(
+def test_dense_retrieval_on_a_built_index_with_hnsw_equals_haystacks_embedding_retriever(
     local_ray, corpus: dict, tiny_bert_model: Path
 ) -> None:
     index = corpus["root"] / "index"
     paths = corpus["paths"]
     assert index_command.main(["--documents", paths["documents"], "--output", str(index), "--retrieval", "dense",
-                               "--embedding-model", EMBEDDER]) == 0  # fmt: skip
+                               "--embedding-model", EMBEDDER, "--ann", "hnsw"]) == 0  # fmt: skip
+    ann = json.loads((index / BUILD_FILE).read_text())["dense"]["ann"]  # the run searches its HNSW graph
+    assert (ann["kind"], ann["vectors"], ann["recall@10"]) == ("hnsw", 8, 1.0)
+    assert (index / ann["file"]).is_file()
     output = corpus["root"] / "dense"
     status = run_job(
         "--questions", paths["questions"], "--documents", paths["documents"], "--output", output,
@@ -148,12 +151,12 @@ def test_dense_retrieval_on_a_built_index_equals_haystacks_embedding_retriever(
         assert row["retrieved_document_ids"] == [doc.id for doc in dense], key
         assert row["retrieval_scores"] == pytest.approx([doc.score for doc in dense], abs=1e-5), key
         assert row["dense_ranks"] == list(range(1, TOP_K + 1)) and row["bm25_ranks"] is None, key
-    # The run's own index, its vectors embedded in-process: the same hits.
+    # The run's own index, its vectors embedded in-process, searched with the bf16 screening: the same hits.
     own = corpus["root"] / "dense-own-index"
     status = run_job(
         "--questions", paths["questions"], "--documents", paths["documents"], "--output", own,
         "--model", tiny_bert_model, "--engine", "in-process", "--retrieval", "dense", "--embedding-model", EMBEDDER,
-        *READER,
+        "--embedding-search-precision", "bf16", *READER,
     )  # fmt: skip
     assert status == 0
     again = {row["question_id"]: row for row in read_output(own, "questions")}
