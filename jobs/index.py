@@ -34,6 +34,7 @@ from jobs.bulk_qa.inputs import DOCUMENTS, table_schema
 from jobs.bulk_qa.retrieval import BUILD_FILE, add_dense_index, add_documents_with_ray, build_index_with_ray
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+from jobs.ray_logs import RayLogFilter
 from qa_core.retrieval.index_io import HEADER_FILE
 
 # The retrieval settings an index is built with (the job's others only apply to searching it).
@@ -62,6 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
+    ray_logs = RayLogFilter()  # without --verbose, Ray's C++ log lines are kept out of stderr while Ray runs
+    try:
+        return _index(args, ray_logs)
+    finally:
+        ray_logs.stop()
+
+
+def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
+    """Builds or grows the index the parsed command line asks for; returns the exit status."""
     try:
         output = args.output or args.index
         phases = with_values({"retrieval": RetrievalSettings(), "run": RunSettings(output=output)}, vars(args))
@@ -78,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.add is None:
             _check_target(args.output)
         table_schema(args.add or args.documents, DOCUMENTS)
+        if not phases["run"].verbose:
+            ray_logs.start()  # before Ray starts: the driver's C++ log writes to stderr from its start
         cluster = start_ray(phases["run"])
         configure_ray_data(phases["run"])
         if args.add is None:
