@@ -260,37 +260,18 @@ def test_shards_weighed_again_for_a_grown_corpus_equal_shards_built_with_its_sta
     ]
     before = CorpusStatistics.merge(statistics for _, statistics in parts[:2])
     after = CorpusStatistics.merge(statistics for _, statistics in parts)
+
+    def weigh(shard: CountedShard, start: int, statistics: CorpusStatistics, corpus: CorpusStatistics):
+        """The shard (whose own statistics are `statistics`) weighed with the statistics of the `corpus`."""
+        doc_fingerprint, weights = fingerprint_hex(statistics.fingerprint), corpus.weights(algorithm, parameters)
+        return weigh_shard(shard, start, doc_fingerprint, weights, algorithm, parameters, tokenizer.regex)
+
     for (counted, statistics), start in zip(parts[:2], (0, 250), strict=True):
-        doc_fingerprint = fingerprint_hex(statistics.fingerprint)
-        shard, counts = weigh_shard(
-            counted,
-            start,
-            doc_fingerprint,
-            before.weights(algorithm, parameters),
-            algorithm,
-            parameters,
-            tokenizer.regex,
-        )
+        shard, counts = weigh(counted, start, statistics, before)
         shard.save(tmp_path)
         counts.save(tmp_path)
-        grown, _ = weigh_shard(
-            CountedShard.load(tmp_path),
-            start,
-            doc_fingerprint,
-            after.weights(algorithm, parameters),
-            algorithm,
-            parameters,
-            tokenizer.regex,
-        )
-        expected, _ = weigh_shard(
-            counted,
-            start,
-            doc_fingerprint,
-            after.weights(algorithm, parameters),
-            algorithm,
-            parameters,
-            tokenizer.regex,
-        )
+        grown, _ = weigh(CountedShard.load(tmp_path), start, statistics, after)  # again, from the saved folder
+        expected, _ = weigh(counted, start, statistics, after)
         _assert_same_shard(grown, expected)
     whole = build_sharded(ids, texts, n_shards=1, algorithm=algorithm)[0]
     assert whole.corpus == grown.corpus
