@@ -45,11 +45,18 @@ class RayEngine:
         filesystem, inner = resolve_path(path)
         return ray.data.read_parquet(inner, filesystem=filesystem, num_cpus=self.task_cpus).select_columns(columns)
 
-    def from_arrow(self, blocks: list[pa.Table]) -> Any:
-        """Tables in the driver's memory as a Ray Data dataset, a block each."""
+    def from_arrow(self, blocks: list[pa.Table], ordered: bool = False) -> Any:
+        """
+        Tables in the driver's memory as a Ray Data dataset, a block each. `ordered`: the dataset and those made
+        from it keep the blocks' order through every stage (a write names its files in that order), at the cost
+        of a stage's outputs waiting for the slower ones before them.
+        """
         import ray.data
 
-        return ray.data.from_arrow(blocks)
+        dataset = ray.data.from_arrow(blocks)
+        if ordered:
+            dataset.context.execution_options.preserve_order = True  # the dataset's own context, not the global one
+        return dataset
 
     def broadcast_documents(self, path: str) -> Any:
         """
@@ -178,8 +185,8 @@ class InProcessEngine:
         """A Parquet input's `columns`, read whole into this process."""
         return InProcessDataset.read_parquet(path, columns)
 
-    def from_arrow(self, blocks: list[pa.Table]) -> InProcessDataset:
-        """Tables in this process's memory as a dataset."""
+    def from_arrow(self, blocks: list[pa.Table], ordered: bool = False) -> InProcessDataset:
+        """Tables in this process's memory as a dataset (in order, whatever `ordered` says)."""
         return InProcessDataset(blocks)
 
     def broadcast_documents(self, path: str) -> pa.Table:

@@ -80,7 +80,9 @@ def ingest(
     )
     tasks = plan_tasks(folder, settings, max(1, math.floor(cpus / settings.cpus_per_task)))
     if tasks:
-        dataset = engine.from_arrow([pa.table({"path": paths}) for paths in tasks]).map_batches(
+        # ordered: the documents' files are named in the tasks' order, so the table lists the documents in the
+        # folder's order whatever task ends first (the corpus order, which breaks the retrieval's score ties)
+        dataset = engine.from_arrow([pa.table({"path": paths}) for paths in tasks], ordered=True).map_batches(
             convert_batch,
             fn_kwargs={"settings": stage},
             batch_size=None,  # a block is a task's files
