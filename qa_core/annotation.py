@@ -111,17 +111,18 @@ def check_spans(dataset: SquadDataset, predictions: Mapping[str, Prediction]) ->
 
 def with_silver_labels(dataset: SquadDataset, predictions: Mapping[str, Prediction]) -> SquadDataset:
     """
-    An unlabelled dataset labelled with its predictions (silver labels): an answered question gets its best span
-    as its answer, any other (refused, or not read) is impossible. The result is SQuAD v2.0. A labelled dataset
-    is returned as it is.
+    An unlabelled dataset labelled with its predictions (silver labels): an answered question gets as its answer
+    its first span whose text is the answer given (its best span, unless the answer came from another document
+    than its context), any other (refused, not read, or answered from elsewhere only) is impossible. The result is
+    SQuAD v2.0. A labelled dataset is returned as it is.
     """
     if dataset.has_gold:
         return dataset
     examples = []
     for example in dataset.examples:
         prediction = predictions[example.id]
-        answered = prediction.status == "answered" and bool(prediction.spans)
-        best = prediction.spans[0] if answered else None
+        answered = prediction.status == "answered"
+        best = next((span for span in prediction.spans if span.text == prediction.answer), None) if answered else None
         answers = [GoldAnswer(best.text, best.answer_start)] if best is not None else []
         examples.append(dataclasses.replace(example, answers=answers, is_impossible=not answers))
     return SquadDataset(examples=examples, version="2.0", has_gold=True, misaligned=list(dataset.misaligned))

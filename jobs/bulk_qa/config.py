@@ -37,9 +37,18 @@ class WorkSettings(Settings):
     replies: str | None = None  # optional generator replies Parquet: question_id, replies, meta
     shard_size: int = 1000  # questions per output shard (the unit of atomic commit and of resume)
     allow_misaligned_gold: bool = False  # SQuAD: report and leave out gold that misses its context
+    # SQuAD input (a SQuAD file, or questions with a `context` column) answered open-domain: the distinct contexts
+    # pooled into the corpus, every question retrieved for over all of them (--retrieval), its own context the gold
+    # document of the recall@k and MRR reported (jobs.bulk_qa.pooled_contexts); off: each reads its own context
+    pool_contexts: bool = False
 
     def problems(self) -> list[str]:
         required = [] if self.questions else ["--questions is required"]
+        if self.pool_contexts and self.documents:
+            required.append(
+                f"pool_contexts makes the corpus of the questions' contexts: leave out --documents "
+                f"{redact(self.documents)}"
+            )
         return required + at_least("shard_size", self.shard_size, 1)
 
 

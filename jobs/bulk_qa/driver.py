@@ -50,6 +50,12 @@ from jobs.bulk_qa.inputs import (
     table_schema,
 )
 from jobs.bulk_qa.output import OutputFolder
+from jobs.bulk_qa.pooled_contexts import (
+    PooledContexts,
+    load_pooled_contexts,
+    questions_schema,
+    write_pooled_contexts,
+)
 from jobs.bulk_qa.progress import Progress, RunStalled, StallWatch
 from jobs.bulk_qa.results import write_results
 from jobs.bulk_qa.retrieval import complete_index, needs_retrieval, prepare_index
@@ -66,6 +72,7 @@ from jobs.bulk_qa.waves import (
     task_cpus,
 )
 from jobs.bulk_qa.workers.explode import JOINED_DOCUMENT_COLUMNS
+from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError, redact
 from jobs.ingest.folder import InputFolder, files_folder
 from jobs.ingest.stage import DOCUMENTS_SCHEMA as INGESTED_DOCUMENTS_SCHEMA
@@ -144,10 +151,11 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     started = time.time()
     squad = load_squad_input(config.work.questions, config.work.allow_misaligned_gold)  # None unless a SQuAD file
     corpus = files_folder(config.work.documents) if config.work.documents else None  # None: a Parquet table
-    schemas = check_inputs(config, squad, corpus)
+    pooled = load_pooled_contexts(config.work, squad)  # --pool-contexts: the questions' contexts as the corpus
+    schemas = check_inputs(config, squad, corpus, pooled)
     n_questions = count_questions(config, squad)  # read once from the footers: every check before Ray uses it
     engine = choose_engine(config, squad, n_questions, corpus)
-    identity = run_identity(config, schemas)
+    identity = run_identity(config, schemas, pooled)
     output = OutputFolder(config.run.output)
     existing = output.check(identity, config.run.overwrite)  # refused before reading any input if it would be
     resuming = existing == identity and not config.run.overwrite
@@ -159,6 +167,10 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
             corpus, output.uri, config.ingest, config.cleaning, engine, cluster["cpus"], resuming
         )
         tables = dataclasses.replace(config, work=dataclasses.replace(config.work, documents=converted.documents))
+    elif pooled is not None:  # written into the claimed output folder, then read as any documents table
+        output.claim(identity, config.run.overwrite)
+        pooled_documents = write_pooled_contexts(output, pooled)
+        tables = dataclasses.replace(config, work=dataclasses.replace(config.work, documents=pooled_documents))
     # before Ray starts, when the id columns are small (a folder of files: once converted)
     ids = check_small_ids(tables, schemas, squad, engine, n_questions)
     index = None
@@ -171,7 +183,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: tasks sized for the smallest node
         engine = RayEngine(task_cpus=task_cpus(cluster, pool))
     inputs, expected = read_inputs(tables, schemas, squad, ids, engine)
-    if corpus is None:  # else claimed before the conversion
+    if corpus is None and pooled is None:  # else claimed before the conversion or the pooled corpus
         output.claim(identity, config.run.overwrite)
     if index is not None:
         # into the claimed output folder, so that a resumed run keeps it; dense vectors embedded on the engine
@@ -195,12 +207,16 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         manifest["index"] = index.record
     if converted is not None:
         manifest["ingestion"] = converted.record
+    if pooled is not None:
+        manifest["pooled_contexts"] = pooled.record()
     if inputs.documents is not None:
         manifest["documents_join"] = "partitioned" if inputs.document_table is None else "broadcast"
         manifest["document_parts"] = inputs.document_parts
         manifest["timings"]["document_parts_s"] = round(parts_s, 3) if partitioned else None
     if manifest["reconciled"]:
-        manifest.update(write_results(output, sorted(markers), squad, tables.work, config.refusal.no_answer_source))
+        manifest.update(
+            write_results(output, sorted(markers), squad, tables.work, config.refusal.no_answer_source, pooled)
+        )
         manifest["result_files"] += write_report(output, manifest)  # report.html; none without matplotlib
         output.write_manifest(manifest)
     report.print_summary(manifest, output)
@@ -218,21 +234,42 @@ class Schemas:
 
     @property
     def squad(self) -> bool:
-        """SQuAD-style questions carry their document in `context` instead of naming `document_ids`."""
+        """
+        SQuAD-style questions carry their document in `context` instead of naming `document_ids` (a
+        `--pool-contexts` run reads them without it: they are retrieved for).
+        """
         return is_squad_style(self.questions.names)
 
 
-def check_inputs(config: JobConfig, squad_input: SquadInput | None, corpus: InputFolder | None = None) -> Schemas:
+def check_inputs(
+    config: JobConfig,
+    squad_input: SquadInput | None,
+    corpus: InputFolder | None = None,
+    pooled: PooledContexts | None = None,
+) -> Schemas:
     """
     Checks every input table's schema and the model, before Ray starts (a SQuAD input is checked when read; a
-    `corpus`, the documents as a folder of files, is converted into the ingestion's documents table).
+    `corpus`, the documents as a folder of files, is converted into the ingestion's documents table; `pooled`,
+    the questions' contexts pooled by `--pool-contexts`, is the documents table, every question retrieved for).
     """
     work = config.work
     if squad_input is not None:
         questions = squad_input.table.schema
     else:
         questions = check_questions_schema(work.questions, bool(work.documents))
+    if pooled is not None:
+        check_model(config.model, DEFAULT_TOKEN)
+        replies = table_schema(work.replies, REPLIES) if work.replies else None
+        return Schemas(questions_schema(questions), pooled.documents.schema, replies, retrieval=True)
     squad = is_squad_style(questions.names)
+    retrieval = config.retrieval
+    if squad and (retrieval.retrieval != RetrievalSettings.retrieval or retrieval.index is not None):
+        given = f"--index {redact(retrieval.index)}" if retrieval.index else f"--retrieval {retrieval.retrieval}"
+        raise InputError(
+            f"{redact(work.questions)}: the questions carry their document in 'context' (SQuAD-style), so nothing "
+            f"is retrieved and {given} would not be used: add --pool-contexts to pool the contexts into the "
+            "corpus and retrieve every question's documents from it (recall@k and MRR reported), or leave it out."
+        )
     if squad and work.documents:
         raise InputError(
             f"{redact(work.questions)}: the questions carry their document in 'context' (SQuAD-style), so "
@@ -248,21 +285,21 @@ def check_inputs(config: JobConfig, squad_input: SquadInput | None, corpus: Inpu
     return Schemas(questions, documents, replies, retrieval)
 
 
-def run_identity(config: JobConfig, schemas: Schemas) -> dict[str, Any]:
+def run_identity(config: JobConfig, schemas: Schemas, pooled: PooledContexts | None = None) -> dict[str, Any]:
     """
-    What the output folder records to recognise a resumable run: the settings, the input files and the model's
-    files (see `qa_core.models.model_fingerprint`).
+    What the output folder records to recognise a resumable run: the settings, the input files, the model's
+    files (see `qa_core.models.model_fingerprint`) and, for a `--pool-contexts` run, the fingerprint of the corpus
+    it derives from its questions.
     """
     inputs = {
         "questions": config.work.questions,
         "replies": config.work.replies,
         "documents": None if schemas.squad else config.work.documents,
     }
-    return {
-        "config": config.identity(),
-        "inputs": {name: input_fingerprint(path) for name, path in inputs.items() if path},
-        "model": model_fingerprint(config.model),
-    }
+    fingerprints: dict[str, Any] = {name: input_fingerprint(path) for name, path in inputs.items() if path}
+    if pooled is not None:
+        fingerprints["pooled_contexts"] = pooled.fingerprint()
+    return {"config": config.identity(), "inputs": fingerprints, "model": model_fingerprint(config.model)}
 
 
 RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
@@ -468,7 +505,7 @@ def read_inputs(
     work = config.work
     listed = [name for name in ("context" if schemas.squad else "document_ids",) if name in schemas.questions.names]
     if squad is not None:
-        questions = engine.from_arrow(squad.blocks())
+        questions = engine.from_arrow(squad.blocks(schemas.questions.names))
     else:
         questions = engine.read_parquet(work.questions, ["id", "query", *listed])
     checks = [(QUESTIONS, work.questions, questions)]

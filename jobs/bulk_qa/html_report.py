@@ -13,6 +13,11 @@ questions table, `annotated.squad.json`, and with gold `evaluation/` (and `calib
 - the worst questions: with gold the lowest F1 first (ties: the most confident best span first), else the lowest
   best-span score first (ties by id), each with its context, its gold spans and its best span highlighted.
 
+A question's best span is its first span in the answers table, whichever document it was read in: the figures
+score what the run answered. The highlighted span is the best of those in the question's context in
+`annotated.squad.json`: the same span, except in a `--pool-contexts` run, where the best span may come from another
+retrieved document.
+
 The figures need matplotlib, the optional extra `report`; without it `write_report` writes nothing and says in
 one line how to get it.
 """
@@ -60,7 +65,7 @@ class AnnotatedQuestion:
     question: str
     context: str
     gold: list[tuple[int, str]]  # (answer_start, text) of each gold answer; empty without gold
-    best: tuple[int, str, float] | None  # the best predicted span's answer_start, text and score, refused or not
+    best: tuple[int, str, float] | None  # the best span in the context: answer_start, text and score, refused or not
 
 
 @dataclass(frozen=True)
@@ -122,11 +127,30 @@ def read_annotated(document: dict[str, Any], with_gold: bool) -> dict[str, Annot
     return found
 
 
-def gold_scores(evaluation: dict[str, list], annotated: dict[str, AnnotatedQuestion], version: str) -> GoldScores:
-    """The gold arrays from the `evaluation/` table's columns and the annotated questions, in one pass."""
+def read_best_spans(output: OutputFolder, shards: list[int]) -> dict[str, tuple[str, float]]:
+    """Each question's best span (its first answer that is not the no-answer one): its text and score."""
+    answers = output.read_shards("answers", shards, ["question_id", "rank", "answer", "score", "is_no_answer"])
+    columns = answers.to_pydict()
+    best: dict[str, tuple[int, str, float]] = {}
+    for qid, rank, text, score, no_answer in zip(*columns.values(), strict=True):
+        if not no_answer and (qid not in best or rank < best[qid][0]):
+            best[qid] = (rank, text, score)
+    return {qid: (text, score) for qid, (_, text, score) in best.items()}
+
+
+def gold_scores(
+    evaluation: dict[str, list],
+    annotated: dict[str, AnnotatedQuestion],
+    version: str,
+    best_spans: dict[str, tuple[str, float]],
+) -> GoldScores:
+    """
+    The gold arrays from the `evaluation/` table's columns, the annotated questions and each question's best span
+    (`read_best_spans`), in one pass.
+    """
     ids = evaluation["question_id"]
     questions = [annotated[qid] for qid in ids]
-    spans = {qid: q.best[1] if q.best else "" for qid, q in zip(ids, questions, strict=True)}
+    spans = {qid: best_spans[qid][0] if qid in best_spans else "" for qid in ids}
     gold = {qid: [text for _, text in q.gold] for qid, q in zip(ids, questions, strict=True)}
     exact_raw, f1_raw = get_raw_scores(gold, spans, version)
     return GoldScores(
@@ -136,7 +160,7 @@ def gold_scores(evaluation: dict[str, list], annotated: dict[str, AnnotatedQuest
         no_answer=np.array(evaluation["no_answer_probability"], dtype=np.float64),
         exact=np.array(evaluation["exact"], dtype=np.float64),
         f1=np.array(evaluation["f1"], dtype=np.float64),
-        best_score=np.array([q.best[2] if q.best else np.nan for q in questions], dtype=np.float64),
+        best_score=np.array([best_spans[qid][1] if qid in best_spans else np.nan for qid in ids], dtype=np.float64),
         best_exact=np.array([exact_raw[qid] for qid in ids], dtype=np.float64),
         best_f1=np.array([f1_raw[qid] for qid in ids], dtype=np.float64),
         has_span=np.array([bool(spans[qid]) for qid in ids], dtype=bool),
@@ -201,7 +225,8 @@ def render(output: OutputFolder, manifest: dict[str, Any], plots: ModuleType, wo
     questions = output.read_shards("questions", shards, ["question_id", "status", "best_answer"]).to_pydict()
     annotated = read_annotated(output.read_json("annotated.squad.json"), with_gold=metrics is not None)
     na_probs = output.read_json("na_probs.json")  # the run's no-answer source, 1.0 where nothing was read
-    best = {qid: q.best[2] for qid, q in annotated.items() if q.best is not None}
+    best_spans = read_best_spans(output, shards)
+    best = {qid: score for qid, (_, score) in best_spans.items()}
     by_status: dict[str, tuple[list[float], list[float]]] = {"answered": ([], []), "refused": ([], [])}
     for qid, status in zip(questions["question_id"], questions["status"], strict=True):
         if status in by_status:
@@ -223,16 +248,17 @@ def render(output: OutputFolder, manifest: dict[str, Any], plots: ModuleType, wo
     ]
     row_of = {qid: i for i, qid in enumerate(questions["question_id"])}
     if metrics is not None:
-        scores = gold_scores(output.read_result_table("evaluation").to_pydict(), annotated, manifest["gold"]["version"])
+        evaluation = output.read_result_table("evaluation").to_pydict()
+        scores = gold_scores(evaluation, annotated, manifest["gold"]["version"], best_spans)
         sections.append(_metrics(output.read_json("evaluation.json")))  # the official script's key order
         figures += _gold_figures(scores, manifest, output.read_json("calibration.json"), plots)
         order = worst_order(scores)[:worst]
-        rows = [_worst_row(scores.ids[i], annotated, questions, row_of, na_probs, scores, i) for i in order]
+        rows = [_worst_row(scores.ids[i], annotated, questions, row_of, na_probs, best, scores, i) for i in order]
     else:
         ranked = sorted(
-            (q.best[2], qid) for qid, q in annotated.items() if q.best is not None and qid in row_of
+            (best[qid], qid) for qid in annotated if qid in best and qid in row_of
         )  # lowest score first, ties by id
-        rows = [_worst_row(qid, annotated, questions, row_of, na_probs) for _, qid in ranked[:worst]]
+        rows = [_worst_row(qid, annotated, questions, row_of, na_probs, best) for _, qid in ranked[:worst]]
     sections.append("<h2>Scores</h2>\n" + "\n".join(_figure(png, caption) for png, caption in figures))
     sections.append(_worst_table(rows, metrics is not None))
     title = f"bulk-qa report: {output.shown}"
@@ -331,7 +357,7 @@ def _metrics(metrics: dict[str, Any]) -> str:
     rows = "".join(
         f'<tr data-metric="{html.escape(key)}"><td>{html.escape(key)}</td>'
         f'<td class="number">{_number(value)}</td></tr>\n'
-        for key, value in _flat(metrics)
+        for key, value in _flat({key: value for key, value in metrics.items() if key != "retrieval"})
     )
     return (
         "<h2>Evaluation</h2>\n<p>The official SQuAD script's metrics on predictions.json and na_probs.json "
@@ -346,8 +372,9 @@ def _retrieval_quality(quality: dict[str, Any]) -> str:
         for key, value in quality.items()
     )
     return (
-        "<h2>Retrieval</h2>\n<p>Recall and MRR of the retrieved documents against the questions' "
-        "relevant_document_ids (evaluation.json's retrieval).</p>\n"
+        "<h2>Retrieval</h2>\n<p>Recall and MRR of the retrieved documents against the questions' relevant "
+        "documents: their relevant_document_ids, or with --pool-contexts their own contexts (evaluation.json's "
+        "retrieval).</p>\n"
         f'<table class="metrics">\n<tr><th>metric</th><th>value</th></tr>\n{rows}</table>'
     )
 
@@ -381,6 +408,7 @@ def _worst_row(
     questions: dict[str, list],
     row_of: dict[str, int],
     na_probs: dict[str, float],
+    best_scores: dict[str, float],
     scores: GoldScores | None = None,
     index: int | None = None,
 ) -> str:
@@ -399,7 +427,7 @@ def _worst_row(
         ]
         golds = " | ".join(html.escape(text) for _, text in question.gold) or "<i>(no answer)</i>"
         cells.append(f"<td>{golds}</td>")
-    best = f"{question.best[2]:.4f}" if question.best else ""
+    best = f"{best_scores[qid]:.4f}" if qid in best_scores else ""
     cells += [
         f'<td class="number">{best}</td>',
         f'<td class="number">{na_probs[qid]:.4f}</td>',

@@ -31,11 +31,15 @@ RESULT_FILES = (
     "calibration.json",
 )
 
+# A --pool-contexts run's corpus (`jobs.bulk_qa.pooled_contexts`), inside its output folder.
+CONTEXTS_FOLDER = "_contexts"
+CONTEXTS_FILE = "documents.parquet"
+
 # What the job writes, in the order `clear` deletes it: the manifest first (the run is no longer complete) and the
 # identity last (a folder holding any of the others without `_job.json` is not the job's, and is never cleared).
 _OWN_NAMES = (
-    "manifest.json", *RESULT_FILES, *TABLES, "_shards", "_index", CORPUS_FOLDER, DOCUMENT_PARTS, PAIR_NOTES, "_tmp",
-    "_job.json",
+    "manifest.json", *RESULT_FILES, *TABLES, "_shards", "_index", CORPUS_FOLDER, CONTEXTS_FOLDER, DOCUMENT_PARTS,
+    PAIR_NOTES, "_tmp", "_job.json",
 )  # fmt: skip
 
 
@@ -118,6 +122,10 @@ class OutputFolder(ShardStore):
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         """Writes manifest.json, the sign that the run is complete."""
         self._write_bytes(json.dumps(manifest, indent=2, sort_keys=True, default=str).encode("utf-8"), "manifest.json")
+
+    def write_pooled_contexts(self, documents: pa.Table) -> None:
+        """Writes a --pool-contexts run's corpus (`CONTEXTS_FOLDER`/`CONTEXTS_FILE`), atomically."""
+        self._write_table(documents, CONTEXTS_FOLDER, CONTEXTS_FILE)
 
     def write_file(self, data: bytes, *parts: str) -> None:
         """Writes one of the run's result files (a name of `RESULT_FILES`, or a file in such a folder) atomically."""

@@ -107,8 +107,22 @@ def corpus_line(ingestion: dict[str, Any] | None) -> str:
     )
 
 
+def pooled_line(manifest: dict[str, Any]) -> str:
+    """The summary's line of a `--pool-contexts` run's corpus, or nothing."""
+    pooled = manifest.get("pooled_contexts")
+    if pooled is None:
+        return ""
+    return (
+        f"  corpus      {pooled['documents']} distinct contexts of {pooled['questions_with_context']} questions "
+        f"pooled, each question retrieved for by {manifest['config']['retrieval']}"
+    )
+
+
 def retrieval_line(quality: dict[str, Any] | None) -> str:
-    """The summary's line of the retrieval's recall and MRR against `relevant_document_ids`, or nothing."""
+    """
+    The summary's line of the retrieval's recall and MRR against its gold (`relevant_document_ids`, or with
+    `--pool-contexts` each question's own context), or nothing.
+    """
     if not quality or not quality.get("questions"):
         return ""
     recalls = ", ".join(f"{key} {value:.3f}" for key, value in quality.items() if key.startswith("recall@"))
@@ -133,6 +147,7 @@ def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
         f"  shards      {manifest['shards']['committed']}/{manifest['shards']['total']} committed"
         f" ({manifest['shards']['resumed']} from an earlier run)",
         corpus_line(manifest.get("ingestion")),
+        pooled_line(manifest),
         f"  tables      {output.table_path('answers')}, {output.table_path('questions')}"
         + (f", {output.table_path('generated_answers')}" if outputs["generated_answers"] else ""),
         f"  manifest    {output.table_path('manifest.json')}" if manifest["reconciled"] else "",

@@ -8,6 +8,12 @@ inputs), with gold answers `evaluation.json` (the official script's metrics) and
 For a SQuAD input the annotated dataset is the input dataset; for Parquet questions and documents it is a SQuAD
 v2.0 dataset built from them: each question with, as its context, the document of its best span (else its first
 document with content), and only the spans in that document. Questions with no such document are left out.
+
+Retrieval quality (recall@k and MRR of the retrieved documents, `qa_core.retrieval.quality`) is reported in
+`evaluation.json`'s `retrieval` when there is gold for it: a questions table's `relevant_document_ids`, or with
+`--pool-contexts` (`jobs.bulk_qa.pooled_contexts`) each question's own context. A pooled run's official metrics
+score its end-to-end answers (retrieval, then reading), whichever document they come from; its annotated dataset
+and Label Studio tasks keep each question's own context, with the spans found in it.
 """
 
 import dataclasses
@@ -22,6 +28,7 @@ import pyarrow.parquet as pq
 from jobs.bulk_qa.config import WorkSettings
 from jobs.bulk_qa.inputs import is_squad_style
 from jobs.bulk_qa.output import OutputFolder
+from jobs.bulk_qa.pooled_contexts import PooledContexts
 from jobs.bulk_qa.squad_input import SquadInput
 from jobs.bulk_qa.workers.storage import parquet_dataset
 from qa_core.annotation import (
@@ -34,6 +41,7 @@ from qa_core.annotation import (
     label_studio_tasks,
     squad_predictions,
 )
+from qa_core.document import Document
 from qa_core.evaluation import (
     apply_no_ans_threshold,
     evaluate,
@@ -101,14 +109,20 @@ def read_predictions(
 
 
 def write_results(
-    output: OutputFolder, shards: list[int], squad: SquadInput | None, work: WorkSettings, no_answer_source: str
+    output: OutputFolder,
+    shards: list[int],
+    squad: SquadInput | None,
+    work: WorkSettings,
+    no_answer_source: str,
+    pooled: PooledContexts | None = None,
 ) -> dict[str, Any]:
     """
     Writes the run's result files (see the module's documentation); `na_probs.json` holds the no-answer scores of
     `no_answer_source`.
 
+    :param pooled: The corpus of a `--pool-contexts` run: each question's own context is its relevant document.
     :returns: What the manifest records of them: the files written, with gold the dataset's summary and the
-        official metrics (`evaluation`).
+        official metrics (`evaluation`), with gold for retrieval its recall and MRR (`retrieval_quality`).
     """
     predictions, span_documents, no_answer = read_predictions(output, shards, no_answer_source)
     answers, na_probs = squad_predictions(predictions)
@@ -116,6 +130,9 @@ def write_results(
     output.write_file(_json(na_probs), "na_probs.json")
     written = ["predictions.json", "na_probs.json"]
     results: dict[str, Any] = {}
+    # A SQuAD input read closed names its contexts: nothing is retrieved.
+    quality = retrieval_gold_quality(output, shards, work, pooled) if squad is None or pooled is not None else None
+    metrics: dict[str, Any] = {}
     if squad is not None:
         dataset = squad.dataset
         results["gold"] = squad.gold_summary()
@@ -125,19 +142,21 @@ def write_results(
                 **scored["metrics"],
                 "no_answer_sources": compare_no_answer_sources(dataset, predictions, no_answer),
             }
-            output.write_file(_json(metrics, indent=2), "evaluation.json")
             output.write_file(
                 _parquet(_evaluation_table(dataset, answers, na_probs, scored)), "evaluation", "part-00000.parquet"
             )
-            written += ["evaluation.json", "evaluation/"]
-            results["evaluation"] = metrics
+            written.append("evaluation/")
+            results["evaluation"] = dict(metrics)
+        if pooled is not None:  # the annotated files show each question's own context
+            predictions = own_context_predictions(dataset, predictions, span_documents)
     else:
-        dataset, predictions = dataset_from_tables(work, predictions, span_documents)
-        quality = retrieval_gold_quality(output, shards, work)
-        if quality is not None:
-            output.write_file(_json({"retrieval": quality}, indent=2), "evaluation.json")
-            written.append("evaluation.json")
-            results["retrieval_quality"] = quality
+        dataset, predictions = dataset_from_tables(work, predictions, span_documents, pooled is not None)
+    if quality is not None:
+        metrics["retrieval"] = quality
+        results["retrieval_quality"] = quality
+    if metrics:
+        output.write_file(_json(metrics, indent=2), "evaluation.json")
+        written.append("evaluation.json")
     output.write_file(_json(annotated_squad_json(dataset, predictions)), "annotated.squad.json")
     output.write_file(_json(label_studio_tasks(dataset, predictions)), "label_studio.json")
     output.write_file(LABEL_STUDIO_CONFIG.encode("utf-8"), "label_studio.xml")
@@ -190,16 +209,21 @@ def _evaluation_table(
 RELEVANT_COLUMN = "relevant_document_ids"  # gold for retrieval in a questions table: each question's relevant documents
 
 
-def retrieval_gold_quality(output: OutputFolder, shards: list[int], work: WorkSettings) -> dict[str, Any] | None:
+def retrieval_gold_quality(
+    output: OutputFolder, shards: list[int], work: WorkSettings, pooled: PooledContexts | None = None
+) -> dict[str, Any] | None:
     """
-    The retrieval's recall@k and MRR (`qa_core.retrieval.quality`) over the questions retrieved for, when the
-    questions table (Parquet; SQuAD input names its contexts, so nothing is retrieved) has a `relevant_document_ids`
-    column (list of document ids); None without one.
+    The retrieval's recall@k and MRR (`qa_core.retrieval.quality`) over the questions retrieved for, against
+    gold: with `pooled` (a `--pool-contexts` run) each question's own context, else the questions table's
+    `relevant_document_ids` column (list of document ids); None without either.
     """
-    if RELEVANT_COLUMN not in parquet_dataset(work.questions).schema.names:
+    if pooled is not None:
+        relevant = pooled.relevant
+    elif not is_relevant_table(work.questions):
         return None
-    gold = parquet_dataset(work.questions).to_table(columns=["id", RELEVANT_COLUMN]).to_pydict()
-    relevant = {qid: ids for qid, ids in zip(gold["id"], gold[RELEVANT_COLUMN], strict=True) if ids}
+    else:
+        gold = parquet_dataset(work.questions).to_table(columns=["id", RELEVANT_COLUMN]).to_pydict()
+        relevant = {qid: ids for qid, ids in zip(gold["id"], gold[RELEVANT_COLUMN], strict=True) if ids}
     questions = output.read_shards("questions", shards, ["question_id", "retrieved_document_ids"]).to_pydict()
     retrieved = {
         qid: ids
@@ -209,12 +233,39 @@ def retrieval_gold_quality(output: OutputFolder, shards: list[int], work: WorkSe
     return retrieval_quality(retrieved, relevant)
 
 
+def is_relevant_table(questions: str) -> bool:
+    """Whether a Parquet questions table has gold for retrieval (a `relevant_document_ids` column)."""
+    return RELEVANT_COLUMN in parquet_dataset(questions).schema.names
+
+
+def own_context_predictions(
+    dataset: SquadDataset, predictions: dict[str, Prediction], span_documents: dict[str, list[str]]
+) -> dict[str, Prediction]:
+    """
+    A `--pool-contexts` run's predictions with only the spans found in each question's own context (a span of
+    another retrieved document does not index it).
+    """
+    kept = {}
+    for example in dataset.examples:
+        own = Document(content=example.context).id
+        prediction = predictions[example.id]
+        spans = [
+            span for span, key in zip(prediction.spans, span_documents.get(example.id, []), strict=True) if key == own
+        ]
+        kept[example.id] = dataclasses.replace(prediction, spans=spans)
+    return kept
+
+
 def dataset_from_tables(
-    work: WorkSettings, predictions: dict[str, Prediction], span_documents: dict[str, list[str]]
+    work: WorkSettings,
+    predictions: dict[str, Prediction],
+    span_documents: dict[str, list[str]],
+    pooled: bool = False,
 ) -> tuple[SquadDataset, dict[str, Prediction]]:
     """
     An unlabelled SQuAD v2.0 dataset from the run's Parquet questions (with a `context` column, or with documents),
-    and the predictions with only the spans in each question's context (see the module's documentation).
+    and the predictions with only the spans in each question's context (see the module's documentation; with
+    `pooled`, a `--pool-contexts` run, the spans of other retrieved documents are left out).
     """
     names = parquet_dataset(work.questions).schema.names
     with_context = is_squad_style(names)
@@ -223,7 +274,11 @@ def dataset_from_tables(
     questions = parquet_dataset(work.questions).to_table(columns=columns).to_pydict()
     if with_context:
         contexts = dict(zip(questions["id"], questions["context"], strict=True))
-        chosen = {qid: (None, context) for qid, context in contexts.items() if context}
+        chosen = {
+            qid: (Document(content=context).id if pooled else None, context)
+            for qid, context in contexts.items()
+            if context
+        }
     else:
         listed = questions.get("document_ids", [None] * len(questions["id"]))
         candidates = {

@@ -34,9 +34,13 @@ class SquadInput:
     dataset: SquadDataset
     table: pa.Table  # QUESTIONS_TABLE_SCHEMA: the dataset's ids, questions and contexts, in dataset order
 
-    def blocks(self) -> list[pa.Table]:
-        """The questions table in blocks of `ROWS_PER_BLOCK` rows, as the run's dataset is made of them."""
-        return [self.table.slice(start, ROWS_PER_BLOCK) for start in range(0, self.table.num_rows, ROWS_PER_BLOCK)]
+    def blocks(self, columns: list[str]) -> list[pa.Table]:
+        """
+        The questions table's `columns` (`context` left out by a `--pool-contexts` run) in blocks of
+        `ROWS_PER_BLOCK` rows, as the run's dataset is made of them.
+        """
+        table = self.table.select(columns)
+        return [table.slice(start, ROWS_PER_BLOCK) for start in range(0, table.num_rows, ROWS_PER_BLOCK)]
 
     def gold_summary(self) -> dict[str, Any]:
         """What the manifest records of the dataset: version, whether it has gold, misaligned answers left out."""
