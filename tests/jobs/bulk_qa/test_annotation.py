@@ -21,7 +21,7 @@ from jobs.bulk_qa.workers.tables import QUESTIONS_SCHEMA
 from qa_core import Document, ExtractiveReader
 from qa_core.evaluation import evaluate, fit_calibration_factor, get_raw_scores
 from qa_core.squad import read_squad
-from tests.jobs.conftest import by_question, read_output, run_job
+from tests.jobs.conftest import assert_same_outputs, by_question, read_output, run_job
 from tests.qa_core.reference import squad_v2_official
 
 SAMPLE = Path("data/sample/squad_sample.json")
@@ -251,3 +251,34 @@ def test_unlabelled_jsonl_input_gets_silver_labels(local_ray, tiny_bert_model: P
             assert [a.text for a in example.answers] == [row["best_answer"]] and not example.is_impossible
         else:
             assert example.answers == [] and example.is_impossible
+
+
+def test_pooled_contexts_on_ray_answer_as_in_process_and_label_only_answers_from_their_context(
+    local_ray, tiny_bert_model: Path, tmp_path: Path
+) -> None:
+    rows = [{"id": e.id, "title": e.title, "question": e.question, "context": e.context}
+            for e in read_squad(SAMPLE).examples]  # fmt: skip
+    questions = tmp_path / "unlabelled.jsonl"
+    questions.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    args = ["--questions", questions, "--model", tiny_bert_model, "--pool-contexts", *FLAGS]
+    assert run_job(*args, "--output", tmp_path / "ray", "--engine", "ray") == 0
+    assert run_job(*args, "--output", tmp_path / "local", "--engine", "in-process") == 0
+    assert_same_outputs(tmp_path / "ray", tmp_path / "local", ("questions", "answers"))
+    output = tmp_path / "ray"
+    assert load(output, "manifest.json")["index"]["documents"] == len({row["context"] for row in rows})
+    assert load(output, "evaluation.json")["retrieval"]["questions"] == len(rows)  # gold for retrieval only
+    best = {}
+    for answer in sorted(read_output(output, "answers"), key=lambda answer: answer["rank"]):
+        if not answer["is_no_answer"]:
+            best.setdefault(answer["question_id"], answer)
+    statuses = {row["question_id"]: row for row in read_output(output, "questions")}
+    labelled = {"own": 0, "elsewhere": 0}
+    for example in read_squad(output / "annotated.squad.json").examples:  # silver labels
+        row = statuses[example.id]
+        own = row["status"] == "answered" and best[example.id]["document_id"] == Document(content=example.context).id
+        if own:
+            assert [a.text for a in example.answers] == [row["best_answer"]], example.id
+        elif row["status"] == "answered" and row["best_answer"] not in example.context:
+            assert example.is_impossible, example.id
+        labelled["own" if own else "elsewhere"] += row["status"] == "answered"
+    assert labelled["own"] and labelled["elsewhere"]
