@@ -6,7 +6,7 @@ Reads the run's `predictions.json` and `na_probs.json` and its committed tables 
 its score), and writes into OUT (or `--to DIR`):
 - `evaluation.json`: the official SQuAD v2.0 script's metrics on `predictions.json` / `na_probs.json`
   (v1.1 gold is scored as v1.1), and under `no_answer_sources` how each no-answer source (haystack, model)
-  refuses at its best threshold;
+  refuses at its best threshold, and the run's own `retrieval` quality where it reported one;
 - `refusal.yaml`: `refusal_threshold`, the threshold that maximises F1 when each question's best span is given
   unless its no-answer probability is above the official `best_f1_thresh` (the job refuses at no-answer >= its
   threshold, so the file holds the next float up). Pass it with `--config refusal.yaml`, or the printed
@@ -157,7 +157,10 @@ def evaluate_run(run: str, gold: str, allow_misaligned_gold: bool, to: str) -> d
         raise InputError(f"{gold}: {len(missing)} gold question(s) are not in the run: {missing[:20]}.")
     summary = tune(squad.dataset, predictions, answers, na_probs, manifest["config"]["calibration_factor"], no_answer)
     target = OutputFolder(to)
-    target.write_file(json.dumps(summary["metrics"], indent=2).encode("utf-8"), "evaluation.json")
+    # The run's retrieval quality (against relevant_document_ids, or with --pool-contexts the questions' own
+    # contexts) is the run's, not the gold file's: kept as the run wrote it.
+    retrieval = {"retrieval": manifest["retrieval_quality"]} if manifest.get("retrieval_quality") else {}
+    target.write_file(json.dumps({**summary["metrics"], **retrieval}, indent=2).encode("utf-8"), "evaluation.json")
     target.write_file(refusal_yaml(summary["refusal"], run, gold).encode("utf-8"), "refusal.yaml")
     target.write_file(json.dumps(summary["calibration"], indent=2).encode("utf-8"), "calibration.json")
     return summary

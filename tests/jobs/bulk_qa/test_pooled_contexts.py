@@ -16,6 +16,7 @@ from haystack import Document as HaystackDocument
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
+from jobs import evaluate as evaluate_cli
 from jobs.bulk_qa.output import CONTEXTS_FILE, CONTEXTS_FOLDER
 from jobs.bulk_qa.pooled_contexts import pool_contexts
 from qa_core import Document
@@ -206,3 +207,12 @@ def test_a_context_table_with_document_ids_too_is_refused(tmp_path: Path, tiny_b
                      "--pool-contexts")  # fmt: skip
     assert status == 2
     assert "has both 'document_ids' and 'context'" in capsys.readouterr().err
+
+
+def test_evaluate_command_keeps_the_runs_retrieval_quality(output: Path, tmp_path: Path) -> None:
+    assert evaluate_cli.main([str(output), "--gold", str(SAMPLE), "--to", str(tmp_path)]) == 0
+    written = load(tmp_path, "evaluation.json")
+    assert written["retrieval"] == load(output, "evaluation.json")["retrieval"]
+    assert {key: written[key] for key in ("exact", "f1")} == {
+        key: load(output, "evaluation.json")[key] for key in ("exact", "f1")
+    }
