@@ -37,10 +37,9 @@ class WorkSettings(Settings):
     replies: str | None = None  # optional generator replies Parquet: question_id, replies, meta
     shard_size: int = 1000  # questions per output shard (the unit of atomic commit and of resume)
     allow_misaligned_gold: bool = False  # SQuAD: report and leave out gold that misses its context
-    # SQuAD input (a SQuAD file, or questions with a `context` column) answered open-domain: the distinct contexts
-    # pooled into the corpus, every question retrieved for over all of them (--retrieval), its own context the gold
-    # document of the recall@k and MRR reported (jobs.bulk_qa.pooled_contexts); off: each reads its own context
-    pool_contexts: bool = False
+    # SQuAD input (a SQuAD file, or questions with a `context` column) answered open-domain
+    # (jobs.bulk_qa.pooled_contexts); off: each question reads its own context
+    pool_contexts: bool = False  # pool the distinct contexts as the corpus, retrieve for all (recall@k, MRR reported)
 
     def problems(self) -> list[str]:
         required = [] if self.questions else ["--questions is required"]

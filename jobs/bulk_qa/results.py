@@ -219,7 +219,7 @@ def retrieval_gold_quality(
     """
     if pooled is not None:
         relevant = pooled.relevant
-    elif not is_relevant_table(work.questions):
+    elif RELEVANT_COLUMN not in parquet_dataset(work.questions).schema.names:
         return None
     else:
         gold = parquet_dataset(work.questions).to_table(columns=["id", RELEVANT_COLUMN]).to_pydict()
@@ -231,11 +231,6 @@ def retrieval_gold_quality(
         if ids is not None
     }
     return retrieval_quality(retrieved, relevant)
-
-
-def is_relevant_table(questions: str) -> bool:
-    """Whether a Parquet questions table has gold for retrieval (a `relevant_document_ids` column)."""
-    return RELEVANT_COLUMN in parquet_dataset(questions).schema.names
 
 
 def own_context_predictions(
