@@ -16,7 +16,7 @@ questions table, `annotated.squad.json`, and with gold `evaluation/` (and `calib
 A question's best span is its first span in the answers table, whichever document it was read in: the figures
 score what the run answered. The highlighted span is the best of those in the question's context in
 `annotated.squad.json`: the same span, except in a `--pool-contexts` run, where the best span may come from another
-retrieved document.
+retrieved document; the worst questions then also give the rank at which their own context was retrieved.
 
 The figures need matplotlib, the optional extra `report`; without it `write_report` writes nothing and says in
 one line how to get it.
@@ -33,6 +33,7 @@ import numpy as np
 
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.workers.tables import QUESTION_STATUSES
+from qa_core.document import Document
 from qa_core.evaluation import expected_calibration_error, find_all_best_thresh, get_raw_scores
 
 REPORT_FILE = "report.html"
@@ -136,6 +137,22 @@ def read_best_spans(output: OutputFolder, shards: list[int]) -> dict[str, tuple[
         if not no_answer and (qid not in best or rank < best[qid][0]):
             best[qid] = (rank, text, score)
     return {qid: (text, score) for qid, (_, text, score) in best.items()}
+
+
+def own_context_ranks(
+    output: OutputFolder, shards: list[int], annotated: dict[str, AnnotatedQuestion]
+) -> dict[str, int | None]:
+    """
+    A `--pool-contexts` run's rank (from 1) of each question's own context among its retrieved documents (None
+    when not retrieved), its id derived from its text as the run derives it.
+    """
+    questions = output.read_shards("questions", shards, ["question_id", "retrieved_document_ids"]).to_pydict()
+    ranks = {}
+    for qid, retrieved in zip(questions["question_id"], questions["retrieved_document_ids"], strict=True):
+        if qid in annotated:
+            own, found = Document(content=annotated[qid].context).id, retrieved or []
+            ranks[qid] = found.index(own) + 1 if own in found else None
+    return ranks
 
 
 def gold_scores(
@@ -247,20 +264,28 @@ def render(output: OutputFolder, manifest: dict[str, Any], plots: ModuleType, wo
         )
     ]
     row_of = {qid: i for i, qid in enumerate(questions["question_id"])}
+    # a --pool-contexts run: where each question's own context was retrieved
+    ranks = own_context_ranks(output, shards, annotated) if manifest.get("pooled_contexts") else None
     if metrics is not None:
         evaluation = output.read_result_table("evaluation").to_pydict()
         scores = gold_scores(evaluation, annotated, manifest["gold"]["version"], best_spans)
         sections.append(_metrics(output.read_json("evaluation.json")))  # the official script's key order
         figures += _gold_figures(scores, manifest, output.read_json("calibration.json"), plots)
         order = worst_order(scores)[:worst]
-        rows = [_worst_row(scores.ids[i], annotated, questions, row_of, na_probs, best, scores, i) for i in order]
+        rows = [
+            _worst_row(scores.ids[i], annotated, questions, row_of, na_probs, best, scores, i, context_ranks=ranks)
+            for i in order
+        ]
     else:
         ranked = sorted(
             (best[qid], qid) for qid in annotated if qid in best and qid in row_of
         )  # lowest score first, ties by id
-        rows = [_worst_row(qid, annotated, questions, row_of, na_probs, best) for _, qid in ranked[:worst]]
+        rows = [
+            _worst_row(qid, annotated, questions, row_of, na_probs, best, context_ranks=ranks)
+            for _, qid in ranked[:worst]
+        ]
     sections.append("<h2>Scores</h2>\n" + "\n".join(_figure(png, caption) for png, caption in figures))
-    sections.append(_worst_table(rows, metrics is not None))
+    sections.append(_worst_table(rows, metrics is not None, ranks is not None))
     title = f"bulk-qa report: {output.shown}"
     config = manifest["config"]
     return (
@@ -411,6 +436,7 @@ def _worst_row(
     best_scores: dict[str, float],
     scores: GoldScores | None = None,
     index: int | None = None,
+    context_ranks: dict[str, int | None] | None = None,
 ) -> str:
     question = annotated[qid]
     row = row_of[qid]
@@ -433,6 +459,9 @@ def _worst_row(
         f'<td class="number">{na_probs[qid]:.4f}</td>',
         f"<td>{html.escape(answer) if answer is not None else '<i>(no answer)</i>'}</td>",
     ]
+    if context_ranks is not None:
+        rank = context_ranks.get(qid)
+        cells.append(f'<td class="number">{rank if rank is not None else "not retrieved"}</td>')
     context = highlight(question.context, question.gold, question.best)
     return (
         f'<tr data-id="{html.escape(qid)}">{"".join(cells)}</tr>\n'
@@ -440,11 +469,12 @@ def _worst_row(
     )
 
 
-def _worst_table(rows: list[str], with_gold: bool) -> str:
+def _worst_table(rows: list[str], with_gold: bool, with_context_ranks: bool) -> str:
     gold_heads = "<th>F1</th><th>EM</th><th>gold</th>" if with_gold else ""
+    rank_head = "<th>own context's retrieval rank</th>" if with_context_ranks else ""
     heads = (
         f"<tr><th>question id</th><th>question</th><th>status</th>{gold_heads}<th>best span score</th>"
-        "<th>no-answer probability</th><th>answer given</th></tr>"
+        f"<th>no-answer probability</th><th>answer given</th>{rank_head}</tr>"
     )
     order = (
         "lowest F1 first (ties: the most confident best span first)" if with_gold else "lowest best-span score first"

@@ -6,6 +6,7 @@ end-to-end answers, annotated files in each question's own context, resume and r
 """
 
 import json
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -109,7 +110,12 @@ def test_recall_and_mrr_against_each_questions_own_context(output: Path) -> None
     assert load(output, "manifest.json")["retrieval_quality"] == quality
     report = output / "report.html"
     if report.exists():  # matplotlib installed
-        assert f'data-metric="retrieval.mrr"><td>mrr</td><td class="number">{quality["mrr"]:.4f}' in report.read_text()
+        text = report.read_text()
+        assert f'data-metric="retrieval.mrr"><td>mrr</td><td class="number">{quality["mrr"]:.4f}' in text
+        rows = dict(re.findall(r'<tr data-id="([^"]+)">(.*?)</tr>', text))  # the worst questions: all 12
+        assert {qid: re.findall(r"<td[^>]*>([^<]*)</td>", row)[-1] for qid, row in rows.items()} == {
+            qid: str(rank) if rank is not None else "not retrieved" for qid, rank in ranks.items()
+        }
 
 
 def test_official_metrics_score_the_end_to_end_answers(output: Path) -> None:
