@@ -193,10 +193,10 @@ class DenseIndex:
         The float64 scores of `queries[i]` (float64, unit rows for cosine) with this index's row `rows[i]`, for
         each `i`: dot products of the float32 values, as Haystack computes them from the vectors' float lists.
         """
-        vectors = np.asarray(self.vectors[rows], np.float64)  # (len(rows), dimension)
+        vectors = np.asarray(self.vectors)[rows]  # (len(rows), dimension); a memory map's plain view indexes faster
         if self.similarity == "cosine":
-            vectors = unit_rows(vectors)
-        return np.einsum("ij,ij->i", queries, vectors)
+            vectors = unit_rows(np.asarray(vectors, np.float64))
+        return np.einsum("ij,ij->i", queries, vectors, dtype=np.float64)  # float32 rows taken as float64
 
     def rotation(self) -> Rotation:
         """The principal axes of this index's first `ROWS_PER_PRODUCT` vectors (unit rows for cosine), kept."""
