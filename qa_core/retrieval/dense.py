@@ -15,9 +15,9 @@ query `q` and a vector `v` this "reduced" dot product `q1 . v1 + |q2| |v2|` is a
 on the trailing coordinates), and it costs 161 multiplications instead of 384 at dimension 384 (the leading axes
 hold most of an embedding model's vectors' length, so the bound is tight for most pairs). A matrix product of the
 queries with a block of reduced vectors in the search precision (`fp32`, or `bf16` where the CPU multiplies bfloat16
-natively) gives these bounds within a proven error (`screening_error`); only the vectors whose screened bound
-reaches, within that error, the k-th best exact score found so far (or, before k are known, the k-th best of the
-block's own k best bounds, rescored) are rescored exactly, as float64 dot products of the float32 vectors (as
+natively) gives these bounds within a proven error (`screening_error`, plus the float32 rotation's `Rotation.slack`); only
+the vectors whose screened bound reaches, within that error, the k-th best exact score found so far (before k hits
+are known: the least exact score of the k vectors of the first block's best bounds) are rescored exactly, as float64 dot products of the float32 vectors (as
 Haystack scores them), and merged into the running top k. So both precisions return the same hits and the same
 scores; bf16 only makes the screening product about twice as fast. The reduced vectors are kept in memory after
 the first search (in bf16 161 x 2 bytes per vector at dimension 384, in fp32 twice that).
@@ -218,8 +218,6 @@ class DenseIndex:
         cached = self._blocks.get((start, precision))
         if cached is not None and cached[0] is rotation:
             return cached[1], cached[2]
-        import torch
-
         vectors = self._rows(start)
         reduced = rotation.reduce(vectors)
         # The largest length of a row, reduced or not (they differ by roundoff), rounded up.
@@ -309,10 +307,10 @@ def search_shards(
     reduced = rotation.reduce(exact)
     screened = reduced.to(_torch_dtype(precision))
     lengths = np.linalg.norm(exact, axis=1)
-    # Per unit of a vector's length: the screening product's error (the reduced query is about as long as the query,
-    # a reduced vector as long as the vector) and the rotation's slack.
-    error = (screening_error(precision, reduced.shape[1]) * np.linalg.norm(reduced.double().numpy(), axis=1) * (1 + 1e-12)
-             + rotation.slack * lengths)  # fmt: skip
+    # Per unit of a vector's length (`largest` of a block bounds it and its reduced row's): the screening product's
+    # error, for the reduced query's length rounded up, and the rotation's slack.
+    reduced_lengths = np.linalg.norm(reduced.double().numpy(), axis=1) * (1 + 1e-12)
+    error = screening_error(precision, reduced.shape[1]) * reduced_lengths + rotation.slack * lengths
     best = (np.full((len(exact), k), NO_POSITION, np.int64), np.full((len(exact), k), NO_SCORE, np.float64))
     # A lower bound on each query's k-th best exact score, from k vectors rescored before k hits are known.
     known = np.full(len(exact), NO_SCORE)
