@@ -8,19 +8,20 @@ A dense shard is a folder: `vectors.npy` (float32 `(n, dimension)`, memory-mappe
 (`doc_offset`: the corpus position of its first vector, `n`, `dimension`, `similarity`, the ids). Shards are
 contiguous ranges of corpus positions; `search_shards` searches several as one corpus.
 
-The search screens, then rescores (`search_shards`). The vectors and the queries are rotated onto the principal
-axes of the first shard's vectors (`Rotation`, an orthogonal basis: dot products are unchanged), and each is
-screened by its leading `screen_dimensions(dimension)` coordinates plus one more, the length of the rest: for a
-query `q` and a vector `v` this "reduced" dot product `q1 . v1 + |q2| |v2|` is at least `q . v` (Cauchy-Schwarz
-on the trailing coordinates), and it costs 161 multiplications instead of 384 at dimension 384 (the leading axes
-hold most of an embedding model's vectors' length, so the bound is tight for most pairs). A matrix product of the
-queries with a block of reduced vectors in the search precision (`fp32`, or `bf16` where the CPU multiplies bfloat16
-natively) gives these bounds within a proven error (`screening_error`, plus the float32 rotation's `Rotation.slack`); only
-the vectors whose screened bound reaches, within that error, the k-th best exact score found so far (before k hits
-are known: the least exact score of the k vectors of the first block's best bounds) are rescored exactly, as float64 dot products of the float32 vectors (as
-Haystack scores them), and merged into the running top k. So both precisions return the same hits and the same
-scores; bf16 only makes the screening product about twice as fast. The reduced vectors are kept in memory after
-the first search (in bf16 161 x 2 bytes per vector at dimension 384, in fp32 twice that).
+The search screens, then rescores (`search_shards`). The vectors and the queries are rotated onto the principal axes
+of the first shard's vectors (`Rotation`, an orthogonal basis: dot products are unchanged), and each is screened by
+its leading `screen_dimensions(dimension)` coordinates plus one more, the length of the rest: for a query `q` and a
+vector `v` this "reduced" dot product `q1 . v1 + |q2| |v2|` is at least `q . v` (Cauchy-Schwarz on the trailing
+coordinates), and it costs 161 multiplications instead of 384 at dimension 384 (the leading axes hold most of an
+embedding model's vectors' length, so the bound is tight for most pairs). A matrix product of the queries with a
+block of reduced vectors in the search precision (`fp32`, or `bf16` where the CPU multiplies bfloat16 natively)
+gives these bounds within a proven error (`screening_error`, plus the float32 rotation's `Rotation.slack`); only the
+vectors whose screened bound reaches, within that error, the k-th best exact score found so far (before k hits are
+known: the least exact score of the k vectors of the first block's best bounds) are rescored exactly, as float64 dot
+products of the float32 vectors (as Haystack scores them), and merged into the running top k. So both precisions
+return the same hits and the same scores; bf16 only makes the screening product about twice as fast. The reduced
+vectors are kept in memory after the first search (in bf16 161 x 2 bytes per vector at dimension 384, in fp32 twice
+that).
 """
 
 import json
