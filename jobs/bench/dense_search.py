@@ -85,8 +85,8 @@ def job_shards(vectors: np.ndarray) -> list[DenseIndex]:
 
 def exact_search(shards: list[DenseIndex], queries: np.ndarray, precision: str) -> dict[str, Any]:
     """
-    Searches the queries in batches of `QUERIES_PER_BATCH` after one small warm-up search (which makes a bf16
-    search's bfloat16 copy of the vectors, timed apart).
+    Searches the queries in batches of `QUERIES_PER_BATCH` after one small warm-up search (which makes the
+    screen's reduced copy of the vectors in the precision, timed apart).
 
     :returns: positions, scores, queries/s and the warm-up's seconds.
     """

@@ -8,17 +8,23 @@ A dense shard is a folder: `vectors.npy` (float32 `(n, dimension)`, memory-mappe
 (`doc_offset`: the corpus position of its first vector, `n`, `dimension`, `similarity`, the ids). Shards are
 contiguous ranges of corpus positions; `search_shards` searches several as one corpus.
 
-The search screens, then rescores (`search_shards`): a matrix product of the queries with a block of vectors in
-the search precision (`fp32`, or `bf16` where the CPU multiplies bfloat16 natively) gives approximate scores, each
-within a proven bound of the exact one (`screening_error`); only the vectors whose approximate score could still
-place them in a query's top k (within twice the bound of the block's k-th best, and within the bound of the k-th
-best exact score found so far) are rescored exactly, as float64 dot products of the float32 vectors (as Haystack
-scores them), and merged into the running top k. So both precisions return the same hits and the same scores; bf16
-only makes the screening product about twice as fast (and keeps a bfloat16 copy of the vectors in memory).
+The search screens, then rescores (`search_shards`). The vectors and the queries are rotated onto the principal axes
+of the first shard's vectors (`Rotation`, an orthogonal basis: dot products are unchanged), and each is screened by
+its leading `screen_dimensions(dimension)` coordinates plus one more, the length of the rest: for a query `q` and a
+vector `v` this "reduced" dot product `q1 . v1 + |q2| |v2|` is at least `q . v` (Cauchy-Schwarz on the trailing
+coordinates), and it costs 161 multiplications instead of 384 at dimension 384 (the leading axes hold most of an
+embedding model's vectors' length, so the bound is tight for most pairs). A matrix product of the queries with a
+block of reduced vectors in the search precision (`fp32`, or `bf16` where the CPU multiplies bfloat16 natively)
+gives these bounds within a proven error (`screening_error`, plus the float32 rotation's `Rotation.slack`); only the
+vectors whose screened bound reaches, within that error, the k-th best exact score found so far (before k hits are
+known: the least exact score of the k vectors of the first block's best bounds) are rescored exactly, as float64 dot
+products of the float32 vectors (as Haystack scores them), and merged into the running top k. So both precisions
+return the same hits and the same scores; bf16 only makes the screening product about twice as fast. The reduced
+vectors are kept in memory after the first search (in bf16 161 x 2 bytes per vector at dimension 384, in fp32 twice
+that).
 """
 
 import json
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +42,10 @@ DEFAULT_SIMILARITY = "dot_product"  # InMemoryDocumentStore's default
 SEARCH_PRECISIONS = ("fp32", "bf16")  # the screening product's precision (the hits and scores are the same)
 # Vectors screened per matrix product: a 256-query score block of 8 MiB stays in the CPU's cache.
 ROWS_PER_PRODUCT = 8192
+# The share of the rotated coordinates the screen multiplies (160 of 384): measured on all-MiniLM-L6-v2-like vectors
+# (jobs/bench/dense_search.py), the leading 160 axes hold all but about 5% of a vector's squared length, and 0.03% of
+# (query, vector) pairs pass the screen; 128 axes let 0.1% pass, 96 axes 0.75%.
+SCREEN_SHARE = 5 / 12
 _FP32_ROUNDOFF = 2.0**-24  # unit roundoff of float32 (24 significant bits)
 _BF16_ROUNDOFF = 2.0**-8  # of bfloat16 (8 significant bits)
 
@@ -60,22 +70,74 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
 
 def screening_error(precision: str, dimension: int) -> float:
     """
-    A bound `c` on the screening product's error: `|approximate - exact| <= c * |q| * |v|` for a query `q` and a
-    vector `v` of `dimension` float32 entries, where exact is their dot product.
+    A bound `c` on the screening product's error: `|approximate - exact| <= c * |q| * |v|` for float64 vectors
+    `q` and `v` of `dimension` entries, rounded to the precision and multiplied in it, where exact is their dot
+    product.
 
-    float32: the product's sum of `dimension` terms, in any order, errs by at most `gamma_d = d u / (1 - d u)`
+    Both inputs are rounded to the precision's `u` (each term off by at most `2u + u^2` of its magnitude); the
+    product's sum of `dimension` terms, in float32 in any order, errs by at most `gamma_d = d u32 / (1 - d u32)`
     times the sum of the terms' magnitudes (Higham, Accuracy and Stability of Numerical Algorithms, 3.1), which is
-    at most `|q| |v|` (Cauchy-Schwarz); twice that bounds it safely. bfloat16: both inputs rounded to 8 bits
-    (each term off by at most `2u + u^2` of its magnitude), the terms summed in float32 as above, the result
-    rounded to bfloat16 (`u` of its magnitude, itself at most `(1 + 2u + u^2 + 2 gamma_d) |q| |v|`).
+    at most `(1 + 2u + u^2) |q| |v|` (Cauchy-Schwarz), `2 d u32` bounding `gamma_d` safely; bfloat16 rounds the
+    result once more (`u` of its magnitude).
     """
     check_search_precision(precision)
     accumulation = 2 * dimension * _FP32_ROUNDOFF
-    if precision == "fp32":
-        return accumulation
-    u = _BF16_ROUNDOFF
+    u = _FP32_ROUNDOFF if precision == "fp32" else _BF16_ROUNDOFF
     inputs = 2 * u + u * u
-    return inputs + accumulation * (1 + inputs) + u * (1 + inputs + accumulation)
+    error = inputs + accumulation * (1 + inputs)
+    return error if precision == "fp32" else error + u * (1 + inputs + accumulation)
+
+
+def screen_dimensions(dimension: int) -> int:
+    """How many leading rotated coordinates the screen multiplies (`SCREEN_SHARE` of them, at least one)."""
+    return max(1, min(dimension, round(dimension * SCREEN_SHARE)))
+
+
+@dataclass(frozen=True, eq=False)
+class Rotation:
+    """
+    An orthogonal basis that the screen reduces vectors in: the principal axes of a sample of vectors, largest
+    first (the eigenvectors of their second moment, so a vector's length concentrates in the leading coordinates).
+
+    :param axes: `(dimension, dimension)` float64, orthonormal columns.
+    :param slack: A bound `s` on how far the reduced dot product can fall below the true one through the rotation's
+        roundoff (it runs in float32): `q . v <= reduced(q) . reduced(v) + s |q| |v|`.
+    """
+
+    axes: np.ndarray
+    slack: float
+
+    @classmethod
+    def of(cls, sample: np.ndarray) -> "Rotation":
+        """
+        The principal axes of `sample` (`(n, dimension)` vectors).
+
+        The slack: a rotated vector's error is at most `e |x|`, with `e` the float64 axes' departure from
+        orthonormality (`|A^T A - I|`, Frobenius) plus their rounding to float32 and the float32 product's error
+        (`sqrt(d) (u32 + gamma_d)` with `gamma_d <= 2 d u32`) plus the input's rounding to float32 (and, for cosine,
+        its scaling to unit length: `4 u32` for both); a dot product of two rotated vectors is then off by at
+        most `(2e + e^2) |q| |v|`, less than `3e |q| |v|`.
+        """
+        sample = np.asarray(sample, np.float64)
+        _, axes = np.linalg.eigh(sample.T @ sample)
+        axes = np.ascontiguousarray(axes[:, ::-1])
+        dimension = axes.shape[0]
+        departure = float(np.linalg.norm(axes.T @ axes - np.eye(dimension)))
+        rotated = departure + np.sqrt(dimension) * (1 + 2 * dimension) * _FP32_ROUNDOFF + 4 * _FP32_ROUNDOFF
+        return cls(axes.astype(np.float32), 3 * rotated)
+
+    def reduce(self, vectors: np.ndarray) -> Any:
+        """
+        `(n, screen_dimensions(d) + 1)` float32 torch tensor: each vector's leading rotated coordinates and the
+        length of the rest (rounded up), so that the reduced dot product of a query and a vector bounds theirs from
+        above (less the slack).
+        """
+        import torch
+
+        rotated = torch.mm(torch.from_numpy(np.asarray(vectors, np.float32)), torch.from_numpy(self.axes))
+        leading = screen_dimensions(self.axes.shape[0])
+        rest = torch.linalg.vector_norm(rotated[:, leading:].double(), dim=1, keepdim=True) * (1 + 2 * _FP32_ROUNDOFF)
+        return torch.cat([rotated[:, :leading], rest.float()], dim=1)
 
 
 @dataclass
@@ -99,9 +161,10 @@ class DenseIndex:
     vectors: np.ndarray
     doc_offset: int = 0
     similarity: str = DEFAULT_SIMILARITY
-    # Per block of `ROWS_PER_PRODUCT` rows (by first row and precision): what the screening multiplies (a bfloat16
-    # copy is kept, a float32 block of dot products is a view of `vectors`) and the block's largest row norm.
-    _blocks: dict[tuple[int, str], tuple[Any, float]] = field(default_factory=dict, init=False, repr=False)
+    # Per block of `ROWS_PER_PRODUCT` rows (by first row and precision): the rotation the block was reduced in, its
+    # reduced rows as the screening multiplies them, and the block's largest row norm.
+    _blocks: dict[tuple[int, str], tuple[Rotation, Any, float]] = field(default_factory=dict, init=False, repr=False)
+    _rotation: Rotation | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_similarity(self.similarity)
@@ -131,32 +194,39 @@ class DenseIndex:
         The float64 scores of `queries[i]` (float64, unit rows for cosine) with this index's row `rows[i]`, for
         each `i`: dot products of the float32 values, as Haystack computes them from the vectors' float lists.
         """
-        vectors = np.asarray(self.vectors[rows], np.float64)  # (len(rows), dimension)
+        vectors = np.asarray(self.vectors)[rows]  # (len(rows), dimension); a memory map's plain view indexes faster
         if self.similarity == "cosine":
-            vectors = unit_rows(vectors)
-        return np.einsum("ij,ij->i", queries, vectors)
+            vectors = unit_rows(np.asarray(vectors, np.float64))
+        return np.einsum("ij,ij->i", queries, vectors, dtype=np.float64)  # float32 rows taken as float64
 
-    def screening_block(self, start: int, precision: str) -> tuple[Any, float]:
+    def rotation(self) -> Rotation:
+        """The principal axes of this index's first `ROWS_PER_PRODUCT` vectors (unit rows for cosine), kept."""
+        if self._rotation is None:
+            self._rotation = Rotation.of(self._rows(0))
+        return self._rotation
+
+    def _rows(self, start: int) -> np.ndarray:
+        """The rows `start:start + ROWS_PER_PRODUCT` as float32, unit rows for cosine."""
+        vectors = np.array(self.vectors[start : start + ROWS_PER_PRODUCT], np.float32)  # a copy: torch writes
+        return unit_rows(vectors).astype(np.float32) if self.similarity == "cosine" else vectors
+
+    def screening_block(self, start: int, precision: str, rotation: Rotation) -> tuple[Any, float]:
         """
-        The rows `start:start + ROWS_PER_PRODUCT` as the screening multiplies them (a torch tensor: float32, or a
-        bfloat16 copy; unit rows for cosine, a float32 copy) and their largest norm, kept after the first search: a
-        bfloat16 search holds half the vectors' size in memory, a cosine one their size.
+        The rows `start:start + ROWS_PER_PRODUCT` as the screening multiplies them, reduced in `rotation`
+        (`Rotation.reduce`, a torch tensor in the precision), and their largest norm, kept after the first search
+        in that rotation.
         """
         cached = self._blocks.get((start, precision))
-        if cached is not None:
-            return cached
-        import torch
-
-        vectors = self.vectors[start : start + ROWS_PER_PRODUCT]
-        if self.similarity == "cosine":
-            vectors = unit_rows(np.asarray(vectors, np.float32)).astype(np.float32)
-        largest = float(np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64).max(initial=0.0)))
-        with warnings.catch_warnings():  # a read-only memory map: the tensor is only read
-            warnings.simplefilter("ignore", UserWarning)
-            tensor = torch.from_numpy(np.asarray(vectors, np.float32))
-        if precision == "bf16":
-            tensor = tensor.to(torch.bfloat16)
-        self._blocks[(start, precision)] = (tensor, largest)
+        if cached is not None and cached[0] is rotation:
+            return cached[1], cached[2]
+        vectors = self._rows(start)
+        reduced = rotation.reduce(vectors)
+        # The largest length of a row, reduced or not (they differ by roundoff), rounded up.
+        squares = max(np.einsum("ij,ij->i", rows, rows, dtype=np.float64).max(initial=0.0)
+                      for rows in (vectors, reduced.numpy()))  # fmt: skip
+        largest = float(np.sqrt(squares)) * (1 + 1e-12)
+        tensor = reduced.to(_torch_dtype(precision))
+        self._blocks[(start, precision)] = (rotation, tensor, largest)
         return tensor, largest
 
     def save(self, folder: str | Path, record: dict[str, Any] | None = None) -> None:
@@ -232,48 +302,66 @@ def search_shards(
         raise ValueError(f"Query vectors of shape {exact.shape} for an index of dimension {dimension}.")
     if shards and shards[0].similarity == "cosine":
         exact = unit_rows(exact)
-    screened = torch.from_numpy(exact.astype(np.float32))
-    if precision == "bf16":
-        screened = screened.to(torch.bfloat16)
-    error = screening_error(precision, dimension) * np.linalg.norm(exact, axis=1)  # (queries,) per unit of |v|
+    if not shards:
+        return np.full((len(exact), k), NO_POSITION, np.int64), np.full((len(exact), k), NO_SCORE, np.float64)
+    rotation = shards[0].rotation()
+    reduced = rotation.reduce(exact)
+    screened = reduced.to(_torch_dtype(precision))
+    lengths = np.linalg.norm(exact, axis=1)
+    # Per unit of a vector's length (`largest` of a block bounds it and its reduced row's): the screening product's
+    # error, for the reduced query's length rounded up, and the rotation's slack.
+    reduced_lengths = np.linalg.norm(reduced.double().numpy(), axis=1) * (1 + 1e-12)
+    error = screening_error(precision, reduced.shape[1]) * reduced_lengths + rotation.slack * lengths
     best = (np.full((len(exact), k), NO_POSITION, np.int64), np.full((len(exact), k), NO_SCORE, np.float64))
+    # A lower bound on each query's k-th best exact score, from k vectors rescored before k hits are known.
+    known = np.full(len(exact), NO_SCORE)
     for shard in shards:
         for start in range(0, len(shard.ids), ROWS_PER_PRODUCT):
-            vectors, largest = shard.screening_block(start, precision)
-            approximate = torch.mm(screened, vectors.T)  # (queries, block rows)
-            bound = error * largest
-            # A vector of a query's top k scores at least the k-th best exact score found so far (the last column
-            # of best) less the bound, and at least the block's own k-th best less the bound twice: the latter
-            # (a top-k pass over the block) is only worth its cost while fewer than k hits are known.
-            floor = best[1][:, -1] - bound
-            if not np.isfinite(floor).all():
-                kth = torch.topk(approximate, min(k, vectors.shape[0]), dim=1).values[:, -1].double().numpy()
-                floor = np.maximum(floor, kth - 2 * bound)
-            # Rounding the floor to nearest cannot pass a representable score at or above it.
-            floor = torch.from_numpy(floor).to(approximate.dtype)
-            rows, columns = _at_or_above(approximate, floor)
+            vectors, largest = shard.screening_block(start, precision, rotation)
+            bounds = torch.mm(screened, vectors.T)  # (queries, block rows): upper bounds of the scores, screened
+            if not np.isfinite(known).all() and vectors.shape[0] >= k:
+                # The exact scores of the k vectors of best bounds: the k-th best of all is at least their least.
+                columns = torch.topk(bounds, k, dim=1).indices.numpy() + start
+                rows = np.repeat(np.arange(len(exact)), k)
+                seeds = shard.exact_scores(exact[rows], columns.ravel()).reshape(len(exact), k).min(axis=1)
+                known = np.maximum(known, seeds)
+            # A vector of a query's top k scores at least the k-th best known, so its screened bound at least that
+            # less the error. Rounding the floor to nearest cannot pass a representable bound at or above it.
+            floor = np.maximum(best[1][:, -1], known) - error * largest
+            rows, columns = _at_or_above(bounds, torch.from_numpy(floor).to(bounds.dtype))
             columns = columns + start
             found = _by_query(rows, columns + shard.doc_offset, shard.exact_scores(exact[rows], columns), len(exact))
             best = merge_top_k([best, found], k)
     return best
 
 
+def _torch_dtype(precision: str) -> Any:
+    """The torch dtype the screening multiplies in."""
+    import torch
+
+    return torch.float32 if precision == "fp32" else torch.bfloat16
+
+
 def _at_or_above(scores: Any, floor: Any) -> tuple[np.ndarray, np.ndarray]:
     """
-    The (row, column) of every score at or above its row's floor, row-major. Rows whose largest score is below
-    the floor (most of them, once good hits are known) are not compared again.
+    The (row, column) of every score at or above its row's floor, row-major, found by numpy (its comparison and
+    `flatnonzero` run many times faster than torch's elementwise bfloat16 work and `nonzero` on the CPU).
 
-    :param scores: `(rows, columns)` torch tensor.
+    Above positive floors, the scores are compared as the integers of their bits (int16 for bfloat16, int32 for
+    float32): those of non-negative numbers order as the numbers, those of negative ones (the sign bit set) are
+    negative, below every positive floor's; a NaN's lie above, and it is rescored. Other floors compare as floats.
+
+    :param scores: `(rows, columns)` torch tensor, bfloat16 or float32.
     :param floor: `(rows,)` torch tensor of the same dtype.
     """
     import torch
 
-    asked = torch.nonzero(scores.amax(dim=1) >= floor).flatten()  # (rows with a score at or above their floor,)
-    if len(asked) >= len(scores) // 2:  # comparing all rows costs less than copying these
-        rows, columns = torch.nonzero(scores >= floor[:, None], as_tuple=True)
-        return rows.numpy(), columns.numpy()
-    rows, columns = torch.nonzero(scores[asked] >= floor[asked][:, None], as_tuple=True)
-    return asked.numpy()[rows.numpy()], columns.numpy()
+    if bool((floor > 0).all()):
+        bits = torch.int16 if scores.dtype == torch.bfloat16 else torch.int32
+        mask = scores.view(bits).numpy() >= floor.view(bits).numpy()[:, None]
+    else:
+        mask = (scores >= floor[:, None]).numpy()
+    return np.divmod(np.flatnonzero(mask), scores.shape[1])
 
 
 def _by_query(rows: np.ndarray, positions: np.ndarray, scores: np.ndarray, n_queries: int) -> tuple[np.ndarray, ...]:

@@ -23,7 +23,15 @@ from qa_core.document import Document
 from qa_core.embedding import EmbeddingModelConfig, SentenceEmbedder
 from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval import BM25Retriever, merge_top_k, split_documents
-from qa_core.retrieval.dense import SEARCH_PRECISIONS, DenseIndex, screening_error, search_shards, unit_rows
+from qa_core.retrieval.dense import (
+    SEARCH_PRECISIONS,
+    DenseIndex,
+    Rotation,
+    screen_dimensions,
+    screening_error,
+    search_shards,
+    unit_rows,
+)
 from qa_core.retrieval.fusion import fuse
 from qa_core.retrieval.quality import retrieval_quality
 from qa_core.retrieval.topk import NO_POSITION
@@ -255,3 +263,28 @@ def test_screening_error_bounds_the_screening_products() -> None:
         error = np.abs(product.numpy() - exact) / norms
         assert error.max() <= screening_error(precision, 384)
     assert screening_error("bf16", 384) == pytest.approx(3 * 2**-8, rel=0.01)  # about 0.0118 of |q| |v|
+
+
+def test_reduced_dot_products_bound_the_exact_ones_from_above() -> None:
+    vectors, queries = _clustered(3000, 384, seed=5)
+    rotation = Rotation.of(vectors)
+    reduced = rotation.reduce(queries).double().numpy() @ rotation.reduce(vectors).double().numpy().T
+    exact = queries.astype(np.float64) @ vectors.astype(np.float64).T
+    norms = np.linalg.norm(queries.astype(np.float64), axis=1)[:, None]  # the vectors are unit rows
+    assert screen_dimensions(384) == 160
+    assert (exact - reduced <= rotation.slack * norms).all()
+    assert rotation.slack < screening_error("bf16", 161) / 4  # the float32 rotation costs the bound little
+
+
+def test_search_with_negative_scores_equals_float64_brute_force() -> None:
+    # Every score is negative: the candidates are found by comparing floats, not their bits.
+    rng = np.random.default_rng(6)
+    vectors = (rng.standard_normal((9000, 48)) + 4.0).astype(np.float32)
+    queries = (rng.standard_normal((20, 48)) - 4.0).astype(np.float32)
+    scores = queries.astype(np.float64) @ vectors.astype(np.float64).T
+    assert scores.max() < 0
+    expected = np.array([np.lexsort((np.arange(len(vectors)), -row))[:TOP_K] for row in scores])
+    for precision in SEARCH_PRECISIONS:
+        positions, found = DenseIndex([str(i) for i in range(len(vectors))], vectors).search(queries, TOP_K, precision)
+        np.testing.assert_array_equal(positions, expected)
+        np.testing.assert_allclose(found, np.take_along_axis(scores, expected, axis=1), rtol=0, atol=1e-12)
