@@ -5,6 +5,7 @@ import sys
 import numpy as np
 import pytest
 
+from jobs.bulk_qa.engines import InProcessEngine
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError
 from jobs.indexing.ann import add_ann
@@ -44,7 +45,7 @@ def test_without_faiss_the_approximate_index_is_refused_clearly(monkeypatch: pyt
         require_faiss()
     settings = RetrievalSettings(retrieval="dense", embedding_model="m", ann="hnsw")
     with pytest.raises(InputError, match="needs FAISS"):
-        add_ann(str(tmp_path), {"shards": []}, settings)
+        add_ann(str(tmp_path), {"shards": []}, settings, InProcessEngine())
 
 
 def test_a_graph_of_other_vectors_is_refused(tmp_path) -> None:
