@@ -157,7 +157,8 @@ def complete_index(
     Once the output folder is claimed: saves an index the run built in memory into it (`plan.location`) and drops
     it from the driver, or builds a pending one there by Ray (`build_index_with_ray`); for dense or hybrid
     retrieval, embeds its passages there too (`jobs.indexing.embed`) unless the index holds their vectors by the
-    run's embedding model (kept from the run this one resumes).
+    run's embedding model (kept from the run this one resumes), and builds its HNSW graph where one is asked for or
+    recorded but missing (`jobs.indexing.ann.needs_graph`; not into a given `--index`).
 
     :raises InputError: If the documents cannot be indexed.
     """
@@ -167,10 +168,16 @@ def complete_index(
     if plan.pending:
         record = build_index_with_ray(settings, documents, plan.location)
         plan = replace(plan, record={**_summary(record), "source": "built"}, pending=False)
-    if not settings.dense or plan.record.get("dense", {}).get("fingerprint") == _fingerprint(settings):
+    if not settings.dense:
         return plan
-    return replace(plan, record={**plan.record, "dense": add_dense_index(plan.location, settings, documents, engine,
-                                                                         cluster)})  # fmt: skip
+    from jobs.indexing.ann import needs_graph
+
+    dense = plan.record.get("dense", {})
+    if dense.get("fingerprint") != _fingerprint(settings):
+        dense = add_dense_index(plan.location, settings, documents, engine, cluster)
+    elif plan.record.get("source") != "given" and needs_graph(plan.location, dense, settings):
+        dense = add_graph(plan.location, dense, settings, engine)
+    return replace(plan, record={**plan.record, "dense": dense})
 
 
 def add_dense_index(
@@ -178,7 +185,8 @@ def add_dense_index(
 ) -> dict[str, Any]:
     """
     Embeds the passages of the complete BM25 index at `location` into its `dense/` shards and adds the `dense`
-    section to its `build.json`.
+    section to its `build.json`, then, with `ann`, builds its HNSW graph and records it there too (`add_graph`): a
+    build stopped in between leaves the vectors recorded and the graph to build.
 
     :returns: The `dense` section.
     """
@@ -188,14 +196,29 @@ def add_dense_index(
     dense = embed_index(
         _passages_dataset(documents, settings, engine), settings, location, record["documents"], engine, cluster
     )
-    if settings.ann is not None:
-        from jobs.indexing.ann import add_ann
+    _write_dense(location, dense)
+    return add_graph(location, dense, settings, engine) if settings.ann is not None else dense
 
-        dense["ann"] = add_ann(location, dense, settings)
+
+def add_graph(location: str, dense: dict[str, Any], settings: RetrievalSettings, engine: Engine) -> dict[str, Any]:
+    """
+    Builds the HNSW graph of the dense shards at `location` (`jobs.indexing.ann`) and records it in `build.json`.
+
+    :returns: The `dense` section with its `ann`.
+    """
+    from jobs.indexing.ann import add_ann
+
+    dense = {**dense, "ann": add_ann(location, dense, settings, engine)}
+    _write_dense(location, dense)
+    return dense
+
+
+def _write_dense(location: str, dense: dict[str, Any]) -> None:
+    """Writes `dense` as the `dense` section of the `build.json` at `location`."""
+    record = _read_json(location, BUILD_FILE)
     filesystem, inner = resolve_path(location)
     with filesystem.open_output_stream(f"{inner.rstrip('/')}/{BUILD_FILE}") as stream:
         stream.write(json.dumps({**record, "dense": dense}, indent=2, sort_keys=True).encode("utf-8"))
-    return dense
 
 
 def _fingerprint(settings: RetrievalSettings) -> str:

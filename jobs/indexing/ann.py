@@ -1,11 +1,17 @@
 """
 The approximate index of an index folder (`--ann hnsw`): one FAISS HNSW graph over all its dense shards
-(`qa_core.retrieval.ann`, which says why one), built where the index build's driver runs (FAISS uses that machine's
-threads; the graph and the vectors are held in its memory once), written as `dense/hnsw.faiss` beside the dense
-shards; its recall@10 against exact search is measured on a seeded sample of the passages' own vectors as queries
-and recorded in `build.json`'s `dense.ann` with what it was built from (`vectors_fingerprint`).
+(`qa_core.retrieval.ann`, which says why one), written as `dense/hnsw.faiss` beside the dense shards; its recall@10
+against exact search is measured on a seeded sample of the passages' own vectors as queries and recorded in
+`build.json`'s `dense.ann` with what it was built from (`vectors_fingerprint`).
+
+With the Ray engine the graph is built by one Ray task holding the CPUs of a node (FAISS's threads), which
+memory-maps the shards from the index folder: the driver never holds the vectors or the graph. The in-process engine
+builds it in its own process. A run that keeps an index (a resumed run) builds its graph when the graph is missing
+(`needs_graph`): asked for but never built (the build was stopped after the vectors were written), or recorded but
+its file absent.
 """
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -14,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow.fs as pafs
 
+from jobs.bulk_qa.engines import Engine, InProcessEngine, usable_cpus
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings, local_index_folder
 from jobs.bulk_qa.workers.storage import InputError, resolve_path
 from jobs.indexing.embed import DENSE_FOLDER
@@ -38,19 +45,53 @@ def dense_shards(folder: Path, dense: dict[str, Any]) -> list[DenseIndex]:
     return [DenseIndex.load(folder / shard["folder"], similarity=dense["similarity"]) for shard in dense["shards"]]
 
 
-def add_ann(location: str, dense: dict[str, Any], settings: RetrievalSettings) -> dict[str, Any]:
+def needs_graph(location: str, dense: dict[str, Any], settings: RetrievalSettings) -> bool:
     """
-    Builds the HNSW graph of the dense shards at `location` and writes it into the folder.
+    Whether the index at `location` lacks the HNSW graph it should hold: the settings ask for one (`ann`) or its
+    `dense` section records one, and the section has none, or one of other vectors, or its file is absent.
+    """
+    ann = dense.get("ann")
+    if ann is None:
+        return settings.ann is not None
+    if ann.get("vectors_fingerprint") != vectors_fingerprint(dense):
+        return True
+    filesystem, inner = resolve_path(f"{location.rstrip('/')}/{ann['file']}")
+    return filesystem.get_file_info(inner).type != pafs.FileType.File
+
+
+def add_ann(location: str, dense: dict[str, Any], settings: RetrievalSettings, engine: Engine) -> dict[str, Any]:
+    """
+    Builds the HNSW graph of the dense shards at `location` and writes it into the folder: in a Ray task holding
+    the CPUs of the largest node (the Ray engine), or in this process (the in-process engine).
 
     :param dense: The build record's `dense` section (its shards written).
     :returns: The `dense.ann` section: kind, file, M, efConstruction, efSearch, vectors, recall@10 and the sample's
-        size, build seconds and `vectors_fingerprint`.
+        size, build seconds, threads and `vectors_fingerprint`.
     :raises InputError: Without FAISS.
     """
     try:
-        faiss = require_faiss()
+        require_faiss()
     except ImportError as error:
         raise InputError(str(error)) from None
+    if isinstance(engine, InProcessEngine):
+        return build_ann(location, dense, settings.ann_ef_search, usable_cpus())
+    import ray
+
+    cpus = int(max(node["Resources"].get("CPU", 0) for node in ray.nodes() if node["Alive"]))
+    task = ray.remote(build_ann).options(num_cpus=max(cpus, 1), name="build_hnsw")
+    return ray.get(task.remote(location, dense, settings.ann_ef_search, max(cpus, 1)))
+
+
+def build_ann(location: str, dense: dict[str, Any], ef_search: int, threads: int) -> dict[str, Any]:
+    """
+    Builds, measures and writes the HNSW graph of the dense shards at `location` with `threads` FAISS threads:
+    `add_ann`'s work, where it runs. The file is written under a temporary name and renamed, so that a build
+    stopped midway leaves no graph.
+
+    :returns: The `dense.ann` section.
+    """
+    faiss = require_faiss()
+    faiss.omp_set_num_threads(threads)
     started = time.time()
     shards = dense_shards(local_index_folder(location), dense)
     graph = build_hnsw(shards)
@@ -59,27 +100,35 @@ def add_ann(location: str, dense: dict[str, Any], settings: RetrievalSettings) -
     sample = np.sort(np.random.default_rng(0).choice(n, min(RECALL_QUERIES, n), replace=False))
     queries = np.concatenate([_rows(shard, sample) for shard in shards])  # the sampled passages' vectors
     exact, _ = search_shards(shards, queries, RECALL_K)
-    found, _ = search_hnsw(graph, shards, queries, RECALL_K, settings.ann_ef_search)
-    filesystem, inner = resolve_path(f"{location.rstrip('/')}/{ANN_FILE}")
-    if isinstance(filesystem, pafs.LocalFileSystem):
-        faiss.write_index(graph, inner)
-    else:
-        with tempfile.TemporaryDirectory() as local:
-            faiss.write_index(graph, f"{local}/graph")
-            pafs.copy_files(f"{local}/graph", inner, source_filesystem=pafs.LocalFileSystem(),
-                            destination_filesystem=filesystem)  # fmt: skip
+    found, _ = search_hnsw(graph, shards, queries, RECALL_K, ef_search)
+    _write_graph(faiss, graph, location)
     return {
         "kind": "hnsw",
         "file": ANN_FILE,
         "m": HNSW_M,
         "ef_construction": HNSW_EF_CONSTRUCTION,
-        "ef_search": settings.ann_ef_search,
+        "ef_search": ef_search,
         "vectors": n,
         f"recall@{RECALL_K}": round(recall_at_k(found, exact), 4),
         "recall_queries": len(queries),
         "build_s": round(build_s, 3),
+        "threads": threads,
         "vectors_fingerprint": vectors_fingerprint(dense),
     }
+
+
+def _write_graph(faiss: Any, graph: Any, location: str) -> None:
+    """Writes the graph as `ANN_FILE` of the index at `location`, complete or not at all."""
+    filesystem, inner = resolve_path(f"{location.rstrip('/')}/{ANN_FILE}")
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        partial = f"{inner}.partial"
+        faiss.write_index(graph, partial)
+        os.replace(partial, inner)
+        return
+    with tempfile.TemporaryDirectory() as local:
+        faiss.write_index(graph, f"{local}/graph")
+        pafs.copy_files(f"{local}/graph", inner, source_filesystem=pafs.LocalFileSystem(),
+                        destination_filesystem=filesystem)  # fmt: skip
 
 
 def _rows(shard: DenseIndex, positions: np.ndarray) -> np.ndarray:

@@ -115,13 +115,16 @@ def load_ann(folder: Path, dense: dict[str, Any]) -> Any:
     """
     The HNSW graph of a local index folder, checked against its dense shards.
 
-    :raises ValueError: If it was built from other vectors than the dense section's, or holds another count.
+    :raises ValueError: If its file is missing, was built from other vectors than the dense section's, or holds
+        another count.
     :raises ImportError: Without FAISS.
     """
     faiss = require_faiss()
     ann = dense["ann"]
     if ann.get("vectors_fingerprint") != vectors_fingerprint(dense):
         raise ValueError(f"{folder}: its HNSW file was built from other vectors than its dense shards: rebuild it.")
+    if not (folder / ann["file"]).is_file():
+        raise ValueError(f"{folder}: its HNSW file {ann['file']} is missing: rebuild it.")
     graph = faiss.read_index(str(folder / ann["file"]))
     if graph.ntotal != sum(shard["n"] for shard in dense["shards"]):
         raise ValueError(f"{folder}: its HNSW file holds {graph.ntotal} vectors, not the dense shards' count.")

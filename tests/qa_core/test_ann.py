@@ -5,6 +5,7 @@ import sys
 import numpy as np
 import pytest
 
+from jobs.bulk_qa.engines import InProcessEngine
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError
 from jobs.indexing.ann import add_ann
@@ -44,10 +45,10 @@ def test_without_faiss_the_approximate_index_is_refused_clearly(monkeypatch: pyt
         require_faiss()
     settings = RetrievalSettings(retrieval="dense", embedding_model="m", ann="hnsw")
     with pytest.raises(InputError, match="needs FAISS"):
-        add_ann(str(tmp_path), {"shards": []}, settings)
+        add_ann(str(tmp_path), {"shards": []}, settings, InProcessEngine())
 
 
-def test_a_graph_of_other_vectors_is_refused(tmp_path) -> None:
+def test_a_graph_of_other_vectors_or_without_its_file_is_refused(tmp_path) -> None:
     import faiss
 
     vectors = unit_rows(np.random.default_rng(1).standard_normal((50, 8))).astype(np.float32)
@@ -61,3 +62,5 @@ def test_a_graph_of_other_vectors_is_refused(tmp_path) -> None:
     other = {**dense, "fingerprint": "model-2"}  # the shards re-embedded by another model
     with pytest.raises(ValueError, match="built from other vectors than its dense shards"):
         load_ann(tmp_path, {**other, "ann": {"file": "g", "vectors_fingerprint": vectors_fingerprint(dense)}})
+    with pytest.raises(ValueError, match="its HNSW file lost is missing"):
+        load_ann(tmp_path, {**dense, "ann": {"file": "lost", "vectors_fingerprint": vectors_fingerprint(dense)}})
