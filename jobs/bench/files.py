@@ -172,11 +172,15 @@ __all__ = ["EXTENSIONS", "docx_bytes", "pdf_bytes", "write_large_pdf", "write_mi
 
 
 def write_large_pdf(path: str | Path, megabytes: float, seed: int = 0) -> int:
-    """One PDF of about `megabytes` MB under `path`: pages of 500 to 700 of the local text's words; returns its size."""
+    """
+    One PDF of about `megabytes` MB under `path`: pages of 2,000 to 2,800 of the local text's words (dense pages:
+    pypdf, and so Haystack's `PyPDFToDocument`, refuses a PDF of more than 100,000 pages; 500 MB make about 33,000
+    pages of these); returns its size.
+    """
     text = _Text(seed)
     pages, size = [], 0
     while size < megabytes * 1e6:
-        pages.append(_lines(text.passage(500, 700)))
+        pages.append(_lines(text.passage(2000, 2800)))
         size += len(pages[-1]) + 40  # a page's text, its line operators and its page objects, about
     data = pdf_bytes(pages)
     Path(path).write_bytes(data)
