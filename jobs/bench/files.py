@@ -22,23 +22,31 @@ def _pdf_string(text: str) -> str:
     return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
 
 
+_KIDS = 1000  # pages per node of a generated PDF's page tree
+
+
 def pdf_bytes(pages: list[str]) -> bytes:
     """
     A PDF with one page per text (a text layer in Helvetica, a line per line of the text; an empty text makes a page
-    without content), built by hand so that the text layer is known exactly.
+    without content), built by hand so that the text layer is known exactly. The pages hang from a two-level page
+    tree of `_KIDS` pages a node, as PDF writers split a long document (pypdf refuses an array of more than about
+    100,000 elements: one flat list of a 500 MB PDF's pages).
     """
     objects = ["<< /Type /Catalog /Pages 2 0 R >>", None, "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    kids = []
-    for text in pages:
+    nodes = [len(objects) + 2 * len(pages) + 1 + k for k in range(-(-len(pages) // _KIDS))]  # after the pages
+    kids: list[list[str]] = [[] for _ in nodes]
+    for index, text in enumerate(pages):
         lines = " T* ".join(f"({_pdf_string(line)}) Tj" for line in text.split("\n"))
         stream = f"BT /F1 12 Tf 14 TL 72 720 Td {lines} ET".encode() if text else b""
         objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream.decode()}\nendstream")
         objects.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
-            f"/Contents {len(objects)} 0 R >>"
+            f"<< /Type /Page /Parent {nodes[index // _KIDS]} 0 R /MediaBox [0 0 612 792] "
+            f"/Resources << /Font << /F1 3 0 R >> >> /Contents {len(objects)} 0 R >>"
         )
-        kids.append(f"{len(objects)} 0 R")
-    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>"
+        kids[index // _KIDS].append(f"{len(objects)} 0 R")
+    for node_kids in kids:
+        objects.append(f"<< /Type /Pages /Parent 2 0 R /Kids [{' '.join(node_kids)}] /Count {len(node_kids)} >>")
+    objects[1] = f"<< /Type /Pages /Kids [{' '.join(f'{node} 0 R' for node in nodes)}] /Count {len(pages)} >>"
     out = io.BytesIO()
     out.write(b"%PDF-1.4\n")
     offsets = []
@@ -164,11 +172,15 @@ __all__ = ["EXTENSIONS", "docx_bytes", "pdf_bytes", "write_large_pdf", "write_mi
 
 
 def write_large_pdf(path: str | Path, megabytes: float, seed: int = 0) -> int:
-    """One PDF of about `megabytes` MB under `path`: pages of 500 to 700 of the local text's words; returns its size."""
+    """
+    One PDF of about `megabytes` MB under `path`: pages of 2,000 to 2,800 of the local text's words (dense pages:
+    pypdf, and so Haystack's `PyPDFToDocument`, refuses a PDF of more than 100,000 pages; 500 MB make about 33,000
+    pages of these); returns its size.
+    """
     text = _Text(seed)
     pages, size = [], 0
     while size < megabytes * 1e6:
-        pages.append(_lines(text.passage(500, 700)))
+        pages.append(_lines(text.passage(2000, 2800)))
         size += len(pages[-1]) + 40  # a page's text, its line operators and its page objects, about
     data = pdf_bytes(pages)
     Path(path).write_bytes(data)

@@ -83,12 +83,15 @@ class InProcessDataset:
         """The dataset itself: its blocks are already computed."""
         return self
 
-    def write_parquet(self, path: str, *, filesystem: pafs.FileSystem) -> None:
-        """The blocks as Parquet files in the folder `path` of `filesystem`, one file per block, as Ray Data writes."""
+    def write_parquet(self, path: str, *, filesystem: pafs.FileSystem, **parquet_options: Any) -> None:
+        """
+        The blocks as Parquet files in the folder `path` of `filesystem`, one file per block, as Ray Data writes
+        (`parquet_options`: `pyarrow.parquet.write_table`'s).
+        """
         filesystem.create_dir(path, recursive=True)
         for index, block in enumerate(self._blocks):
             with filesystem.open_output_stream(f"{path.rstrip('/')}/{index:06d}.parquet") as stream:
-                pq.write_table(block, stream)
+                pq.write_table(block, stream, **parquet_options)
 
     def iter_rows(self) -> Iterator[dict[str, Any]]:
         """The rows, block by block, as dicts."""

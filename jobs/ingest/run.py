@@ -23,6 +23,7 @@ from jobs.bulk_qa.workers.storage import redact, resolve_path
 from jobs.ingest.folder import InputFolder
 from jobs.ingest.stage import (
     DOCUMENTS_SCHEMA,
+    PARQUET_OPTIONS,
     REPORT_SCHEMA,
     IngestSettings,
     SplitSettings,
@@ -74,6 +75,7 @@ def ingest(
         folder.location,
         f"{output.rstrip('/')}/{STAGING_DIR}/report",
         settings.timeout_per_file or None,
+        settings.bytes_per_task,  # a larger file is alone in its task (`plan_tasks`): its text goes as UTF-8
         settings.columns,
         cleaner,
         split,
@@ -89,7 +91,7 @@ def ingest(
             batch_format="pyarrow",
             num_cpus=settings.cpus_per_task,
         )
-        dataset.write_parquet(f"{staging}/{DOCUMENTS_DIR}", filesystem=filesystem)
+        dataset.write_parquet(f"{staging}/{DOCUMENTS_DIR}", filesystem=filesystem, **PARQUET_OPTIONS)
     convert_s = time.perf_counter() - started
     sources = _sources(filesystem, f"{staging}/{DOCUMENTS_DIR}")
     report = _read_report(filesystem, f"{staging}/report")

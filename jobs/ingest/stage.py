@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from jobs.bulk_qa.workers.storage import resolve_path
-from qa_core.ingest import BadInput, CleanerSettings, RowColumns, clean_documents, convert_files
+from qa_core.ingest import BadInput, CleanerSettings, RowColumns, Utf8Document, clean_documents, convert_files
 from qa_core.retrieval.splitter import split_documents
 from qa_core.settings import Settings, at_least
 
@@ -40,6 +40,13 @@ DOCUMENTS_SCHEMA = pa.schema(
         ("meta", pa.string()),
     ]
 )
+# How the documents table is written (`write_parquet`'s Parquet options): no dictionary and no statistics for
+# `content`. Texts rarely repeat and a long text's min and max are not stored, yet both copy every text while its
+# file is written: measured on one 40 MB text, 333 MB above the table by default, 90 MB without them.
+PARQUET_OPTIONS = {
+    "use_dictionary": [name for name in DOCUMENTS_SCHEMA.names if name != "content"],
+    "write_statistics": [name for name in DOCUMENTS_SCHEMA.names if name != "content"],
+}
 REPORT_SCHEMA = pa.schema([("path", pa.string()), ("line", pa.int64()), ("reason", pa.string())])
 
 
@@ -91,12 +98,15 @@ class SplitSettings:
 class StageSettings:
     """
     Everything a conversion task needs: where the files are and where report rows go (local paths or URIs), how
-    to read rows, clean and split, and how long one file's conversion may take (`timeout_s` seconds, or `None`).
+    long one file's conversion may take (`timeout_s` seconds, or `None`), the size above which a PDF's text goes
+    to its row as UTF-8, never a `str` (`utf8_above` bytes of file, or `None`; only where nothing cleans or
+    splits it), and how to read rows, clean and split.
     """
 
     root: str
     report_dir: str
     timeout_s: float | None = None
+    utf8_above: int | None = None
     columns: RowColumns = field(default_factory=RowColumns)
     cleaner: CleanerSettings = field(default_factory=CleanerSettings)
     split: SplitSettings = field(default_factory=SplitSettings)
@@ -112,14 +122,16 @@ def convert_batch(batch: pa.Table, settings: StageSettings) -> pa.Table:
     filesystem, root = resolve_path(settings.root)
     # A local folder is read by qa_core's own opener; another filesystem's files through pyarrow.
     opener = None if isinstance(filesystem, pafs.LocalFileSystem) else partial(_open_file, filesystem, root)
-    converted = convert_files(root, paths, settings.columns, settings.timeout_s, opener)
+    split = settings.split
+    whole = not settings.cleaner.active and split.split_length is None  # the texts go to the rows as they are
+    utf8_above = settings.utf8_above if whole else None
+    converted = convert_files(root, paths, settings.columns, settings.timeout_s, opener, utf8_above)
     _write_report(settings.report_dir, paths, converted.report)
     documents = converted.documents
     if settings.cleaner.active:
         documents = clean_documents(documents, settings.cleaner)
     for doc in documents:
         doc.meta["source_id"] = doc.id  # the passages' `source_id`, as the splitter sets it
-    split = settings.split
     if split.split_length is not None:
         documents = split_documents(
             documents, split.split_length, split.split_overlap, split.split_threshold, split.split_by
@@ -154,20 +166,48 @@ def _write_report(report_dir: str, paths: list[str], rows) -> None:
 
 
 def _rows(documents) -> pa.Table:
-    """The documents as `DOCUMENTS_SCHEMA` rows; a whole document's `page_number` is 1 (it starts on page 1)."""
-    columns = {name: [] for name in DOCUMENTS_SCHEMA.names}
+    """
+    The documents as `DOCUMENTS_SCHEMA` rows; a whole document's `page_number` is 1 (it starts on page 1). A
+    `Utf8Document`'s text becomes its row's `content` without a copy (its own chunk of the column).
+    """
+    columns = {name: [] for name in DOCUMENTS_SCHEMA.names if name != "content"}
+    chunks, texts = [], []
     for doc in documents:
+        if isinstance(doc, Utf8Document):
+            chunks += [pa.array(texts, pa.string()), _utf8_array(doc)] if texts else [_utf8_array(doc)]
+            texts = []
+        else:
+            texts.append(doc.content)
         meta = doc.meta
         values = {
             "id": doc.id,
-            "content": doc.content,
             "page_number": meta.get("page_number", 1),
             "source_id": meta["source_id"],
             "meta": json.dumps(meta, ensure_ascii=False, default=str, sort_keys=True),
         }
-        for name in DOCUMENTS_SCHEMA.names:
+        for name in columns:
             columns[name].append(values[name] if name in values else meta.get(name))
+    if texts or not chunks:
+        chunks.append(pa.array(texts, pa.string()))
+    columns["content"] = pa.chunked_array(chunks, pa.string())
     return pa.table(columns, schema=DOCUMENTS_SCHEMA)
 
 
-__all__ = ["DOCUMENTS_SCHEMA", "REPORT_SCHEMA", "IngestSettings", "SplitSettings", "StageSettings", "convert_batch"]
+def _utf8_array(doc: Utf8Document) -> pa.Array:
+    """A one-row string array on the document's UTF-8 buffer (no copy), checked valid UTF-8 as Arrow needs it."""
+    size = len(doc.content)
+    if size >= 2**31:
+        raise ValueError(f"{doc.meta['file_path']}: its text is {size:,} bytes of UTF-8, over a row's 2 GiB")
+    offsets = pa.array([0, size], pa.int32()).buffers()[1]
+    array = pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(doc.content)])
+    try:
+        array.validate(full=True)
+    except pa.ArrowInvalid as error:  # lone surrogates from a broken font map: a `str` would not convert either
+        raise ValueError(f"{doc.meta['file_path']}: its text is not valid UTF-8 ({error})") from error
+    return array
+
+
+__all__ = [
+    "DOCUMENTS_SCHEMA", "PARQUET_OPTIONS", "REPORT_SCHEMA", "IngestSettings", "SplitSettings", "StageSettings",
+    "convert_batch",
+]  # fmt: skip

@@ -4,7 +4,15 @@ every file or row that gives no document, the cleaner, and the sentence splitter
 """
 
 from qa_core.ingest.cleaner import CleanerSettings, clean_documents
-from qa_core.ingest.convert import FORMATS, Converted, check_unique_ids, convert_file, convert_files, convert_folder
+from qa_core.ingest.convert import (
+    FORMATS,
+    Converted,
+    Utf8Document,
+    check_unique_ids,
+    convert_file,
+    convert_files,
+    convert_folder,
+)
 from qa_core.ingest.report import BadInput, DuplicateIdError, ReportRow
 from qa_core.ingest.rows import RowColumns
 
@@ -16,6 +24,7 @@ __all__ = [
     "DuplicateIdError",
     "ReportRow",
     "RowColumns",
+    "Utf8Document",
     "check_unique_ids",
     "clean_documents",
     "convert_file",

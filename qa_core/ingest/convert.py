@@ -18,11 +18,12 @@ from typing import BinaryIO
 
 from qa_core.document import Document
 from qa_core.ingest.limits import ConversionTimeout, time_limit
-from qa_core.ingest.pdf import convert_pdf
+from qa_core.ingest.pdf import pdf_utf8
 from qa_core.ingest.report import BadInput, DuplicateIdError, ReportRow
 from qa_core.ingest.rows import RowColumns, convert_csv, convert_jsonl
 from qa_core.ingest.sources import base_meta, file_id, list_files, open_file
 from qa_core.ingest.text import convert_markdown, convert_text
+from qa_core.ingest.utf8 import decode
 from qa_core.ingest.web import convert_html
 from qa_core.ingest.word import convert_docx
 
@@ -47,10 +48,27 @@ _FILE_CONVERTERS: dict[str, Callable[[bytes], tuple[str, dict]]] = {
     "docx": convert_docx,
 }
 # Formats whose file is one document, read from the open file as the converter needs it (a large PDF never whole
-# in memory): seekable binary stream -> (text, format-specific meta).
-_STREAM_CONVERTERS: dict[str, Callable[[BinaryIO], tuple[str, dict]]] = {"pdf": convert_pdf}
+# in memory): seekable binary stream -> (text as UTF-8 (`utf8.Utf8Buffer`'s view), never blank; format-specific
+# meta, `pages` among it).
+_STREAM_CONVERTERS: dict[str, Callable[[BinaryIO], tuple[memoryview, dict]]] = {"pdf": pdf_utf8}
 # Formats whose file holds one document per row, read from the open file line by line.
 _ROW_CONVERTERS = {"jsonl": convert_jsonl, "csv": convert_csv}
+
+
+@dataclass
+class Utf8Document:
+    """
+    A document whose text stays UTF-8, as its converter wrote it (see `convert_file`'s `utf8_above`): a large
+    file's text, for a caller that stores it as it is, so that it never exists as a `str` too.
+
+    :param id: The document's id.
+    :param content: Its text as UTF-8 (`utf8.Utf8Buffer`'s view: lone surrogates as "surrogatepass" writes them).
+    :param meta: Its meta, as a `Document`'s.
+    """
+
+    id: str
+    content: memoryview
+    meta: dict
 
 
 @dataclass
@@ -58,12 +76,13 @@ class Converted:
     """
     What some files gave.
 
-    :param documents: The documents, file by file in the order given, rows in file order.
+    :param documents: The documents, file by file in the order given, rows in file order (a `Utf8Document` for a
+        large file, where asked for).
     :param report: One row per file, JSONL line or CSV record that gave no document.
     :param files: The files read (relative paths).
     """
 
-    documents: list[Document] = field(default_factory=list)
+    documents: list[Document | Utf8Document] = field(default_factory=list)
     report: list[ReportRow] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
 
@@ -102,6 +121,7 @@ def convert_file(
     columns: RowColumns | None = None,
     timeout_s: float | None = None,
     open_input: Opener | None = None,
+    utf8_above: int | None = None,
 ) -> Converted:
     """
     One file's documents, or the report rows saying why it gave none (never an exception for bad input).
@@ -114,12 +134,14 @@ def convert_file(
     :param columns: The content and id columns of JSONL and CSV files.
     :param timeout_s: Seconds the file's conversion may take (see `limits.time_limit`), or `None` for no limit.
     :param open_input: What opens the file (a folder on another filesystem); default: `root` is a local folder.
+    :param utf8_above: A file of a format converted from the open file (PDF) larger than this many bytes gives a
+        `Utf8Document` (its text never decoded); `None`: always a `Document`.
     :returns: The file's documents and report rows.
     """
     result = Converted(files=[relative_path])
     try:
         with time_limit(timeout_s):
-            _convert(relative_path, columns, result, open_input or partial(open_file, root))
+            _convert(relative_path, columns, result, open_input or partial(open_file, root), utf8_above)
     except BadInput as error:
         result.documents, result.report = [], [ReportRow(relative_path, None, str(error))]
     except ConversionTimeout:
@@ -128,7 +150,9 @@ def convert_file(
     return result
 
 
-def _convert(relative_path: str, columns: RowColumns | None, result: Converted, open_input: Opener) -> None:
+def _convert(
+    relative_path: str, columns: RowColumns | None, result: Converted, open_input: Opener, utf8_above: int | None
+) -> None:
     """Fills `result` with the file's documents and its rows' report rows; raises `BadInput` for the whole file."""
     fmt = file_format(relative_path)
     if fmt is None:
@@ -145,7 +169,12 @@ def _convert(relative_path: str, columns: RowColumns | None, result: Converted, 
             if not documents and not report:
                 raise BadInput("no rows: the file holds only blank lines or a header")
         elif fmt in _STREAM_CONVERTERS:
-            _add_document(result, relative_path, meta, *_STREAM_CONVERTERS[fmt](stream))
+            utf8, format_meta = _STREAM_CONVERTERS[fmt](stream)
+            if utf8_above is not None and size > utf8_above:
+                meta = {**meta, **format_meta}
+                result.documents.append(Utf8Document(file_id(relative_path), utf8, meta))
+            else:
+                _add_document(result, relative_path, meta, decode(utf8), format_meta)
         else:
             _add_document(result, relative_path, meta, *_FILE_CONVERTERS[fmt](_read(stream)))
 
@@ -182,11 +211,12 @@ def convert_files(
     columns: RowColumns | None = None,
     timeout_s: float | None = None,
     open_input: Opener | None = None,
+    utf8_above: int | None = None,
 ) -> Converted:
     """`convert_file` for each file, their results concatenated (ids are not checked here: see `check_unique_ids`)."""
     result = Converted()
     for path in relative_paths:
-        result.extend(convert_file(root, path, columns, timeout_s, open_input))
+        result.extend(convert_file(root, path, columns, timeout_s, open_input, utf8_above))
     return result
 
 
@@ -226,6 +256,7 @@ __all__ = [
     "LIBRARIES",
     "Converted",
     "Opener",
+    "Utf8Document",
     "check_unique_ids",
     "convert_file",
     "convert_files",

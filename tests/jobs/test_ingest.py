@@ -39,7 +39,9 @@ def folder(tmp_path):
 
 def test_writes_documents_report_and_a_manifest_that_reconciles(ray_for_ingest, folder, tmp_path) -> None:
     out = tmp_path / "out"
-    assert main(["--input", str(folder), "--output", str(out), *FAST]) == 0
+    # a PDF over --bytes-per-task: alone in its task, its text written from UTF-8 (`StageSettings.utf8_above`)
+    large = str((folder / "report.pdf").stat().st_size - 1)
+    assert main(["--input", str(folder), "--output", str(out), *FAST, "--bytes-per-task", large]) == 0
     rows = pq.read_table(out / "documents").to_pylist()
     expected = convert_folder(str(folder)).documents
     # in the folder's order, as one process converts it, whichever of the tasks ends first

@@ -6,9 +6,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.ingest.stage import StageSettings, convert_batch
+from jobs.ingest.stage import PARQUET_OPTIONS, StageSettings, convert_batch
 from qa_core.ingest import FORMATS
 from qa_core.ingest.sources import list_files
+from tests.qa_core.ingest.files import pdf_bytes
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "files"
 
@@ -26,3 +27,23 @@ def test_every_sample_file_converts_with_no_report_row(tmp_path: Path) -> None:
     assert rows["id"].to_pylist() and len(set(rows["id"].to_pylist())) == rows.num_rows
     assert all(content.strip() for content in rows["content"].to_pylist())
     pq.write_table(rows, tmp_path / "documents.parquet")  # the stage's rows are a writable documents table
+
+
+def test_a_pdf_above_utf8_above_gives_the_same_rows_and_parquet_from_its_utf8(tmp_path: Path) -> None:
+    """A large PDF's row (its own chunk of `content`, on the converter's buffer) between small files' rows."""
+    root = tmp_path / "in"
+    root.mkdir()
+    data = pdf_bytes([f"Page {i}: caf\u00e9 words\u2019 text." * 30 if i % 5 else "" for i in range(40)])
+    (root / "big.pdf").write_bytes(data)
+    (root / "a.txt").write_text("First.\n")
+    (root / "b.txt").write_text("Last.\n")
+    paths = pa.table({"path": ["a.txt", "big.pdf", "b.txt"]})
+    whole, large = [
+        convert_batch(paths, StageSettings(str(root), str(tmp_path), utf8_above=above))
+        for above in (None, len(data) - 1)
+    ]
+    assert whole["content"].num_chunks == 1 and large["content"].num_chunks == 3
+    assert large.equals(whole)
+    assert large["content"][1].as_py().count("\f") == 39 and large["pages"][1].as_py() == 40
+    pq.write_table(large, tmp_path / "documents.parquet", **PARQUET_OPTIONS)
+    assert pq.read_table(tmp_path / "documents.parquet").equals(whole)

@@ -20,8 +20,10 @@ from haystack.components.converters import (
 )
 from haystack.dataclasses import ByteStream
 
-from qa_core.ingest import DuplicateIdError, ReportRow, convert_file, convert_folder
+from qa_core.document import Document
+from qa_core.ingest import DuplicateIdError, ReportRow, Utf8Document, convert_file, convert_folder
 from qa_core.ingest.sources import list_files
+from qa_core.ingest.utf8 import Utf8Buffer, decode
 from tests.qa_core.ingest.files import (
     FOOTER_HTML,
     LATIN1_TEXT,
@@ -114,6 +116,26 @@ def test_a_pdf_is_read_from_its_file_in_small_reads_its_text_equal_to_pypdf_to_d
     assert convert_pdf(Spy(data)) == (expected.content, {"pages": 150})
     assert expected.content.count("\f") == 149 and max(expected.content) > "\u00ff"  # a wide `str`
     assert Spy.largest <= 8192 < len(data)
+
+
+def test_a_pdf_over_utf8_above_stays_utf8_its_text_equal_to_pypdf_to_documents(tmp_path) -> None:
+    """300 pages: past the pages between two of the converter's collections of pypdf's objects."""
+    data = pdf_bytes([f"Page {i}: caf\u00e9 words\u2019 text." * 3 if i % 7 else "" for i in range(300)])
+    (tmp_path / "big.pdf").write_bytes(data)
+    [expected] = PyPDFToDocument().run([ByteStream(data)])["documents"]
+    [whole] = convert_file(str(tmp_path), "big.pdf", utf8_above=len(data)).documents  # not above: a `Document`
+    [large] = convert_file(str(tmp_path), "big.pdf", utf8_above=len(data) - 1).documents
+    assert isinstance(whole, Document) and isinstance(large, Utf8Document)
+    assert decode(large.content) == whole.content == expected.content
+    assert (large.id, large.meta) == (whole.id, whole.meta) and large.meta["pages"] == 300
+
+
+def test_a_utf8_buffer_grown_past_its_capacity_keeps_every_text() -> None:
+    buffer = Utf8Buffer(capacity=1)
+    texts = ["caf\u00e9 ", "\ud800", "x" * 5000, "\u2019" * 3000, "\f", "end"]  # a lone surrogate kept
+    for text in texts:
+        buffer.append(text)
+    assert decode(buffer.view()) == "".join(texts)
 
 
 def test_docx_equals_docx_to_document(corpus) -> None:
