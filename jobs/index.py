@@ -28,7 +28,7 @@ import sys
 import pyarrow.fs as pafs
 
 from jobs.bulk_qa.config import RunSettings, add_options, with_values
-from jobs.bulk_qa.driver import configure_ray_data, start_ray
+from jobs.bulk_qa.driver import start_engine
 from jobs.bulk_qa.engines import RayEngine
 from jobs.bulk_qa.inputs import DOCUMENTS, table_schema
 from jobs.bulk_qa.retrieval import BUILD_FILE, add_dense_index, add_documents_with_ray, build_index_with_ray
@@ -88,10 +88,7 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
         if args.add is None:
             _check_target(args.output)
         table_schema(args.add or args.documents, DOCUMENTS)
-        if not phases["run"].verbose:
-            ray_logs.start()  # before Ray starts: the driver's C++ log writes to stderr from its start
-        cluster = start_ray(phases["run"])
-        configure_ray_data(phases["run"])
+        cluster = start_engine(phases["run"], RayEngine(), ray_logs)
         if args.add is None:
             record = build_index_with_ray(settings, args.documents, args.output)
         else:

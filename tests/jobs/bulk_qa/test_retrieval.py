@@ -14,10 +14,13 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from jobs import index as index_command
-from jobs.bulk_qa import main
+from jobs.bulk_qa import driver, main
+from jobs.bulk_qa.config import RunSettings
+from jobs.bulk_qa.engines import Engine, RayEngine
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.retrieval import INDEX_FOLDER, build_index, prepare_index, shard_locations, write_index
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments
+from jobs.ray_logs import RayLogFilter
 from qa_core import Document, ExtractiveReader
 from tests.jobs.conftest import (
     TEXTS,
@@ -227,13 +230,16 @@ def build_index_from(path: Path, ids: list[str], texts: list[str], settings: Ret
 
 @pytest.fixture(autouse=True)
 def no_ray_for_bad_input(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bad-input tests fail if the job gets as far as starting Ray."""
+    """The bad-input tests fail if the bulk job gets as far as starting Ray (`jobs.index` starts it as it must)."""
     if "capsys" in request.fixturenames:
+        start_engine = driver.start_engine
 
-        def start_ray(*_):
-            raise AssertionError("the job started Ray for unusable input")
+        def start_no_ray(run: RunSettings, engine: Engine, ray_logs: RayLogFilter) -> dict:
+            if isinstance(engine, RayEngine):
+                raise AssertionError("the job started Ray for unusable input")
+            return start_engine(run, engine, ray_logs)
 
-        monkeypatch.setattr("jobs.bulk_qa.driver.start_ray", start_ray)
+        monkeypatch.setattr(driver, "start_engine", start_no_ray)
 
 
 def fails_before_ray(capsys: pytest.CaptureFixture, output: Path, *args) -> str:
