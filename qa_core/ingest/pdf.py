@@ -1,6 +1,7 @@
 """PDF files, as Haystack's `PyPDFToDocument` converts them: pages' text joined by form feeds."""
 
 import gc
+import re
 from typing import BinaryIO
 
 from qa_core.ingest.report import BadInput
@@ -11,6 +12,8 @@ _TEXT_PER_FILE_BYTE = 2
 # Pages between two collections of pypdf's released objects: they hold reference cycles, which Python's collector
 # would reach only after many pages (measured on a 47 MB PDF: peak 20 MB lower at every 256 pages, time the same).
 _COLLECT_EVERY = 256
+# A lone surrogate (a font map pointing outside Unicode): no UTF-8 text, so no Parquet row, can hold it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def convert_pdf(stream: BinaryIO) -> tuple[str, dict]:
@@ -42,7 +45,7 @@ def pdf_utf8(stream: BinaryIO) -> tuple[memoryview, dict]:
     :returns: The text as UTF-8 and its meta (`pages`: the PDF's page count).
     :raises BadInput: For a PDF pypdf cannot read (corrupt, truncated), an encrypted one it cannot open without a
         password, or one whose pages hold no text layer at all (scanned images need OCR first; Haystack returns an
-        empty document there).
+        empty document there), or one whose text holds a lone surrogate (not Unicode: no Parquet row can store it).
     """
     from pypdf import PdfReader
     from pypdf.errors import FileNotDecryptedError
@@ -53,11 +56,14 @@ def pdf_utf8(stream: BinaryIO) -> tuple[memoryview, dict]:
         joined = Utf8Buffer(_TEXT_PER_FILE_BYTE * stream.seek(0, 2))
         stream.seek(0)
         blank = True  # the joined text is blank (`isspace`, form feeds included) iff every page's text is
+        not_unicode = None  # the first page whose text holds a lone surrogate
         for index in range(pages):
             text = reader.pages[index].extract_text(
                 orientations=(0, 90, 180, 270), extraction_mode="plain", space_width=200.0
             )
             blank = blank and (not text or text.isspace())
+            if not_unicode is None and _SURROGATE.search(text):
+                not_unicode = index + 1
             joined.append(text if index == 0 else "\f" + text)
             _release(reader, index)
             if index % _COLLECT_EVERY == _COLLECT_EVERY - 1:
@@ -67,6 +73,11 @@ def pdf_utf8(stream: BinaryIO) -> tuple[memoryview, dict]:
     except Exception as error:  # pypdf raises many kinds (PdfReadError, ValueError, KeyError...) on broken files
         reason = f"PDF that pypdf cannot read (corrupt or truncated?): {type(error).__name__}: {error}"
         raise BadInput(reason) from error
+    if not_unicode is not None:
+        raise BadInput(
+            f"PDF whose text is not Unicode: page {not_unicode} holds a lone surrogate code point (a broken font "
+            "map), which no UTF-8 text can store"
+        )
     if blank:
         raise BadInput(f"PDF without a text layer: none of its {pages} pages holds text (scanned? run OCR first)")
     return joined.view(), {"pages": pages}

@@ -246,6 +246,26 @@ def test_pdf_without_a_text_layer(tmp_path) -> None:
     ]
 
 
+@pytest.mark.parametrize("utf8_above", [None, 0])
+def test_a_pdf_whose_text_holds_a_lone_surrogate_is_reported_not_converted(tmp_path, monkeypatch, utf8_above) -> None:
+    from pypdf import PageObject
+
+    extract_text = PageObject.extract_text
+    texts = iter(["Fine text.", "Broken \ud835 font map."])  # the second page's text, as a bad ToUnicode map gives it
+    monkeypatch.setattr(PageObject, "extract_text", lambda page, **options: extract_text(page, **options) + next(texts))
+    (tmp_path / "fonts.pdf").write_bytes(pdf_bytes(["One.", "Two."]))
+    result = convert_file(str(tmp_path), "fonts.pdf", utf8_above=utf8_above)
+    assert result.documents == []
+    assert result.report == [
+        ReportRow(
+            "fonts.pdf",
+            None,
+            "PDF whose text is not Unicode: page 2 holds a lone surrogate code point (a broken font map), which no "
+            "UTF-8 text can store",
+        )
+    ]
+
+
 def test_binary_bytes_under_a_text_extension(tmp_path) -> None:
     binary = bytes(range(256)) * 4
     assert report_of(tmp_path, {"blob.txt": binary, "blob.md": binary, "blob.jsonl": binary}) == [
