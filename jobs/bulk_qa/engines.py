@@ -7,6 +7,7 @@ of a minute on two cores. Both run the same stage functions on the same tables: 
 
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,17 @@ class RayEngine:
     def reader_device(self) -> str | None:
         """None: a reader actor takes the GPU Ray assigned it, or the CPU."""
         return None
+
+    def run_on_a_node(self, work: Callable[..., Any], *args: Any) -> Any:
+        """
+        `work(*args, cpus)` in one Ray task holding every CPU of the largest live node, `cpus` of them (for work
+        that spreads over threads of its own, such as FAISS's build); its result.
+        """
+        import ray
+
+        cpus = max(1, int(max(node["Resources"].get("CPU", 0) for node in ray.nodes() if node["Alive"])))
+        task = ray.remote(work).options(num_cpus=cpus, name=getattr(work, "__name__", "work"))
+        return ray.get(task.remote(*args, cpus))
 
     def waiting(self, reader_cpus: float, reader_gpus: float) -> str:
         """
@@ -199,6 +211,10 @@ class InProcessEngine:
 
     def wait_for_actors(self, dataset: InProcessDataset, wait: bool) -> None:
         """Nothing: no actors."""
+
+    def run_on_a_node(self, work: Callable[..., Any], *args: Any) -> Any:
+        """`work(*args, cpus)` in this process, with the CPUs it may run on; its result."""
+        return work(*args, usable_cpus())
 
     def reader_device(self) -> str:
         """This machine's first GPU if torch sees one, else the CPU."""

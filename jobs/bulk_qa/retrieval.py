@@ -202,13 +202,20 @@ def add_dense_index(
 
 def add_graph(location: str, dense: dict[str, Any], settings: RetrievalSettings, engine: Engine) -> dict[str, Any]:
     """
-    Builds the HNSW graph of the dense shards at `location` (`jobs.indexing.ann`) and records it in `build.json`.
+    Builds the HNSW graph of the dense shards at `location` (`jobs.indexing.ann.build_ann`) where the engine runs
+    work on a node (a Ray task holding a node's CPUs, or this process) and records it in `build.json`.
 
     :returns: The `dense` section with its `ann`.
+    :raises InputError: Without FAISS, saying how to install it.
     """
-    from jobs.indexing.ann import add_ann
+    from jobs.indexing.ann import build_ann
+    from qa_core.retrieval.ann import require_faiss
 
-    dense = {**dense, "ann": add_ann(location, dense, settings, engine)}
+    try:
+        require_faiss()
+    except ImportError as error:
+        raise InputError(str(error)) from None
+    dense = {**dense, "ann": engine.run_on_a_node(build_ann, location, dense, settings.ann_ef_search)}
     _write_dense(location, dense)
     return dense
 

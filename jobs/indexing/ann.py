@@ -20,9 +20,8 @@ from typing import Any
 import numpy as np
 import pyarrow.fs as pafs
 
-from jobs.bulk_qa.engines import Engine, InProcessEngine, usable_cpus
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings, local_index_folder
-from jobs.bulk_qa.workers.storage import InputError, resolve_path
+from jobs.bulk_qa.workers.storage import resolve_path
 from jobs.indexing.embed import DENSE_FOLDER
 from qa_core.retrieval.ann import (
     HNSW_EF_CONSTRUCTION,
@@ -59,34 +58,11 @@ def needs_graph(location: str, dense: dict[str, Any], settings: RetrievalSetting
     return filesystem.get_file_info(inner).type != pafs.FileType.File
 
 
-def add_ann(location: str, dense: dict[str, Any], settings: RetrievalSettings, engine: Engine) -> dict[str, Any]:
-    """
-    Builds the HNSW graph of the dense shards at `location` and writes it into the folder: in a Ray task holding
-    the CPUs of the largest node (the Ray engine), or in this process (the in-process engine).
-
-    :param dense: The build record's `dense` section (its shards written).
-    :returns: The `dense.ann` section: kind, file, M, efConstruction, efSearch, vectors, recall@10 and the sample's
-        size, build seconds, threads and `vectors_fingerprint`.
-    :raises InputError: Without FAISS.
-    """
-    try:
-        require_faiss()
-    except ImportError as error:
-        raise InputError(str(error)) from None
-    if isinstance(engine, InProcessEngine):
-        return build_ann(location, dense, settings.ann_ef_search, usable_cpus())
-    import ray
-
-    cpus = int(max(node["Resources"].get("CPU", 0) for node in ray.nodes() if node["Alive"]))
-    task = ray.remote(build_ann).options(num_cpus=max(cpus, 1), name="build_hnsw")
-    return ray.get(task.remote(location, dense, settings.ann_ef_search, max(cpus, 1)))
-
-
 def build_ann(location: str, dense: dict[str, Any], ef_search: int, threads: int) -> dict[str, Any]:
     """
-    Builds, measures and writes the HNSW graph of the dense shards at `location` with `threads` FAISS threads:
-    `add_ann`'s work, where it runs. The file is written under a temporary name and renamed, so that a build
-    stopped midway leaves no graph.
+    Builds, measures and writes the HNSW graph of the dense shards at `location` with `threads` FAISS threads,
+    where the engine places it (`run_on_a_node`, which gives `threads`). The file is written under a temporary
+    name and renamed, so that a build stopped midway leaves no graph.
 
     :returns: The `dense.ann` section.
     """

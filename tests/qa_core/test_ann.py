@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from jobs.bulk_qa.engines import InProcessEngine
+from jobs.bulk_qa.retrieval import add_graph
 from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.bulk_qa.workers.storage import InputError
-from jobs.indexing.ann import add_ann
 from qa_core.retrieval.ann import build_hnsw, load_ann, recall_at_k, require_faiss, search_hnsw, vectors_fingerprint
 from qa_core.retrieval.dense import DenseIndex, search_shards, unit_rows
 
@@ -45,7 +45,7 @@ def test_without_faiss_the_approximate_index_is_refused_clearly(monkeypatch: pyt
         require_faiss()
     settings = RetrievalSettings(retrieval="dense", embedding_model="m", ann="hnsw")
     with pytest.raises(InputError, match="needs FAISS"):
-        add_ann(str(tmp_path), {"shards": []}, settings, InProcessEngine())
+        add_graph(str(tmp_path), {"shards": []}, settings, InProcessEngine())
 
 
 def test_a_graph_of_other_vectors_or_without_its_file_is_refused(tmp_path) -> None:
