@@ -32,6 +32,7 @@ from jobs.bulk_qa.engines import (
     Engine,
     InProcessEngine,
     RayEngine,
+    live_nodes,
 )
 from jobs.bulk_qa.html_report import write_report
 from jobs.bulk_qa.ids import DRIVER_CHECK_MAX_ROWS, check_ids, check_ids_in_driver
@@ -349,7 +350,7 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
         if not run.verbose:
             silence_ray_notices()
     resources = ray.cluster_resources()
-    nodes = [node for node in ray.nodes() if node["Alive"]]
+    nodes = live_nodes()
     cluster = {
         "engine": RAY_ENGINE,
         "address": ray.get_runtime_context().gcs_address,
@@ -357,7 +358,7 @@ def start_ray(run: RunSettings) -> dict[str, Any]:
         "nodes": len(nodes),
         "cpus": resources.get("CPU", 0),
         # the node with the fewest CPUs but some (a head of 0 CPUs runs nothing): one of them must run the job
-        "smallest_node_cpus": min((cpus for node in nodes if (cpus := node["Resources"].get("CPU", 0))), default=0),
+        "smallest_node_cpus": min((cpus for node in nodes if (cpus := node.get("CPU", 0))), default=0),
         "gpus": resources.get("GPU", 0),
         "start_s": round(time.time() - started, 3),
     }

@@ -92,7 +92,7 @@ class RayEngine:
         """
         import ray
 
-        cpus = max(1, int(max(node["Resources"].get("CPU", 0) for node in ray.nodes() if node["Alive"])))
+        cpus = max(1, int(max(node.get("CPU", 0) for node in live_nodes())))
         task = ray.remote(work).options(num_cpus=cpus, name=getattr(work, "__name__", "work"))
         return ray.get(task.remote(*args, cpus))
 
@@ -107,7 +107,7 @@ class RayEngine:
         waiting = Counter(f"{actor.name} {actor.state}" for actor in waiting_actors())
         actors = ", ".join(f"{count} {name}" for name, count in sorted(waiting.items())) or "no actor of the job"
         free, total = ray.available_resources(), ray.cluster_resources()
-        nodes = sum(1 for node in ray.nodes() if node["Alive"])
+        nodes = len(live_nodes())
         return (
             f"waiting: {actors}; each reader actor needs CPU {reader_cpus:g}, GPU {reader_gpus:g}, each task CPU "
             f"{self.task_cpus:g}; the cluster has CPU {free.get('CPU', 0):g} free of {total.get('CPU', 0):g}, GPU "
@@ -122,9 +122,7 @@ class RayEngine:
         if no node has the CPUs each reserves. None when every one would fit on some node (busy nodes included:
         the work waits for them to free up).
         """
-        import ray
-
-        nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+        nodes = live_nodes()
         lacking = Counter(
             (actor.name, actor.resources)
             for actor in waiting_actors()
@@ -175,6 +173,13 @@ def waiting_actors() -> list[WaitingActor]:
         for actor in actors
         if actor.state not in (ActorTableData.ALIVE, ActorTableData.DEAD)
     ]
+
+
+def live_nodes() -> list[dict[str, float]]:
+    """Each live node's total resources (`CPU`, `GPU`, `memory`, ...)."""
+    import ray
+
+    return [node["Resources"] for node in ray.nodes() if node["Alive"]]
 
 
 def fits_a_node(resources: tuple[tuple[str, float], ...], nodes: list[dict[str, float]]) -> bool:
