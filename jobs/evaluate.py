@@ -30,7 +30,7 @@ import numpy as np
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.results import compare_no_answer_sources, read_predictions
 from jobs.bulk_qa.squad_input import load_squad_input
-from jobs.bulk_qa.workers.storage import InputError
+from jobs.storage import InputError
 from qa_core.annotation import Prediction, best_spans
 from qa_core.evaluation import evaluate, fit_calibration_factor, get_raw_scores
 from qa_core.squad import SquadDataset

@@ -29,12 +29,12 @@ import pyarrow.fs as pafs
 
 from jobs.bulk_qa.config import RunSettings, add_options, with_values
 from jobs.bulk_qa.driver import start_engine
-from jobs.bulk_qa.engines import RayEngine
 from jobs.bulk_qa.inputs import DOCUMENTS, table_schema
 from jobs.bulk_qa.retrieval import BUILD_FILE, add_dense_index, add_documents_with_ray, build_index_with_ray
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings
-from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+from jobs.engines import RayEngine
 from jobs.ray_logs import RayLogFilter
+from jobs.retrieval_settings import RetrievalSettings
+from jobs.storage import InputError, redact, resolve_path
 from qa_core.retrieval.index_io import HEADER_FILE
 
 # The retrieval settings an index is built with (the job's others only apply to searching it).

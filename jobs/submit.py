@@ -154,7 +154,7 @@ def _check_job_args(job_args: list[str], working_dir: Path) -> str | None:
     """
     try:
         from jobs.bulk_qa.config import build_parser, load_config
-        from jobs.bulk_qa.workers.storage import InputError
+        from jobs.storage import InputError
     except ImportError:  # the job's dependencies are not installed here: the cluster will check
         return None
     config_path = getattr(build_parser().parse_args(job_args), "config", None)

@@ -1,6 +1,8 @@
 """
-The layers the tree promises: `qa_core` imports neither Ray nor `jobs`; the bulk job's worker side imports only
-`qa_core` and itself, never its driver side. Read from the source, so that a lazy import counts too.
+The layers the tree promises: `qa_core` imports neither Ray nor `jobs`; the modules `jobs/` shares between the
+bulk job, the index build and ingestion import none of the three; the bulk job's worker side imports only `qa_core`,
+itself and the shared modules workers use, never its driver side. Read from the source, so that a lazy import
+counts too.
 """
 
 import ast
@@ -9,6 +11,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# What runs in Ray's workers may import these `jobs/` modules besides its own package: they import nothing of jobs.
+WORKER_SAFE = ("jobs.storage", "jobs.passages", "jobs.retrieval_settings")
+# The modules below the bulk job, the index build and ingestion, which all three use.
+SHARED = (*WORKER_SAFE, "jobs.engines", "jobs.in_process")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -38,8 +44,24 @@ def test_qa_core_imports_neither_ray_nor_jobs(path: Path) -> None:
 @pytest.mark.parametrize("path", modules("jobs/bulk_qa/workers"), ids=lambda path: str(path.relative_to(ROOT)))
 def test_worker_side_imports_nothing_of_the_driver_side(path: Path) -> None:
     jobs_imports = {name for name in imported_modules(path) if name.split(".")[0] == "jobs"}
-    driver_side = {name for name in jobs_imports if not name.startswith("jobs.bulk_qa.workers")}
+    driver_side = {name for name in jobs_imports if not name.startswith("jobs.bulk_qa.workers")} - set(WORKER_SAFE)
     assert not driver_side, f"{path.relative_to(ROOT)} imports {sorted(driver_side)}"
+
+
+def shared_and_below_the_bulk_job() -> list[Path]:
+    """The shared modules, and the index build's and ingestion's packages, which the bulk job uses."""
+    shared = [ROOT / f"{name.replace('.', '/')}.py" for name in SHARED]
+    return shared + modules("jobs/indexing") + modules("jobs/ingest")
+
+
+@pytest.mark.parametrize("path", shared_and_below_the_bulk_job(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_what_the_bulk_job_uses_imports_nothing_of_it(path: Path) -> None:
+    """No import runs back up into `jobs.bulk_qa` (nor, from a shared module, into the packages that use it)."""
+    jobs_imports = {name for name in imported_modules(path) if name.split(".")[0] == "jobs"}
+    upward = {name for name in jobs_imports if name.startswith("jobs.bulk_qa")}
+    if path.parent == ROOT / "jobs":
+        upward |= {name for name in jobs_imports if name not in SHARED}
+    assert not upward, f"{path.relative_to(ROOT)} imports {sorted(upward)}"
 
 
 @pytest.mark.parametrize("path", modules("qa_core"), ids=lambda path: str(path.relative_to(ROOT)))
@@ -51,11 +73,11 @@ def test_qa_core_imports_no_haystack(path: Path) -> None:
 
 def test_ingest_stage_imports_nothing_of_the_driver_side() -> None:
     """
-    What runs in Ray's workers for jobs.ingest (stage.py) imports `qa_core` and the bulk job's worker side (its
-    filesystems), never a driver: the CLI, the ingestion run, the bulk job's driver side.
+    What runs in Ray's workers for jobs.ingest (stage.py) imports `qa_core` and the worker-safe shared modules (its
+    filesystems), never a driver: the CLI, the ingestion run, the bulk job.
     """
     jobs_imports = {name for name in imported_modules(ROOT / "jobs/ingest/stage.py") if name.split(".")[0] == "jobs"}
-    driver_side = {name for name in jobs_imports if not name.startswith("jobs.bulk_qa.workers")}
+    driver_side = jobs_imports - set(WORKER_SAFE)
     assert not driver_side, f"jobs/ingest/stage.py imports {sorted(driver_side)}"
 
 
@@ -72,3 +94,4 @@ def test_the_scan_sees_lazy_and_nested_imports() -> None:
     """The checks above can fail: the scan finds the driver's imports, the reader's lazy torch import included."""
     assert "jobs.bulk_qa.waves" in imported_modules(ROOT / "jobs/bulk_qa/driver.py")
     assert {"ray", "torch", "qa_core.reader"} <= imported_modules(ROOT / "jobs/bulk_qa/workers/read.py")
+    assert "jobs.storage" in imported_modules(ROOT / "jobs/indexing/bm25.py")

@@ -89,7 +89,7 @@ def measure_build(
         shard_locations,
         write_index,
     )
-    from jobs.bulk_qa.workers.retrieve import RetrievalSettings
+    from jobs.retrieval_settings import RetrievalSettings
 
     settings = RetrievalSettings(index_shard_size=shard_size)
     if kind == "ray":

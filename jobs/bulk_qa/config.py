@@ -13,12 +13,12 @@ from typing import Any
 
 import yaml
 
-from jobs.bulk_qa.engines import AUTO_ENGINE, ENGINES, IN_PROCESS_ENGINE
 from jobs.bulk_qa.workers.aggregate import RefusalSettings
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings
-from jobs.bulk_qa.workers.storage import InputError, redact
+from jobs.engines import AUTO_ENGINE, ENGINES, IN_PROCESS_ENGINE
 from jobs.ingest.stage import IngestSettings
 from jobs.options import add_options, base_type, is_optional, with_values
+from jobs.retrieval_settings import RetrievalSettings
+from jobs.storage import InputError, redact
 from qa_core.answer_builder import AnswerBuilderSettings
 from qa_core.inference import InferenceSettings
 from qa_core.ingest import CleanerSettings

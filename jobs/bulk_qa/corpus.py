@@ -16,10 +16,10 @@ from typing import Any
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
 from jobs.ingest.folder import InputFolder
 from jobs.ingest.run import DOCUMENTS_DIR, MANIFEST_FILE, REPORT_FILE, WRITTEN, IngestError, ingest, where
 from jobs.ingest.stage import IngestSettings, SplitSettings
+from jobs.storage import InputError, redact, resolve_path
 from qa_core.ingest import CleanerSettings
 from qa_core.ingest.convert import missing_libraries
 

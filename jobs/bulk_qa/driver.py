@@ -24,16 +24,6 @@ import pyarrow as pa
 from jobs.bulk_qa import report
 from jobs.bulk_qa.config import JobConfig, RunSettings, load_config
 from jobs.bulk_qa.corpus import convert_corpus
-from jobs.bulk_qa.engines import (
-    AUTO_ENGINE,
-    IN_PROCESS_ENGINE,
-    IN_PROCESS_MAX_QUESTIONS,
-    RAY_ENGINE,
-    Engine,
-    InProcessEngine,
-    RayEngine,
-    live_nodes,
-)
 from jobs.bulk_qa.html_report import write_report
 from jobs.bulk_qa.ids import DRIVER_CHECK_MAX_ROWS, check_ids, check_ids_in_driver
 from jobs.bulk_qa.inputs import (
@@ -73,11 +63,21 @@ from jobs.bulk_qa.waves import (
     task_cpus,
 )
 from jobs.bulk_qa.workers.explode import JOINED_DOCUMENT_COLUMNS
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings
-from jobs.bulk_qa.workers.storage import InputError, redact
+from jobs.engines import (
+    AUTO_ENGINE,
+    IN_PROCESS_ENGINE,
+    IN_PROCESS_MAX_QUESTIONS,
+    RAY_ENGINE,
+    Engine,
+    InProcessEngine,
+    RayEngine,
+    live_nodes,
+)
 from jobs.ingest.folder import InputFolder, files_folder
 from jobs.ingest.stage import DOCUMENTS_SCHEMA as INGESTED_DOCUMENTS_SCHEMA
 from jobs.ray_logs import RayLogFilter
+from jobs.retrieval_settings import RetrievalSettings
+from jobs.storage import InputError, redact
 from qa_core.models import DEFAULT_TOKEN, model_fingerprint
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact, resolve_path
+from jobs.storage import InputError, parquet_dataset, redact, resolve_path
 from qa_core.models import ModelSettings, load_config, load_tokenizer
 from qa_core.secret import Secret
 

@@ -1,6 +1,6 @@
 """
 The output folder as the driver sees it: whether this run may use it (new, resumed, or `--overwrite`), the run's
-identity (`_job.json`) and its manifest. The shard files themselves are written by `jobs.bulk_qa.workers.storage`.
+identity (`_job.json`) and its manifest. The shard files themselves are written by `jobs.storage`.
 """
 
 import json
@@ -12,8 +12,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from jobs.bulk_qa.corpus import CORPUS_FOLDER
-from jobs.bulk_qa.workers.storage import DOCUMENT_PARTS, PAIR_NOTES, InputError, ShardStore, shard_name
 from jobs.bulk_qa.workers.tables import TABLES
+from jobs.storage import DOCUMENT_PARTS, PAIR_NOTES, InputError, ShardStore, shard_name
 from qa_core.models import changed_model_files
 
 # The run's results, written from the committed shards at its end (see `jobs.bulk_qa.results`), its report

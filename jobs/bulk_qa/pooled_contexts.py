@@ -24,7 +24,7 @@ from jobs.bulk_qa.config import WorkSettings
 from jobs.bulk_qa.inputs import QUESTIONS, is_squad_style, table_schema
 from jobs.bulk_qa.output import CONTEXTS_FILE, CONTEXTS_FOLDER, OutputFolder
 from jobs.bulk_qa.squad_input import SquadInput
-from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact
+from jobs.storage import InputError, parquet_dataset, redact
 from qa_core.document import Document
 from qa_core.retrieval.fingerprint import fingerprint
 

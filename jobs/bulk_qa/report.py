@@ -4,10 +4,10 @@ import time
 from typing import Any
 
 from jobs.bulk_qa.config import JobConfig
-from jobs.bulk_qa.engines import IN_PROCESS_ENGINE
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.workers.read import worker_precision
 from jobs.bulk_qa.workers.tables import QUESTION_STATUSES
+from jobs.engines import IN_PROCESS_ENGINE
 
 
 def manifest(

@@ -30,7 +30,7 @@ from jobs.bulk_qa.inputs import is_squad_style
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.pooled_contexts import PooledContexts
 from jobs.bulk_qa.squad_input import SquadInput
-from jobs.bulk_qa.workers.storage import parquet_dataset
+from jobs.storage import parquet_dataset
 from qa_core.annotation import (
     LABEL_STUDIO_CONFIG,
     UNREAD_NO_ANSWER_PROBABILITY,

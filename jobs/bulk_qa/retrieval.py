@@ -36,15 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from jobs.bulk_qa.engines import Engine, InProcessEngine
-from jobs.bulk_qa.in_process import InProcessDataset
 from jobs.bulk_qa.inputs import input_fingerprint
 from jobs.bulk_qa.output import OutputFolder
-from jobs.bulk_qa.workers.passages import Passages, split_batch
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments
+from jobs.bulk_qa.workers.retrieve import RetrieveDocuments
 from jobs.bulk_qa.workers.retrieve_dense import RetrieveDense
 from jobs.bulk_qa.workers.rows import wave_questions
-from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact, resolve_path
+from jobs.engines import Engine, InProcessEngine
+from jobs.in_process import InProcessDataset
 from jobs.indexing.bm25 import (
     CountedPassages,
     check_unique_ids,
@@ -54,6 +52,9 @@ from jobs.indexing.bm25 import (
     weigh_shards,
 )
 from jobs.indexing.passages import numbered_passages
+from jobs.passages import Passages, split_batch
+from jobs.retrieval_settings import RetrievalSettings
+from jobs.storage import InputError, parquet_dataset, redact, resolve_path
 from qa_core.retrieval.corpus import weigh_corpus
 from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
 from qa_core.retrieval.index import BM25Index

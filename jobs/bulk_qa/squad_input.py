@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.bulk_qa.workers.storage import InputError, parquet_dataset, redact
+from jobs.storage import InputError, parquet_dataset, redact
 from qa_core.squad import SquadDataset, SquadFormatError, read_squad
 
 # Rows per block of the questions dataset handed to Ray Data (the unit of its read-side parallelism).

@@ -1,6 +1,6 @@
 """
 One wave of the bulk job: the questions of some shards answered by one Ray Data pipeline (explode, join, tokenize,
-read, aggregate), each shard committed by its aggregation task; the run's engine (`jobs.bulk_qa.engines`) runs it
+read, aggregate), each shard committed by its aggregation task; the run's engine (`jobs.engines`) runs it
 on Ray or in this process. Waves bound memory: a wave's candidates are shuffled together, the next wave's later.
 On Ray, Ray Data's defaults retry what fails: a map task whose worker dies
 (`max_retries=-1`), a dead reader actor (restarted, its batch read again: `max_restarts=-1, max_task_retries=-1`).
@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.bulk_qa.config import JobConfig, RunSettings
-from jobs.bulk_qa.engines import IN_PROCESS_ENGINE, Engine
 from jobs.bulk_qa.inputs import table_bytes
 from jobs.bulk_qa.retrieval import RETRIEVAL_ACTOR_MAX_CPUS, IndexPlan, retrieved_questions
 from jobs.bulk_qa.workers.aggregate import aggregate_shard
@@ -23,13 +22,15 @@ from jobs.bulk_qa.workers.explode import (
     join_document_part,
     join_documents,
     question_rows,
+    read_document_columns,
     replies_rows,
     with_document_part,
     write_document_part,
 )
 from jobs.bulk_qa.workers.read import ReadSequences
-from jobs.bulk_qa.workers.storage import ShardStore
 from jobs.bulk_qa.workers.tokenize import tokenize
+from jobs.engines import IN_PROCESS_ENGINE, Engine
+from jobs.storage import ShardStore
 from qa_core.models import DEFAULT_TOKEN
 
 # (question, document) pairs one tokenize call reads: a block holds a wave's pairs (the join's output), and whole
@@ -75,15 +76,16 @@ class ActorResources:
 
 def plan_documents_join(path: str, engine: Engine) -> tuple[Any | None, int | None]:
     """
-    How the waves join pairs with the documents table: up to `BROADCAST_DOCUMENTS_MAX_BYTES`, its columns (see
-    `Engine.broadcast_documents`); a larger table, the number of parts `partition_documents` splits it into.
+    How the waves join pairs with the documents table: up to `BROADCAST_DOCUMENTS_MAX_BYTES`, its columns
+    (`read_document_columns`, through `Engine.broadcast`); a larger table, the number of parts
+    `partition_documents` splits it into.
 
     :returns: `(columns, None)` for a broadcast join, `(None, parts)` for a partitioned one.
     """
     size = table_bytes(path)
     if not joins_by_broadcast(size):
         return None, math.ceil(size / DOCUMENT_PART_BYTES)
-    return engine.broadcast_documents(path), None
+    return engine.broadcast(read_document_columns, path), None
 
 
 def joins_by_broadcast(size: int) -> bool:

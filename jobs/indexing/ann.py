@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pyarrow.fs as pafs
 
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings, local_index_folder
-from jobs.bulk_qa.workers.storage import resolve_path
 from jobs.indexing.embed import DENSE_FOLDER
+from jobs.retrieval_settings import RetrievalSettings
+from jobs.storage import local_index_folder, resolve_path
 from qa_core.retrieval.ann import (
     HNSW_EF_CONSTRUCTION,
     HNSW_M,

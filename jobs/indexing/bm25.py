@@ -29,15 +29,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from jobs.bulk_qa.workers.passages import Passages
-from jobs.bulk_qa.workers.storage import resolve_path
+from jobs.passages import Passages
+from jobs.storage import resolve_path
 from qa_core.retrieval.index_io import DOC_IDS_FILE
 from qa_core.retrieval.sharding import CountedShard, count_shard, weigh_shard
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
 if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
-    from jobs.bulk_qa.workers.retrieve import RetrievalSettings
+    from jobs.retrieval_settings import RetrievalSettings
 
 # What a counting task returns for its shard, one row.
 _COUNTED_SCHEMA = pa.schema(

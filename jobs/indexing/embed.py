@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings
-from jobs.bulk_qa.workers.storage import InputError, redact, resolve_path
+from jobs.retrieval_settings import RetrievalSettings
+from jobs.storage import InputError, redact, resolve_path
 from qa_core.embedding import EmbeddingModelConfig, SentenceEmbedder, embedding_fingerprint, resolve_model_folder
 from qa_core.retrieval.dense import DENSE_HEADER_FILE, DenseIndex, read_dense_header
 

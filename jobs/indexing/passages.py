@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs.bulk_qa.workers.passages import split_batch
-from jobs.bulk_qa.workers.storage import parquet_dataset, resolve_path
+from jobs.passages import split_batch
+from jobs.storage import parquet_dataset, resolve_path
 
 if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
-    from jobs.bulk_qa.workers.retrieve import RetrievalSettings
+    from jobs.retrieval_settings import RetrievalSettings
 
 # The columns of `indexed_passages`: `position`, `id` and `content`, and where the passage lies in its document.
 PASSAGE_SCHEMA = pa.schema(

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from jobs.bulk_qa.engines import RayEngine
+from jobs.engines import RayEngine
 from jobs.ingest.folder import InputFolder, list_folder
 from jobs.ingest.run import DOCUMENTS_DIR, MANIFEST_FILE, REPORT_FILE, STAGING_DIR, WRITTEN, IngestError, ingest, where
 from jobs.ingest.stage import IngestSettings, SplitSettings

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
-from jobs.bulk_qa.workers.storage import resolve_path
+from jobs.storage import resolve_path
 from qa_core.ingest.convert import file_format
 
 

@@ -19,7 +19,6 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from jobs.bulk_qa.workers.storage import redact, resolve_path
 from jobs.ingest.folder import InputFolder
 from jobs.ingest.stage import (
     DOCUMENTS_SCHEMA,
@@ -30,6 +29,7 @@ from jobs.ingest.stage import (
     StageSettings,
     convert_batch,
 )
+from jobs.storage import redact, resolve_path
 from qa_core.ingest import CleanerSettings
 
 DOCUMENTS_DIR = "documents"
@@ -59,7 +59,7 @@ def ingest(
 ) -> dict[str, Any]:
     """
     Converts `folder`'s files into `output` (which should hold nothing of an earlier ingestion) with `engine`
-    (`jobs.bulk_qa.engines`: its Ray, already started, or this process), whose `cpus` the tasks share
+    (`jobs.engines`: its Ray, already started, or this process), whose `cpus` the tasks share
     (`plan_tasks`). `timings` (seconds by name, e.g. the Ray start before it) join the manifest's own.
 
     :returns: The manifest (also written as `manifest.json`); its `status` is `written`, or says why the documents

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from jobs.bulk_qa.workers.storage import resolve_path
+from jobs.storage import resolve_path
 from qa_core.ingest import BadInput, CleanerSettings, RowColumns, Utf8Document, clean_documents, convert_files
 from qa_core.retrieval.splitter import split_documents
 from qa_core.settings import Settings, at_least

@@ -6,7 +6,7 @@ cluster's environment (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...), as cloud n
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from jobs.bulk_qa.workers.storage import resolve_path
+from jobs.storage import resolve_path
 from tests.cluster.cluster_testing import ROOT, SAMPLE, check_answer_tables, explain, input_ids, submission_id, submit
 
 

@@ -5,10 +5,10 @@ import sys
 import numpy as np
 import pytest
 
-from jobs.bulk_qa.engines import InProcessEngine
 from jobs.bulk_qa.retrieval import add_graph
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings
-from jobs.bulk_qa.workers.storage import InputError
+from jobs.engines import InProcessEngine
+from jobs.retrieval_settings import RetrievalSettings
+from jobs.storage import InputError
 from qa_core.retrieval.ann import build_hnsw, load_ann, recall_at_k, require_faiss, search_hnsw, vectors_fingerprint
 from qa_core.retrieval.dense import DenseIndex, search_shards, unit_rows
 

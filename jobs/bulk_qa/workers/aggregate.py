@@ -12,7 +12,6 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.bulk_qa.workers.rows import CANDIDATE, PAIR, QUESTION, REPLIES, SEQUENCE, candidate_answer
-from jobs.bulk_qa.workers.storage import ShardStore
 from jobs.bulk_qa.workers.tables import (
     ANSWERS_SCHEMA,
     GENERATED_ANSWERS_SCHEMA,
@@ -22,6 +21,7 @@ from jobs.bulk_qa.workers.tables import (
     answer_rows,
     generated_answer_rows,
 )
+from jobs.storage import ShardStore
 from qa_core.answer_builder import AnswerBuilder, AnswerBuilderSettings
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document

@@ -22,8 +22,8 @@ from jobs.bulk_qa.workers.rows import (
     shard_of,
     table,
 )
-from jobs.bulk_qa.workers.storage import ShardStore, parquet_dataset
 from jobs.bulk_qa.workers.tables import RETRIEVER_FIELDS
+from jobs.storage import ShardStore, parquet_dataset
 from qa_core.document import Document
 
 

@@ -10,28 +10,15 @@ through the page cache, never copied per task. An index on a remote filesystem i
 into the local temporary folder.
 """
 
-import shutil
-import tempfile
-import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 
-from jobs.bulk_qa.workers.passages import Passages
-from jobs.bulk_qa.workers.storage import resolve_path
-from jobs.bulk_qa.workers.tables import JOINED
-from qa_core.hardware import PRECISIONS
-from qa_core.retrieval.ann import ANN_KINDS, DEFAULT_EF_SEARCH
-from qa_core.retrieval.dense import DEFAULT_SIMILARITY, SIMILARITIES
-from qa_core.retrieval.fusion import DEFAULT_JOIN_MODE, JOIN_MODES
+from jobs.passages import Passages
+from jobs.storage import local_index_folder
 from qa_core.retrieval.index import BM25Index
-from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, merge_top_k
-from qa_core.settings import Settings, at_least
 
 # What the retrieval stage returns: the questions, with `document_ids` filled for the retrieved ones and their
 # scores (null for questions that named their documents or could not be asked).
@@ -48,134 +35,8 @@ RETRIEVED_SCHEMA = pa.schema(
         ("passage_ends", pa.list_(pa.int64())),
     ]
 )
-RETRIEVALS = ("bm25", "dense", "hybrid")
 # The columns that describe a question's hits, one list entry per hit (the fields of `Hit`).
 HIT_COLUMNS = ("document_ids", "passage_ids", "passage_starts", "passage_ends")
-
-
-@dataclass(frozen=True)
-class RetrievalSettings(Settings):
-    """How questions without document_ids get documents from --documents: by BM25, embeddings, or both joined."""
-
-    retrieval: str = "bm25"  # bm25, dense (embedding model) or hybrid (both, joined as Haystack's DocumentJoiner)
-    retriever_top_k: int = 10  # documents retrieved for each question without document_ids (Haystack's top_k)
-    bm25_algorithm: str = DEFAULT_ALGORITHM  # BM25L (Haystack's default), BM25Okapi, BM25Plus, or Lucene
-    bm25_parameters: dict[str, float] = field(default_factory=dict)  # some of k1, b, delta or epsilon (Haystack's)
-    index: str | None = None  # index folder from `python -m jobs.index` to search instead of building one
-    index_shards: int = 1  # shards of the index the run builds, each searched by its own actor (merged exactly)
-    # The shard size bounds the build's memory per task; documents added to an index later make new shards of it.
-    index_shard_size: int | None = None  # passages per shard of the index built, the last fewer; None: index_shards
-    # Documents split into passages of words before indexing, as Haystack's DocumentSplitter(split_by="word"):
-    # retrieval finds passages and the reader reads them; answers point into the documents.
-    split_length: int | None = None  # words per indexed passage (DocumentSplitter's); None: whole documents
-    split_overlap: int = 0  # words consecutive passages of a document share (with split_length; less than it)
-    embedding_model: str | None = None  # sentence-transformers model (hub id or local folder) for dense and hybrid
-    embedding_similarity: str = DEFAULT_SIMILARITY  # dot_product (InMemoryDocumentStore's default) or cosine
-    embedding_precision: str = "fp32"  # the embedding model's: fp32, bf16, or auto (bf16 where fast)
-    # The exact search's screening product: fp32, bf16 or auto; the same hits and scores, bf16 faster on CPUs
-    # with native bf16 (qa_core.retrieval.dense), holding a bf16 copy of the vectors in the retrieval actor.
-    embedding_search_precision: str = "fp32"
-    # An approximate index (FAISS HNSW, the `ann` extra) built with the dense vectors; a run whose index holds one
-    # searches it instead of searching exactly (qa_core.retrieval.ann), keeping ann_ef_search candidates.
-    ann: str | None = None  # None (exact search only) or hnsw
-    ann_ef_search: int = DEFAULT_EF_SEARCH  # HNSW candidates kept per query while searching (FAISS's efSearch)
-    join_mode: str = DEFAULT_JOIN_MODE  # hybrid: DocumentJoiner's join_mode (reciprocal_rank_fusion, ...)
-    join_weights: dict[str, float] = field(default_factory=dict)  # hybrid: {bm25: w, dense: w}; empty: equal
-
-    @property
-    def dense(self) -> bool:
-        """Whether the retrieval embeds (dense or hybrid)."""
-        return self.retrieval in ("dense", "hybrid")
-
-    def problems(self) -> list[str]:
-        problems = at_least("retriever_top_k", self.retriever_top_k, 1) + at_least("index_shards", self.index_shards, 1)
-        problems += at_least("index_shard_size", self.index_shard_size, 1, optional=True)
-        if self.index_shard_size is not None and self.index_shards != 1:
-            problems.append(f"index_shards {self.index_shards} and index_shard_size: set one of them, not both")
-        problems += self._dense_problems()
-        problems += self._split_problems()
-        if not isinstance(self.bm25_parameters, dict):
-            return problems + [f"bm25_parameters must be a mapping, not {type(self.bm25_parameters).__name__}"]
-        try:
-            resolve_parameters(self.bm25_algorithm, self.bm25_parameters)
-        except ValueError as error:
-            problems.append(str(error).rstrip("."))
-        return problems
-
-    def parameters(self) -> dict[str, float]:
-        """All of the algorithm's parameters, the defaults filled in (`scoring.resolve_parameters`)."""
-        return resolve_parameters(self.bm25_algorithm, self.bm25_parameters)
-
-    def shard_size(self, n_docs: int) -> int:
-        """Passages per shard of an index of `n_docs` (`index_shard_size`, or `n_docs` over `index_shards`)."""
-        return self.index_shard_size or max(1, -(-n_docs // self.index_shards))
-
-    def _dense_problems(self) -> list[str]:
-        """The retrieval and its embedding and joining settings."""
-        if self.retrieval not in RETRIEVALS:
-            return [f"retrieval must be one of {', '.join(RETRIEVALS)}, not {self.retrieval!r}"]
-        problems = []
-        if self.dense and not self.embedding_model:
-            problems.append(f"retrieval {self.retrieval} needs an embedding_model")
-        if self.embedding_similarity not in SIMILARITIES:
-            problems.append(
-                f"embedding_similarity must be one of {', '.join(SIMILARITIES)}, not {self.embedding_similarity!r}"
-            )
-        for name in ("embedding_precision", "embedding_search_precision"):
-            if getattr(self, name) not in PRECISIONS:
-                problems.append(f"{name} must be one of {', '.join(PRECISIONS)}, not {getattr(self, name)!r}")
-        if self.ann is not None and (self.ann not in ANN_KINDS or not self.dense):
-            problems.append(
-                f"ann must be one of {', '.join(ANN_KINDS)} with retrieval dense or hybrid, not {self.ann!r}"
-            )
-        problems += at_least("ann_ef_search", self.ann_ef_search, 1)
-        if self.join_mode not in JOIN_MODES:
-            problems.append(f"join_mode must be one of {', '.join(JOIN_MODES)}, not {self.join_mode!r}")
-        weights = self.join_weights
-        if not isinstance(weights, dict) or (weights and sorted(weights) != sorted(JOINED)):
-            problems.append(f"join_weights must name both of {', '.join(JOINED)} or be empty, not {weights!r}")
-        elif weights and (
-            any(not isinstance(w, int | float) or w < 0 for w in weights.values()) or not sum(weights.values())
-        ):
-            problems.append(f"join_weights must be numbers >= 0 that do not sum to 0, not {weights!r}")
-        return problems
-
-    def fusion_weights(self) -> list[float] | None:
-        """`join_weights` in the order the retrievers' hits are joined (`JOINED`), or None (equal)."""
-        return [float(self.join_weights[name]) for name in JOINED] if self.join_weights else None
-
-    def _split_problems(self) -> list[str]:
-        """`split_documents`' rules: split_length >= 1, 0 <= split_overlap < split_length (no overlap unsplit)."""
-        problems = at_least("split_length", self.split_length, 1, optional=True)
-        problems += at_least("split_overlap", self.split_overlap, 0)
-        if problems:
-            return problems
-        if self.split_length is None and self.split_overlap:
-            return [f"split_overlap must be 0 without split_length, not {self.split_overlap}"]
-        if self.split_length is not None and self.split_overlap >= self.split_length:
-            return [f"split_overlap must be less than split_length {self.split_length}, not {self.split_overlap}"]
-        return []
-
-
-def local_index_folder(location: str) -> Path:
-    """
-    A local folder holding the index at `location`: the folder itself when it is local, else a copy in the node's
-    temporary folder (made once per node and location, renamed into place when complete).
-    """
-    if "://" not in location or location.startswith("file://"):
-        return Path(resolve_path(location)[1])
-    filesystem, inner = resolve_path(location)
-    cache = Path(tempfile.gettempdir()) / "bulk-qa-index" / uuid.uuid5(uuid.NAMESPACE_URL, location).hex
-    if not (cache / "index.json").exists():
-        partial = cache.with_name(f"{cache.name}.{uuid.uuid4().hex}")
-        pafs.copy_files(
-            inner, str(partial), source_filesystem=filesystem, destination_filesystem=pafs.LocalFileSystem()
-        )
-        try:
-            partial.rename(cache)
-        except OSError:  # another actor of this node finished first
-            shutil.rmtree(partial, ignore_errors=True)
-    return cache
 
 
 class Hit(NamedTuple):

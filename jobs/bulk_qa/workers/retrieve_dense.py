@@ -13,7 +13,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.bulk_qa.workers.passages import Passages
 from jobs.bulk_qa.workers.retrieve import (
     RETRIEVED_SCHEMA,
     Hit,
@@ -24,7 +23,9 @@ from jobs.bulk_qa.workers.retrieve import (
     row_hits,
     set_row_hits,
 )
-from jobs.bulk_qa.workers.tables import JOINED, RETRIEVER_FIELDS
+from jobs.bulk_qa.workers.tables import RETRIEVER_FIELDS
+from jobs.passages import Passages
+from jobs.retrieval_settings import JOINED
 from qa_core.embedding import SentenceEmbedder
 from qa_core.hardware import resolve_precision
 from qa_core.retrieval.ann import DEFAULT_EF_SEARCH, load_ann, search_hnsw

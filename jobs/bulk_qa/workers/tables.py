@@ -5,6 +5,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from jobs.retrieval_settings import JOINED
 from qa_core.answers import ExtractedAnswer, GeneratedAnswer
 
 TABLES = ("answers", "questions", "generated_answers")
@@ -32,8 +33,6 @@ ANSWERS_SCHEMA = pa.schema(
 
 QUESTION_STATUSES = ("answered", "refused", "no_documents", "error")
 
-# Hybrid retrieval joins these retrievers' hits, in this order (DocumentJoiner's inputs).
-JOINED = ("bm25", "dense")
 # Dense and hybrid retrieval: each retriever's score and rank (1 = its best) of each retrieved hit, null where that
 # retriever did not find it (null lists for questions not retrieved for, or retrieved by BM25 alone).
 RETRIEVER_FIELDS = [

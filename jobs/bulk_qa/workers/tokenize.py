@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.bulk_qa.workers.rows import PAIR, PAIRS_SCHEMA, SEQUENCES_SCHEMA, sequence_row, table
-from jobs.bulk_qa.workers.storage import ShardStore
+from jobs.storage import ShardStore
 from qa_core.document import Document
 from qa_core.models import ModelSettings, load_tokenizer
 from qa_core.secret import Secret

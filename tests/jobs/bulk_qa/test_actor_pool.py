@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from jobs.bulk_qa import driver, engines, report
+from jobs import engines
+from jobs.bulk_qa import driver, report
 from jobs.bulk_qa.config import RunSettings
-from jobs.bulk_qa.engines import RayEngine
 from jobs.bulk_qa.waves import ActorResources, actor_resources, sequences_per_batch, task_cpus
+from jobs.engines import RayEngine
 from tests.jobs.conftest import run_job
 
 

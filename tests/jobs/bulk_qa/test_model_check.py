@@ -6,7 +6,7 @@ import pytest
 
 import jobs.bulk_qa.inputs
 from jobs.bulk_qa.inputs import check_model
-from jobs.bulk_qa.workers.storage import InputError
+from jobs.storage import InputError
 from qa_core.models import DEFAULT_TOKEN, ModelSettings
 from tests.jobs.conftest import run_job
 

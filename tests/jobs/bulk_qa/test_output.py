@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from jobs.bulk_qa.output import OutputFolder
-from jobs.bulk_qa.workers.storage import InputError
+from jobs.storage import InputError
 
 IDENTITY = {"config": {"top_k": 3}, "inputs": [], "model": {}}
 

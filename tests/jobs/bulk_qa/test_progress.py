@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from jobs.bulk_qa import driver
-from jobs.bulk_qa.engines import RayEngine, waiting_actors
 from jobs.bulk_qa.progress import Progress, RunStalled, StallWatch
+from jobs.engines import RayEngine, waiting_actors
 from tests.jobs.conftest import run_job
 
 

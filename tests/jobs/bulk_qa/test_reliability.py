@@ -23,7 +23,7 @@ import pytest
 
 from jobs.bulk_qa.config import JobConfig
 from jobs.bulk_qa.output import OutputFolder
-from jobs.bulk_qa.workers.storage import redact
+from jobs.storage import redact
 from tests.jobs.conftest import ROOT, TEXTS, read_output, run_job, write_corpus, write_table
 
 REPO = ROOT

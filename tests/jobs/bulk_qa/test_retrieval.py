@@ -16,11 +16,12 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 from jobs import index as index_command
 from jobs.bulk_qa import driver, main
 from jobs.bulk_qa.config import RunSettings
-from jobs.bulk_qa.engines import Engine, RayEngine
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.retrieval import INDEX_FOLDER, build_index, prepare_index, shard_locations, write_index
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments
+from jobs.bulk_qa.workers.retrieve import RetrieveDocuments
+from jobs.engines import Engine, RayEngine
 from jobs.ray_logs import RayLogFilter
+from jobs.retrieval_settings import RetrievalSettings
 from qa_core import Document, ExtractiveReader
 from tests.jobs.conftest import (
     TEXTS,

@@ -20,10 +20,11 @@ from jobs import index as index_command
 from jobs.bulk_qa import main
 from jobs.bulk_qa.retrieval import INDEX_FOLDER, build_index, shard_locations, write_index
 from jobs.bulk_qa.workers.aggregate import RefusalSettings, question_result
-from jobs.bulk_qa.workers.passages import PASSAGES_FILE
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings, RetrieveDocuments
+from jobs.bulk_qa.workers.retrieve import RetrieveDocuments
 from jobs.bulk_qa.workers.rows import AGGREGATION_SCHEMA, CANDIDATE, PAIR, SEQUENCE
 from jobs.bulk_qa.workers.tokenize import tokenize
+from jobs.passages import PASSAGES_FILE
+from jobs.retrieval_settings import RetrievalSettings
 from qa_core import Document, ExtractiveReader
 from qa_core.models import ModelSettings
 from qa_core.selection import SelectionSettings

@@ -21,8 +21,8 @@ from jobs.bulk_qa.workers.explode import (
 )
 from jobs.bulk_qa.workers.read import ReadSequences
 from jobs.bulk_qa.workers.rows import PAIRS_SCHEMA, SEQUENCE, shard_of
-from jobs.bulk_qa.workers.storage import PAIR_NOTES, ShardStore, shard_name
 from jobs.bulk_qa.workers.tokenize import tokenize
+from jobs.storage import PAIR_NOTES, ShardStore, shard_name
 from qa_core import Document, ExtractiveReader
 from qa_core.inference import InferenceSettings
 from qa_core.models import ModelSettings

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.bulk_qa.engines import InProcessEngine
 from jobs.bulk_qa.retrieval import BUILD_FILE, IndexPlan, complete_index
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings
+from jobs.engines import InProcessEngine
 from jobs.indexing import ann as ann_build
+from jobs.retrieval_settings import RetrievalSettings
 from qa_core.retrieval.dense import DenseIndex, unit_rows
 
 pytest.importorskip("faiss")

@@ -21,9 +21,9 @@ from jobs.bulk_qa.retrieval import (
     shard_locations,
     write_index,
 )
-from jobs.bulk_qa.workers.passages import PASSAGES_FILE, Passages
-from jobs.bulk_qa.workers.retrieve import RetrievalSettings
 from jobs.indexing.passages import indexed_passages
+from jobs.passages import PASSAGES_FILE, Passages
+from jobs.retrieval_settings import RetrievalSettings
 from qa_core.retrieval import BM25Index, merge_top_k
 from qa_core.retrieval.index_io import ARRAY_SHAPES
 from tests.jobs.conftest import TEXTS

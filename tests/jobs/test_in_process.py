@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs.bulk_qa.in_process import InProcessDataset
+from jobs.in_process import InProcessDataset
 from tests.jobs.conftest import write_table
 
 

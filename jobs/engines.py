@@ -13,9 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.bulk_qa.in_process import InProcessDataset
-from jobs.bulk_qa.workers.explode import read_document_columns
-from jobs.bulk_qa.workers.storage import resolve_path
+from jobs.in_process import InProcessDataset
+from jobs.storage import resolve_path
 
 AUTO_ENGINE, RAY_ENGINE, IN_PROCESS_ENGINE = "auto", "ray", "in-process"
 ENGINES = (AUTO_ENGINE, RAY_ENGINE, IN_PROCESS_ENGINE)  # the job's `engine` setting
@@ -59,14 +58,14 @@ class RayEngine:
             dataset.context.execution_options.preserve_order = True  # the dataset's own context, not the global one
         return dataset
 
-    def broadcast_documents(self, path: str) -> Any:
+    def broadcast(self, read: Callable[[str], pa.Table], path: str) -> Any:
         """
-        A reference to the documents' columns the pairs join (`read_document_columns`), which one task starts
-        reading into the object store now: the driver holds only the reference, the tasks that join wait for it.
+        A reference to `read(path)` (the documents' columns the pairs join), which one task starts reading into
+        the object store now: the driver holds only the reference, the tasks that join wait for it.
         """
         import ray
 
-        return ray.remote(read_document_columns).options(num_cpus=BROADCAST_READ_CPUS).remote(path)
+        return ray.remote(read).options(num_cpus=BROADCAST_READ_CPUS).remote(path)
 
     def actor_pool(self, size: int) -> Any:
         """The `compute` of a stage run by `size` actors."""
@@ -206,9 +205,9 @@ class InProcessEngine:
         """Tables in this process's memory as a dataset (in order, whatever `ordered` says)."""
         return InProcessDataset(blocks)
 
-    def broadcast_documents(self, path: str) -> pa.Table:
-        """The documents' columns the pairs join (`read_document_columns`), read now."""
-        return read_document_columns(path)
+    def broadcast(self, read: Callable[[str], pa.Table], path: str) -> pa.Table:
+        """`read(path)` (the documents' columns the pairs join), read now."""
+        return read(path)
 
     def actor_pool(self, size: int) -> None:
         """Nothing: each stage runs in this process."""

@@ -2,7 +2,7 @@
 The in-process engine's dataset: the part of Ray Data's `Dataset` API that the job's pipelines use, run in the
 driver's own process, operator by operator, on pyarrow tables. The waves build the same pipeline on it as on Ray
 Data, from the same stage functions; a small job pays no Ray start and no worker processes (see
-`jobs.bulk_qa.engines`).
+`jobs.engines`).
 
 An input table is read when first used; each operator then runs when it is called and holds its whole output, so
 that a wave's memory is its tables. A callable class is instantiated once per `map_batches` call, as one actor of
@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from jobs.bulk_qa.workers.storage import parquet_dataset
+from jobs.storage import parquet_dataset
 
 
 class InProcessDataset:

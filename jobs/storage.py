@@ -1,6 +1,7 @@
 """
 Where the job reads and writes: filesystems for local paths and URIs, credentials masked in messages, and the
-shard store that commits each shard's tables atomically (used by the aggregation tasks and by the driver).
+shard store that commits each shard's tables atomically (used by the aggregation tasks and by the driver), and a
+node's local copy of an index kept on a remote filesystem (`local_index_folder`).
 
 Layout under `--output`:
 - `answers/`, `questions/`, `generated_answers/`: one Parquet file per shard, `shard-00042.parquet`;
@@ -21,7 +22,10 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import tempfile
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -196,3 +200,24 @@ class ShardStore:
     def table_path(self, table_name: str) -> str:
         """Where a table's files are (a URI for remote filesystems, credentials masked)."""
         return self.shown.rstrip("/") + "/" + table_name
+
+
+def local_index_folder(location: str) -> Path:
+    """
+    A local folder holding the index at `location`: the folder itself when it is local, else a copy in the node's
+    temporary folder (made once per node and location, renamed into place when complete).
+    """
+    if "://" not in location or location.startswith("file://"):
+        return Path(resolve_path(location)[1])
+    filesystem, inner = resolve_path(location)
+    cache = Path(tempfile.gettempdir()) / "bulk-qa-index" / uuid.uuid5(uuid.NAMESPACE_URL, location).hex
+    if not (cache / "index.json").exists():
+        partial = cache.with_name(f"{cache.name}.{uuid.uuid4().hex}")
+        pafs.copy_files(
+            inner, str(partial), source_filesystem=filesystem, destination_filesystem=pafs.LocalFileSystem()
+        )
+        try:
+            partial.rename(cache)
+        except OSError:  # another actor of this node finished first
+            shutil.rmtree(partial, ignore_errors=True)
+    return cache
