@@ -5,10 +5,10 @@ statistics only:
 1. count (`count_shards`): the passages, streamed in blocks of one shard each (`repartition`, no shuffle), go
    to Ray Data tasks, a whole shard each; each tokenizes its shard once, in parts of `sharding.COUNT_PART_DOCS`
    passages whose compact counts it merges (so a task holds one part's tokens, not its shard's), writes its term
-   counts and ids into the shard's folder (`sharding.CountedShard`, with `passages.json` when split) and returns only the shard's statistics;
-   the driver merges them in corpus order (`CorpusStatistics.merge`: the single-process build's vocabulary
-   order, so the same idf sums) and checks that no id occurs twice in the corpus (from a 64-bit hash of each id
-   that the tasks return);
+   counts and ids into the shard's folder (`sharding.CountedShard`, with `passages.json` when split) and returns
+   only the shard's statistics; the driver merges them in corpus order (`CorpusStatistics.merge`: the
+   single-process build's vocabulary order, so the same idf sums) and checks that no id occurs twice in the
+   corpus (from a 64-bit hash of each id that the tasks return);
 2. weigh (`weigh_shards`): a task per shard weighs its stored counts with the corpus's statistics
    (`sharding.weigh_shard`: counts are read, not texts) and writes the shard's index beside them.
 
