@@ -3,11 +3,12 @@ The BM25 index of `numbered_passages` built by Ray Data, each passage tokenized 
 statistics only:
 
 1. count (`count_shards`): the passages, streamed in blocks of one shard each (`repartition`, no shuffle), go
-   to Ray Data tasks, a whole shard each; each tokenizes its shard once, writes its term counts and ids into the shard's
-   folder (`sharding.CountedShard`, with `passages.json` when split) and returns only the shard's statistics;
-   the driver merges them in corpus order (`CorpusStatistics.merge`: the single-process build's vocabulary
-   order, so the same idf sums) and checks that no id occurs twice in the corpus (from a 64-bit hash of each id
-   that the tasks return);
+   to Ray Data tasks, a whole shard each; each tokenizes its shard once, in parts of `sharding.COUNT_PART_DOCS`
+   passages whose compact counts it merges (so a task holds one part's tokens, not its shard's), writes its term
+   counts and ids into the shard's folder (`sharding.CountedShard`, with `passages.json` when split) and returns
+   only the shard's statistics; the driver merges them in corpus order (`CorpusStatistics.merge`: the
+   single-process build's vocabulary order, so the same idf sums) and checks that no id occurs twice in the
+   corpus (from a 64-bit hash of each id that the tasks return);
 2. weigh (`weigh_shards`): a task per shard weighs its stored counts with the corpus's statistics
    (`sharding.weigh_shard`: counts are read, not texts) and writes the shard's index beside them.
 
@@ -32,7 +33,7 @@ import pyarrow.fs as pafs
 from jobs.passages import Passages
 from jobs.storage import resolve_path
 from qa_core.retrieval.index_io import DOC_IDS_FILE
-from qa_core.retrieval.sharding import CountedShard, count_shard, weigh_shard
+from qa_core.retrieval.sharding import COUNT_PART_DOCS, CountedShard, count_parts, weigh_shard
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
@@ -209,13 +210,14 @@ def _count_shard(
     if within or positions[-1] - doc_offset != positions.size - 1 or positions.size > shard_size:
         raise ValueError(f"The block of passages from position {doc_offset} is not one whole shard of {shard_size}.")
     location = locations[shard]
-    ids, texts = batch["id"].to_pylist(), batch["content"].to_pylist()
-    try:
-        counted, statistics = count_shard(ids, texts, doc_offset, Tokenizer(tokenization_regex))
+    parts = ((batch["id"][start : start + COUNT_PART_DOCS].to_pylist(),
+              batch["content"][start : start + COUNT_PART_DOCS].to_pylist())
+             for start in range(0, batch.num_rows, COUNT_PART_DOCS))  # fmt: skip
+    try:  # a part's strings at a time
+        counted, statistics = count_parts(parts, doc_offset, Tokenizer(tokenization_regex))
     except ValueError as error:  # bad input: the driver raises it
         columns = {name: [None] for name in _COUNTED_SCHEMA.names}
         return pa.table({**columns, "shard": [shard], "error": [str(error)]}, schema=_COUNTED_SCHEMA)
-    del texts
     passages = None
     if split:
         passages = Passages(batch["source_id"].to_pylist(), batch["start"].to_pylist(), batch["end"].to_pylist())
@@ -227,7 +229,7 @@ def _count_shard(
         "n_docs": [statistics.n_docs],
         "total_length": [statistics.total_length],
         "fingerprint": [statistics.fingerprint_hex],
-        "id_hashes": [id_hashes(ids).tobytes()],
+        "id_hashes": [id_hashes(counted.doc_ids).tobytes()],
         "sources": [pc.count_distinct(batch["source_id"]).as_py()],
         "first_source": [batch["source_id"][0].as_py()],
         "last_source": [batch["source_id"][-1].as_py()],

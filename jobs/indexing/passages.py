@@ -48,27 +48,30 @@ def indexed_passages(documents: str, settings: "RetrievalSettings") -> Any:
 def numbered_passages(documents: str, settings: "RetrievalSettings", first_position: int = 0) -> tuple[Any, int]:
     """
     `indexed_passages` numbered from `first_position` (passages added after an index's), and how many, streamed:
-    the documents are read twice by Ray Data tasks, a Parquet row group each: first only to count each row
-    group's passages (the driver keeps the counts), then to read, split and number them from the row group's first
-    position. Nothing is held between the two: the object store holds only the blocks in flight, and the driver
-    the row groups' counts.
+    each row group's passages counted first (the driver keeps the counts): unsplit documents from the Parquet
+    footers' statistics (rows less the `content` column's nulls), split ones (or where a footer lacks them) by
+    Ray Data tasks reading a row group each; then Ray Data tasks read, split and number a row group's passages
+    from its first position. Nothing is held between the two: the object store holds only the blocks in flight,
+    and the driver the row groups' counts.
 
     :returns: The passages (a streaming Ray Dataset of `PASSAGE_SCHEMA`, in corpus order) and how many.
     """
     import ray.data
 
     row_groups = [
-        (fragment.path, group)
+        (fragment.path, group, fragment.metadata.row_group(group))
         for fragment in parquet_dataset(documents).get_fragments()
         for group in range(fragment.metadata.num_row_groups)
     ]  # in the order the in-process build reads them
-    groups = [{"index": index, "path": path, "row_group": group} for index, (path, group) in enumerate(row_groups)]
+    groups = [{"index": index, "path": path, "row_group": group} for index, (path, group, _) in enumerate(row_groups)]
     if not groups:
         return ray.data.from_arrow(PASSAGE_SCHEMA.empty_table()), 0
     options = {"documents": documents, "split_length": settings.split_length, "split_overlap": settings.split_overlap}
-    listed = ray.data.from_items(groups, override_num_blocks=len(groups))
-    counted = listed.map_batches(_count_row_group, batch_size=1, fn_kwargs=options).take_all()
-    counts = [row["passages"] for row in sorted(counted, key=lambda row: row["index"])]
+    counts = _counts_in_footers([metadata for _, _, metadata in row_groups]) if settings.split_length is None else None
+    if counts is None:  # passages split, or a footer without the statistics: the row groups read
+        listed = ray.data.from_items(groups, override_num_blocks=len(groups))
+        counted = listed.map_batches(_count_row_group, batch_size=1, fn_kwargs=options).take_all()
+        counts = [row["passages"] for row in sorted(counted, key=lambda row: row["index"])]
     firsts = np.cumsum([first_position] + counts[:-1]).tolist()
     items = ray.data.from_items(
         [{**group, "first": first} for group, first in zip(groups, firsts, strict=True)],
@@ -76,6 +79,21 @@ def numbered_passages(documents: str, settings: "RetrievalSettings", first_posit
     )
     items.context.execution_options.preserve_order = True  # shared by the datasets made from it
     return items.map_batches(_row_group_passages, batch_size=1, batch_format="pyarrow", fn_kwargs=options), sum(counts)
+
+
+def _counts_in_footers(row_groups: list[pq.RowGroupMetaData]) -> list[int] | None:
+    """
+    Each row group's documents with content (rows less the `content` column's nulls), from the Parquet footers'
+    statistics, without reading the row groups; None if a row group's footer lacks the column's null count.
+    """
+    counts = []
+    for row_group in row_groups:
+        columns = (row_group.column(i) for i in range(row_group.num_columns))
+        statistics = next((column.statistics for column in columns if column.path_in_schema == "content"), None)
+        if statistics is None or not statistics.has_null_count:
+            return None
+        counts.append(row_group.num_rows - statistics.null_count)
+    return counts
 
 
 def _row_group_batches(path: str, row_group: int, documents: str) -> Iterator[pa.RecordBatch]:

@@ -106,6 +106,11 @@ def check_corpus(ids: Sequence[str], texts: Sequence[str]) -> None:
             raise ValueError(f"Document ids must be non-empty strings, not {doc_id!r}.")
         if not isinstance(text, str):
             raise ValueError(f"Document {doc_id!r} has content {type(text).__name__}; the index takes strings only.")
+    check_unique_ids(ids)
+
+
+def check_unique_ids(ids: Sequence[str]) -> None:
+    """:raises ValueError: Naming the first id that occurs twice."""
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
         duplicate = next(doc_id for doc_id in ids if doc_id in seen or seen.add(doc_id))

@@ -1,7 +1,7 @@
 """BM25Index: a term-major sparse matrix of BM25 weights, searched for many queries at once."""
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -330,7 +330,9 @@ class BM25Index:
         """
         Writes the index as `.npy` arrays and JSON (no pickles) into a directory, created if needed.
 
-        :param directory: The directory; the files of an index already there are replaced.
+        :param directory: The directory; the files of an index already there are replaced (the arrays are written
+            as they are, not copied first: an index memory-mapped from `directory` is loaded with `mmap=False` to be
+            saved back into it).
         """
         header = {
             "algorithm": self.algorithm,
@@ -340,7 +342,8 @@ class BM25Index:
             "fingerprint": self.fingerprint,
             "corpus": asdict(self.corpus),
         }
-        write_index_files(Path(directory), IndexFiles(header, self.vocabulary, self.doc_ids, asdict(self.postings)))
+        arrays = {field.name: getattr(self.postings, field.name) for field in fields(self.postings)}  # not copied
+        write_index_files(Path(directory), IndexFiles(header, self.vocabulary, self.doc_ids, arrays))
 
     @classmethod
     def load(cls, directory: str | Path, mmap: bool = True) -> "BM25Index":

@@ -5,14 +5,14 @@ Shards: a corpus split by document into indexes weighed with the whole corpus's 
 (`weigh_shard`), again without tokenizing whenever the corpus grows.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from qa_core.retrieval.corpus import check_corpus, weigh_corpus
-from qa_core.retrieval.counts import count_terms
+from qa_core.retrieval.corpus import check_corpus, check_unique_ids, weigh_corpus
+from qa_core.retrieval.counts import TermIds, count_terms
 from qa_core.retrieval.fingerprint import fingerprint_value
 from qa_core.retrieval.index import BM25Index, CorpusStats, PostingLists, dense_rows
 from qa_core.retrieval.index_io import DOC_IDS_FILE, VOCABULARY_FILE, read_array, read_json, write_json
@@ -65,6 +65,9 @@ def shard_bounds(n_docs: int, n_shards: int) -> list[int]:
     return [shard * n_docs // n_shards for shard in range(n_shards + 1)]
 
 
+# Documents a shard is counted in at a time (`count_parts`): what one count holds at its peak, besides the shard's
+# counts (about 100 Python strings per document while tokenizing, and a term matrix of the part).
+COUNT_PART_DOCS = 50_000
 # The term counts of a shard, beside its index files.
 COUNT_FILES = {"term_counts": np.dtype(np.int32), "doc_lengths": np.dtype(np.int64)}
 
@@ -148,13 +151,49 @@ class CountedShard:
             raise ValueError(f"{folder}: the shard's term counts do not match its postings, terms or documents.")
         return cls(vocabulary, doc_ids, starts, doc_indices, counts)
 
+    @classmethod
+    def concatenate(cls, parts: list["CountedShard"]) -> "CountedShard":
+        """
+        The counted shard of consecutive parts, the same as counting their documents at once gives: the
+        vocabulary in order of first occurrence, each term's postings in document order. Each part's arrays are
+        released as it is merged (the list is emptied).
+
+        :param parts: Counted parts, in document order; emptied.
+        """
+        term_ids = TermIds()
+        part_terms = [np.fromiter(map(term_ids.__getitem__, part.vocabulary), np.int64, len(part.vocabulary))
+                      for part in parts]  # fmt: skip
+        lengths = np.zeros(len(term_ids), np.int64)
+        for terms, part in zip(part_terms, parts, strict=True):
+            lengths[terms] += np.diff(part.starts)
+        starts = np.zeros(len(term_ids) + 1, np.int64)
+        np.cumsum(lengths, out=starts[1:])
+        doc_indices = np.empty(starts[-1], np.int64)
+        term_counts = np.empty(starts[-1], np.int32)
+        cursor, first_doc, doc_ids, doc_lengths = starts[:-1].copy(), 0, [], []
+        for terms in part_terms:
+            part = parts.pop(0)
+            part_lengths = np.diff(part.starts)
+            # each posting's place: its term's cursor, then its place among the term's postings in this part
+            places = np.repeat(cursor[terms] - part.starts[:-1], part_lengths) + np.arange(part.starts[-1])
+            doc_indices[places] = part.doc_indices + first_doc
+            term_counts[places] = part.counts.term_counts
+            cursor[terms] += part_lengths
+            first_doc += len(part.doc_ids)
+            doc_ids += part.doc_ids
+            doc_lengths.append(part.counts.doc_lengths)
+            del part, places
+        lengths_array = np.concatenate(doc_lengths) if doc_lengths else np.zeros(0, np.int64)
+        return cls(list(term_ids), doc_ids, starts, doc_indices, ShardCounts(term_counts, lengths_array))
+
 
 def count_shard(
     ids: Sequence[str], texts: Sequence[str], doc_offset: int, tokenizer: Tokenizer
 ) -> tuple[CountedShard, CorpusStatistics]:
     """
     Tokenizes a shard's documents once: its counts, to weigh later, and its statistics, to merge with the other
-    shards' (in corpus order, `CorpusStatistics.merge`) into the corpus's.
+    shards' (in corpus order, `CorpusStatistics.merge`) into the corpus's. Counted in parts of
+    `COUNT_PART_DOCS` documents (`count_parts`).
 
     :param ids: The shard's document ids, unique non-empty strings.
     :param texts: Their texts.
@@ -164,16 +203,44 @@ def count_shard(
     :raises ValueError: If the ids are invalid.
     """
     check_corpus(ids, texts)
-    counts = count_terms(texts, tokenizer)
-    by_term = counts.frequencies.tocsc()  # every term occurs: term ids are columns, documents ascending in each
-    counted = CountedShard(
-        counts.vocabulary,
-        list(ids),
-        by_term.indptr.astype(np.int64),
-        by_term.indices.astype(np.int64),
-        ShardCounts(by_term.data, counts.doc_lengths),
-    )
-    return counted, CorpusStatistics.of_counts(counts, fingerprint_value(ids, texts, doc_offset))
+    parts = range(0, len(texts), COUNT_PART_DOCS)
+    return count_parts(((ids[start : start + COUNT_PART_DOCS], texts[start : start + COUNT_PART_DOCS])
+                        for start in parts), doc_offset, tokenizer)  # fmt: skip
+
+
+def count_parts(
+    parts: Iterable[tuple[Sequence[str], Sequence[str]]], doc_offset: int, tokenizer: Tokenizer
+) -> tuple[CountedShard, CorpusStatistics]:
+    """
+    `count_shard` of a shard given in consecutive parts (ids and texts), counted one after the other: each part's
+    tokens and term matrix are freed once its counts are kept as compact term-major arrays, which are merged
+    into the shard's at the end (`CountedShard.concatenate`). The memory it takes is then one part's counting
+    and the shard's counts (about 12 bytes per posting), not the shard's counting at once.
+
+    :param parts: The shard's `(ids, texts)`, in order; a caller that holds its texts in another form (an Arrow
+        column) makes each part's strings only when it is counted.
+    :param doc_offset: Corpus position of the first document.
+    :param tokenizer: Splits a text into terms.
+    :returns: The counted shard and its statistics, the same as counting all its documents at once gives.
+    :raises ValueError: If the ids are invalid (not unique non-empty strings, or there are none).
+    """
+    counted: list[CountedShard] = []
+    statistics: list[CorpusStatistics] = []
+    position = doc_offset
+    for ids, texts in parts:
+        check_corpus(ids, texts)
+        counts = count_terms(texts, tokenizer)
+        by_term = counts.frequencies.tocsc()  # every term occurs: term ids are columns, documents ascending in each
+        statistics.append(CorpusStatistics.of_counts(counts, fingerprint_value(ids, texts, position)))
+        counted.append(CountedShard(counts.vocabulary, list(ids), by_term.indptr.astype(np.int64), by_term.indices,
+                                    ShardCounts(by_term.data, counts.doc_lengths)))  # fmt: skip
+        position += len(ids)
+        del counts, by_term
+    if not counted:
+        check_corpus([], [])  # raises: an empty shard
+    shard = CountedShard.concatenate(counted)
+    check_unique_ids(shard.doc_ids)  # an id in two parts
+    return shard, CorpusStatistics.merge(statistics)
 
 
 def weigh_shard(

@@ -29,7 +29,7 @@ from qa_core.retrieval import counts as counts_module
 from qa_core.retrieval import index as index_module
 from qa_core.retrieval.fingerprint import add_fingerprints, fingerprint_hex
 from qa_core.retrieval.scoring import resolve_parameters
-from qa_core.retrieval.sharding import CountedShard, count_shard, shard_bounds, weigh_shard
+from qa_core.retrieval.sharding import CountedShard, count_parts, count_shard, shard_bounds, weigh_shard
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.topk import top_k
 
@@ -244,6 +244,26 @@ def test_shards_counted_apart_and_weighed_with_merged_statistics_equal_build_sha
     for shard, reference in zip(shards, expected, strict=True):
         _assert_same_shard(shard, reference)
     assert add_fingerprints([shard.fingerprint for shard in shards]) == expected[0].corpus.fingerprint
+
+
+def test_a_shard_counted_in_parts_equals_the_shard_counted_at_once() -> None:
+    """`count_parts`: parts of uneven sizes, their compact counts merged (`CountedShard.concatenate`)."""
+    ids, texts, _ = _search_grid()
+    whole, expected = count_shard(ids[100:], texts[100:], 100, Tokenizer())
+    bounds = [100, 101, 160, 400, len(texts)]
+    parts = ((ids[start:stop], texts[start:stop]) for start, stop in zip(bounds[:-1], bounds[1:], strict=True))
+    counted, statistics = count_parts(parts, 100, Tokenizer())
+    assert (counted.vocabulary, counted.doc_ids) == (whole.vocabulary, whole.doc_ids)
+    for name in ("starts", "doc_indices", "counts.term_counts", "counts.doc_lengths"):
+        got, want = counted, whole
+        for attribute in name.split("."):
+            got, want = getattr(got, attribute), getattr(want, attribute)
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+    fields = ("vocabulary", "n_docs", "total_length", "fingerprint_hex")
+    assert [getattr(statistics, field) for field in fields] == [getattr(expected, field) for field in fields]
+    assert np.array_equal(statistics.doc_frequencies, expected.doc_frequencies)
+    with pytest.raises(ValueError, match=f"Document id {ids[100]!r} occurs more than once in the corpus."):
+        count_parts([(ids[100:102], texts[100:102]), (ids[100:101], texts[100:101])], 100, Tokenizer())
 
 
 @pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L", "Lucene"])

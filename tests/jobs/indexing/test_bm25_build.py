@@ -21,7 +21,7 @@ from jobs.bulk_qa.retrieval import (
     shard_locations,
     write_index,
 )
-from jobs.indexing.passages import indexed_passages
+from jobs.indexing.passages import _counts_in_footers, indexed_passages
 from jobs.passages import PASSAGES_FILE, Passages
 from jobs.retrieval_settings import RetrievalSettings
 from qa_core.retrieval import BM25Index, merge_top_k
@@ -42,6 +42,16 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> str:
         table = pa.table({"id": ids[rows], "content": pa.array(texts[rows], pa.string())})
         pq.write_table(table, folder / f"part-{part}.parquet", row_group_size=25)
     return str(folder)
+
+
+def test_documents_with_content_are_counted_from_the_footers_or_not_at_all(tmp_path: Path) -> None:
+    """Each row group's rows less its `content` nulls, from the statistics; None when a footer has none."""
+    table = pa.table({"id": ["a", "b", "c", "d", "e"], "content": pa.array(["x", None, "y", None, None], pa.string())})
+    for statistics in (True, False):
+        pq.write_table(table, tmp_path / "documents.parquet", row_group_size=2, write_statistics=statistics)
+        metadata = pq.ParquetFile(tmp_path / "documents.parquet").metadata
+        groups = [metadata.row_group(group) for group in range(metadata.num_row_groups)]
+        assert _counts_in_footers(groups) == ([1, 1, 0] if statistics else None)
 
 
 @pytest.mark.parametrize("split_length", [None, 12])
