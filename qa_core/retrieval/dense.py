@@ -46,6 +46,9 @@ ROWS_PER_PRODUCT = 8192
 # (jobs/bench/dense_search.py), the leading 160 axes hold all but about 5% of a vector's squared length, and 0.03% of
 # (query, vector) pairs pass the screen; 128 axes let 0.1% pass, 96 axes 0.75%.
 SCREEN_SHARE = 5 / 12
+# Screening blocks whose candidates are rescored together (`_rescore`): the best-bounded of them raise each query's
+# k-th best score before the others are rescored, so that fewer of these are.
+BLOCKS_PER_RESCORE = 8
 _FP32_ROUNDOFF = 2.0**-24  # unit roundoff of float32 (24 significant bits)
 _BF16_ROUNDOFF = 2.0**-8  # of bfloat16 (8 significant bits)
 
@@ -315,6 +318,7 @@ def search_shards(
     best = (np.full((len(exact), k), NO_POSITION, np.int64), np.full((len(exact), k), NO_SCORE, np.float64))
     # A lower bound on each query's k-th best exact score, from k vectors rescored before k hits are known.
     known = np.full(len(exact), NO_SCORE)
+    pending: list[_Candidates] = []
     for shard in shards:
         for start in range(0, len(shard.ids), ROWS_PER_PRODUCT):
             vectors, largest = shard.screening_block(start, precision, rotation)
@@ -329,10 +333,79 @@ def search_shards(
             # less the error. Rounding the floor to nearest cannot pass a representable bound at or above it.
             floor = np.maximum(best[1][:, -1], known) - error * largest
             rows, columns = _at_or_above(bounds, torch.from_numpy(floor).to(bounds.dtype))
-            columns = columns + start
-            found = _by_query(rows, columns + shard.doc_offset, shard.exact_scores(exact[rows], columns), len(exact))
-            best = merge_top_k([best, found], k)
-    return best
+            # Upper bounds of the candidates' exact scores (a NaN's rescored, as `_at_or_above` passes it).
+            ceilings = np.nan_to_num(_values(bounds, rows, columns) + error[rows] * largest, nan=np.inf)
+            pending.append(_Candidates(shard, rows, columns + start, ceilings))
+            if len(pending) == BLOCKS_PER_RESCORE:
+                best = _rescore(pending, exact, best)
+                pending = []
+    return _rescore(pending, exact, best) if pending else best
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """
+    One screening block's candidates, not yet rescored: of each, the query row, the row in `shard`, and an upper
+    bound on its exact score (its screened bound plus the error).
+    """
+
+    shard: DenseIndex
+    rows: np.ndarray
+    columns: np.ndarray
+    ceilings: np.ndarray
+
+
+def _rescore(
+    pending: list[_Candidates], exact: np.ndarray, best: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """
+    `best` merged with the candidates of `pending` that can enter it, rescored exactly.
+
+    In two steps: first each query's k candidates of highest ceilings (they raise its k-th best score most, as the
+    first block's seed does), then the others whose ceiling still reaches the new k-th best: a vector whose upper
+    bound is below the k-th best exact score of k vectors cannot be among the top k (a tie with the k-th stays).
+    """
+    k = best[0].shape[1]
+    rows = np.concatenate([block.rows for block in pending])
+    ceilings = np.concatenate([block.ceilings for block in pending])
+    order = np.lexsort((-ceilings, rows))  # by query, highest ceiling first
+    counts = np.bincount(rows, minlength=len(exact))
+    ranks = np.empty(len(rows), np.int64)
+    ranks[order] = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)  # place in its query's row
+    first = ranks < k
+    best = merge_top_k([best, _exact_hits(pending, np.flatnonzero(first), exact)], k)
+    rest = np.flatnonzero(~first & (ceilings >= best[1][rows, -1]))
+    return merge_top_k([best, _exact_hits(pending, rest, exact)], k) if len(rest) else best
+
+
+def _exact_hits(pending: list[_Candidates], chosen: np.ndarray, exact: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The `chosen` candidates (ascending indices into `pending`'s, concatenated) rescored, `_by_query`'s arrays."""
+    ends = np.cumsum([len(block.rows) for block in pending])
+    cuts = np.searchsorted(chosen, ends)  # the chosen of block i: chosen[cuts[i - 1]:cuts[i]]
+    rows, positions, scores = [], [], []
+    for block, begin, end, offset in zip(pending, [0, *cuts[:-1]], cuts, [0, *ends[:-1]], strict=True):
+        if begin == end:
+            continue
+        picked = chosen[begin:end] - offset
+        rows.append(block.rows[picked])
+        columns = block.columns[picked]
+        positions.append(columns + block.shard.doc_offset)
+        scores.append(block.shard.exact_scores(exact[rows[-1]], columns))
+    if not rows:
+        return _by_query(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), len(exact))
+    rows_all = np.concatenate(rows)
+    by_row = np.argsort(rows_all, kind="stable")
+    return _by_query(rows_all[by_row], np.concatenate(positions)[by_row], np.concatenate(scores)[by_row], len(exact))
+
+
+def _values(scores: Any, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """`scores[rows, columns]` (a bfloat16 or float32 torch tensor) as float64."""
+    import torch
+
+    if scores.dtype == torch.bfloat16:  # a bfloat16 is the upper half of the float32 of the same value
+        bits = scores.view(torch.int16).numpy()[rows, columns].astype(np.int32) << 16
+        return bits.view(np.float32).astype(np.float64)
+    return scores.numpy()[rows, columns].astype(np.float64)
 
 
 def _torch_dtype(precision: str) -> Any:
