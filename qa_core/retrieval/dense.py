@@ -20,10 +20,10 @@ rounding errors of the query and of the block's vectors, plus the rotation's `Ro
 the vectors whose screened bound reaches, within that error, the k-th best exact score found so far are rescored
 exactly, as float64 dot products of the float32 vectors (as Haystack scores them), and merged into the running top
 k. The k-th best is seeded, before k hits are known, by the least exact score of the k vectors of the first block's
-best bounds, and raised before most candidates are rescored: those of `BLOCKS_PER_RESCORE` blocks are rescored
-together, each query's k best-bounded first (`_rescore`). So both precisions return the same hits and the same
-scores; bf16 only makes the screening product about twice as fast. The reduced vectors are kept in memory after the
-first search (in bf16 161 x 2 bytes per vector at dimension 384, in fp32 twice that).
+best bounds, and raised before most candidates are rescored: those of several blocks are rescored together
+(`CANDIDATES_PER_RESCORE`), each query's k best-bounded first (`_rescore`). So both precisions return the same hits
+and the same scores; bf16 only makes the screening product about twice as fast. The reduced vectors are kept in
+memory after the first search (in bf16 161 x 2 bytes per vector at dimension 384, in fp32 twice that).
 """
 
 import json
@@ -48,9 +48,10 @@ ROWS_PER_PRODUCT = 8192
 # (jobs/bench/dense_search.py), the leading 160 axes hold all but about 5% of a vector's squared length, and 0.03% of
 # (query, vector) pairs pass the screen; 128 axes let 0.1% pass, 96 axes 0.75%.
 SCREEN_SHARE = 5 / 12
-# Screening blocks whose candidates are rescored together (`_rescore`): the best-bounded of them raise each query's
-# k-th best score before the others are rescored, so that fewer of these are.
-BLOCKS_PER_RESCORE = 32
+# Candidates are rescored together (`_rescore`) once they number this many per query: the best-bounded of them raise
+# each query's k-th best score before the others are rescored, so that fewer of these are; while the k-th best is
+# low (the first blocks), each block's many candidates are rescored at once.
+CANDIDATES_PER_RESCORE = 64
 _FP64_ROUNDOFF = 2.0**-53  # unit roundoff of float64 (53 significant bits)
 _FP32_ROUNDOFF = 2.0**-24  # of float32 (24 significant bits)
 _BF16_ROUNDOFF = 2.0**-8  # of bfloat16 (8 significant bits)
@@ -395,7 +396,7 @@ def search_shards(
             # Upper bounds of the candidates' exact scores (a NaN's rescored, as `_at_or_above` passes it).
             upper = np.nan_to_num(ceilings(_values(bounds, rows, columns), precision) + error[rows], nan=np.inf)
             pending.append(_Candidates(shard, rows, columns + start, upper))
-            if len(pending) == BLOCKS_PER_RESCORE:
+            if sum(len(block.rows) for block in pending) >= CANDIDATES_PER_RESCORE * len(exact):
                 best = _rescore(pending, exact, best)
                 pending = []
     return _rescore(pending, exact, best) if pending else best
