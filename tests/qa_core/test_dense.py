@@ -27,7 +27,10 @@ from qa_core.retrieval.dense import (
     SEARCH_PRECISIONS,
     DenseIndex,
     Rotation,
+    Screened,
+    ceilings,
     screen_dimensions,
+    screened_floor,
     screening_error,
     search_shards,
     unit_rows,
@@ -252,28 +255,64 @@ def test_search_in_both_precisions_equals_float64_brute_force(similarity: str) -
         assert positions[0, :5].tolist() == [10, 11, 12, 13, 500]  # ties in corpus order
 
 
-def test_screening_error_bounds_the_screening_products() -> None:
+@pytest.mark.parametrize("precision", SEARCH_PRECISIONS)
+def test_screening_bounds_the_exact_scores_from_above_and_tightly(precision: str) -> None:
     import torch
 
     vectors, queries = _clustered(3000, 384, seed=4)
-    exact = queries.astype(np.float64) @ vectors.astype(np.float64).T
-    norms = np.linalg.norm(queries.astype(np.float64), axis=1)[:, None]  # the vectors are unit rows
-    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        product = torch.mm(torch.from_numpy(queries).to(dtype), torch.from_numpy(vectors).to(dtype).T).double()
-        error = np.abs(product.numpy() - exact) / norms
-        assert error.max() <= screening_error(precision, 384)
-    assert screening_error("bf16", 384) == pytest.approx(3 * 2**-8, rel=0.01)  # about 0.0118 of |q| |v|
+    exact_queries, exact_vectors = queries.astype(np.float64), vectors.astype(np.float64)
+    rotation = Rotation.of(exact_vectors)
+    query = Screened.of(rotation.reduce(exact_queries), np.linalg.norm(exact_queries, axis=1), precision)
+    block = Screened.of(rotation.reduce(exact_vectors), np.linalg.norm(exact_vectors, axis=1), precision).largest()
+    screened = torch.mm(query.tensor, block.tensor.T).double().numpy()
+    error = screening_error(precision, query, block, rotation.slack)[:, None]
+    upper = ceilings(screened, precision) + error
+    exact = exact_queries @ exact_vectors.T
+    reduced = rotation.reduce(exact_queries) @ rotation.reduce(exact_vectors).T  # the bound before rounding
+    assert (upper >= exact).all()
+    # Tight: the bound exceeds the reduced dot product by little (the rounding's actual error, not 3 u |q| |v|).
+    norms = np.linalg.norm(exact_queries, axis=1)[:, None]  # the vectors are unit rows
+    assert ((upper - reduced) / norms).max() < {"fp32": 1e-4, "bf16": 0.01}[precision]
+    # Below the floor, no screened value's ceiling reaches it: the next value down from the rounded floor's.
+    floors = np.linspace(-2.0, 2.0, 40)  # not 0
+    passed = torch.from_numpy(screened_floor(floors, precision)).to(query.tensor.dtype)
+    if precision == "fp32":
+        below = np.nextafter(passed.numpy(), np.float32(-np.inf)).astype(np.float64)
+    else:  # a bfloat16's bits are sign and magnitude: one step down is one less magnitude above 0, one more below
+        bits = passed.view(torch.int16).numpy()
+        below = torch.from_numpy(np.where(floors > 0, bits - 1, bits + 1).astype(np.int16))
+        below = below.view(torch.bfloat16).double().numpy()
+    assert (ceilings(below, precision) < floors).all()
+    assert (np.abs(ceilings(passed.double().numpy(), precision) - floors) <= 2**-7 * np.abs(floors)).all()
+
+
+def test_search_equals_float64_brute_force_where_the_bound_is_tight() -> None:
+    # The vectors lie in 12 leading dimensions, so the reduced dot product is the exact one (no rest), and 4,000 of
+    # them are near-copies whose scores differ by less than the screening's error: every candidate sits at the floor
+    # within the error, and the exact rescoring alone orders them.
+    rng = np.random.default_rng(7)
+    vectors = np.zeros((12000, 64))
+    vectors[:, :12] = rng.standard_normal((12000, 12))
+    vectors[4000:8000, :12] = vectors[100, :12] + 1e-6 * rng.standard_normal((4000, 12))
+    vectors = unit_rows(vectors).astype(np.float32)
+    queries = (vectors[[100, 5000, 3]] + 1e-3 * rng.standard_normal((3, 64))).astype(np.float32)
+    scores = queries.astype(np.float64) @ vectors.astype(np.float64).T
+    expected = np.array([np.lexsort((np.arange(len(vectors)), -row))[:TOP_K] for row in scores])
+    for precision in SEARCH_PRECISIONS:
+        positions, found = DenseIndex([str(i) for i in range(len(vectors))], vectors).search(queries, TOP_K, precision)
+        np.testing.assert_array_equal(positions, expected)
+        np.testing.assert_allclose(found, np.take_along_axis(scores, expected, axis=1), rtol=0, atol=1e-12)
 
 
 def test_reduced_dot_products_bound_the_exact_ones_from_above() -> None:
     vectors, queries = _clustered(3000, 384, seed=5)
     rotation = Rotation.of(vectors)
-    reduced = rotation.reduce(queries).double().numpy() @ rotation.reduce(vectors).double().numpy().T
+    reduced = rotation.reduce(queries) @ rotation.reduce(vectors).T
     exact = queries.astype(np.float64) @ vectors.astype(np.float64).T
     norms = np.linalg.norm(queries.astype(np.float64), axis=1)[:, None]  # the vectors are unit rows
     assert screen_dimensions(384) == 160
     assert (exact - reduced <= rotation.slack * norms).all()
-    assert rotation.slack < screening_error("bf16", 161) / 4  # the float32 rotation costs the bound little
+    assert rotation.slack < 1e-10  # the float64 rotation costs the bound nothing that matters
 
 
 def test_search_with_negative_scores_equals_float64_brute_force() -> None:
