@@ -1,0 +1,252 @@
+"""
+Max-score pruning: a query's k best documents found by scoring only those that can still reach them, with exactly
+the scores, order and ties of scoring every document (`BM25Index.search(..., prune=False)`).
+
+A term's largest weight in an index bounds what it adds to any document's score; a threshold below which no
+document can be a hit is known from the caller's floor (the k-th best score of the shards searched before) or is
+found on the way (the k-th best of partial or exact sums: a lower bound of the k-th best score). The documents of
+one term (the seed: of the terms every hit must hold, the one with the fewest documents; else the weightiest) are
+looked up term by term, weightiest first, each step dropping those whose known weights plus the bounds of the
+terms still unknown cannot reach the threshold. A document outside the seed can only be a hit if it holds one of
+the terms whose bounds, added to those of every lighter term, reach the threshold, and every term without which it
+cannot: those documents are scored the same way. Each survivor's score is then summed term by term in query order,
+0.0 where a document lacks a term: the very float summation of scoring every document, so scores and ties come out
+bit for bit.
+
+Bounds and partial sums are added in another order than the query's; `_tolerance` covers the rounding of both, so
+that no document that could be a hit is ever dropped.
+"""
+
+import numpy as np
+
+# Past this share of the index's documents as candidates, pruning costs more than scoring every document.
+MAX_CANDIDATE_SHARE = 0.125
+_EPS = float(np.finfo(np.float64).eps)
+
+
+class PostingReader:
+    """
+    Term lookups on an index's posting arrays (as plain arrays, memory-mapped or not) and each term's bound,
+    computed from its weights the first time a query needs it.
+
+    :param starts: `PostingLists.starts`.
+    :param doc_indices: `PostingLists.doc_indices`.
+    :param weights: `PostingLists.weights`.
+    :param dense_row_of_term: Each common term's row in `dense_weights`.
+    :param dense_weights: `PostingLists.dense_weights`.
+    :param n_docs: Documents in the index.
+    """
+
+    def __init__(
+        self,
+        starts: np.ndarray,
+        doc_indices: np.ndarray,
+        weights: np.ndarray,
+        dense_row_of_term: dict[int, int],
+        dense_weights: np.ndarray,
+        n_docs: int,
+    ) -> None:
+        # np.asarray drops np.memmap's subclass, whose Python-level indexing costs more than these small lookups.
+        self.starts = np.asarray(starts)
+        self.doc_indices = np.asarray(doc_indices)
+        self.weights = np.asarray(weights)
+        self.dense_row_of_term = dense_row_of_term
+        self.dense_weights = np.asarray(dense_weights)
+        self.n_docs = n_docs
+        self._bounds = np.full(self.starts.size - 1, np.nan)  # NaN: not computed yet
+
+    def postings(self, term_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """A term's `(postings,)` document indices (ascending) and weights."""
+        start, stop = int(self.starts[term_id]), int(self.starts[term_id + 1])
+        return self.doc_indices[start:stop], self.weights[start:stop]
+
+    def sizes(self, term_ids: list[int]) -> np.ndarray:
+        """`(terms,)` the documents holding each term."""
+        ids = np.asarray(term_ids)
+        return self.starts[ids + 1] - self.starts[ids]
+
+    def bounds(self, term_ids: list[int]) -> np.ndarray:
+        """`(terms,)` each term's largest weight, at least 0.0."""
+        bounds = self._bounds[term_ids]
+        for at in np.flatnonzero(np.isnan(bounds)).tolist():
+            term_id = term_ids[at]
+            bounds[at] = self._bounds[term_id] = np.max(self.postings(term_id)[1], initial=0.0)
+        return bounds
+
+    def weights_at(self, term_id: int, docs: np.ndarray) -> np.ndarray:
+        """`(docs,)` a term's weight in each of the documents `docs` (ascending, distinct), 0.0 where it is missing."""
+        dense_row = self.dense_row_of_term.get(term_id)
+        if dense_row is not None:
+            return self.dense_weights[dense_row][docs]
+        term_docs, term_weights = self.postings(term_id)
+        if term_docs.size < docs.size:  # look the term's documents up among the candidates
+            at = np.minimum(np.searchsorted(docs, term_docs), docs.size - 1)
+            found = docs[at] == term_docs
+            weights = np.zeros(docs.size)
+            weights[at[found]] = term_weights[found]
+            return weights
+        at = np.minimum(np.searchsorted(term_docs, docs), term_docs.size - 1)  # the candidates among the postings
+        return np.where(term_docs[at] == docs, term_weights[at], 0.0)
+
+
+def pruned_top_k(
+    reader: PostingReader, term_ids: list[int], k: int, floor: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """
+    The k best documents of a query with scores above 0 and above `floor`: those of scoring every document and
+    `topk.top_k(..., drop_non_positive=True)`, bit for bit, less those at or below `floor`. Every weight must be
+    at least 0 (all the algorithms that drop scores of 0 give such weights).
+
+    :param reader: The index's postings.
+    :param term_ids: The query's distinct terms present in the index, in query order.
+    :param k: Most hits.
+    :param floor: Hits must score above it (`-inf` for none).
+    :returns: `(hits,)` document indices within the index and `(hits,)` scores, best first, ties to the earlier
+        document; `None` where too many documents are candidates for pruning to pay (score them all instead).
+    """
+    if not term_ids:
+        return np.zeros(0, np.int64), np.zeros(0)
+    bounds = reader.bounds(term_ids)  # (terms,)
+    sizes = reader.sizes(term_ids)  # (terms,)
+    tolerance = _tolerance(bounds)
+    threshold = max(floor, 0.0)  # nothing below can be a hit
+    seed = _seed(bounds, sizes, threshold, tolerance)
+    if sizes[seed] > MAX_CANDIDATE_SHARE * reader.n_docs:
+        return None
+    order = np.array([seed] + [at for at in np.argsort(-bounds, kind="stable").tolist() if at != seed])
+    seed_docs, seed_weights = reader.postings(term_ids[seed])
+    weights = np.empty((len(term_ids), seed_docs.size))  # (terms, candidates), rows in query order
+    weights[seed] = seed_weights
+    raise_threshold = floor == -np.inf  # no floor: raise the threshold from the seeds' partial sums
+    narrowed = _narrow(reader, term_ids, bounds, order, seed_docs, weights, threshold, tolerance, k, raise_threshold)
+    found = [(narrowed[0], _query_order_sum(narrowed[1]))]
+    threshold = max(narrowed[2], _kth_best(found[0][1], k))
+    outside = _outside_candidates(reader, term_ids, bounds, sizes, seed, seed_docs, threshold, tolerance)
+    if outside is None:
+        return None
+    if outside.size:
+        weights = np.empty((len(term_ids), outside.size))
+        weights[seed] = 0.0  # none of them holds the seed's term
+        narrowed = _narrow(reader, term_ids, bounds, order, outside, weights, threshold, tolerance, k, False)
+        found.append((narrowed[0], _query_order_sum(narrowed[1])))
+    docs = np.concatenate([docs for docs, _ in found])
+    scores = np.concatenate([scores for _, scores in found])
+    return _best(docs, scores, k, max(floor, 0.0))
+
+
+def _tolerance(bounds: np.ndarray) -> float:
+    """
+    What the rounding of sums of up to `len(bounds)` terms, each between 0 and its bound, can shift them by, with
+    a margin: each such sum, in any order, is within `(terms - 1) * eps / 2` of its exact value times the bounds'
+    sum; comparing two of them (a bound against a score) and adding the margin stays below twice that and more.
+    """
+    return 4 * bounds.size * _EPS * float(bounds.sum())
+
+
+def _seed(bounds: np.ndarray, sizes: np.ndarray, threshold: float, tolerance: float) -> int:
+    """
+    The term whose documents are scored first: of those without which no document reaches the threshold, the one
+    with the fewest documents; else the weightiest.
+    """
+    required = np.flatnonzero(bounds.sum() - bounds + tolerance < threshold)
+    if required.size:
+        return int(required[np.argmin(sizes[required])])
+    return int(np.argmax(bounds))
+
+
+def _narrow(
+    reader: PostingReader,
+    term_ids: list[int],
+    bounds: np.ndarray,
+    order: np.ndarray,
+    docs: np.ndarray,
+    weights: np.ndarray,
+    threshold: float,
+    tolerance: float,
+    k: int,
+    raise_threshold: bool,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """
+    Looks up the candidates' weights term by term in `order` after its first (whose row of `weights` is filled),
+    dropping before each step the candidates whose known weights plus the bounds of the rest fall short of the
+    threshold; with `raise_threshold`, raised on the way to the k-th best sum of known weights (a lower bound of
+    the k-th best score, weights being at least 0).
+
+    :returns: The candidates left (ascending), their `(terms, left)` weights, and the threshold.
+    """
+    partial = weights[order[0]].copy()  # (candidates,) the known weights' sum
+    unknown = np.append(np.cumsum(bounds[order][::-1])[::-1], 0.0)  # unknown[j]: the bounds of order[j:]
+    for step in range(1, order.size + 1):
+        if raise_threshold:
+            threshold = max(threshold, _kth_best(partial, k) - tolerance)
+        left = partial + (unknown[step] + tolerance) >= threshold
+        if not left.all():
+            docs, weights, partial = docs[left], weights[:, left], partial[left]
+        if step == order.size or docs.size == 0:
+            break
+        row = order[step]
+        weights[row] = reader.weights_at(term_ids[row], docs)
+        partial += weights[row]
+    return docs, weights, threshold
+
+
+def _query_order_sum(weights: np.ndarray) -> np.ndarray:
+    """`(terms, docs)` weights summed term by term in query order from 0.0, as scoring every document does."""
+    scores = np.zeros(weights.shape[1])
+    for row in weights:
+        scores += row
+    return scores
+
+
+def _kth_best(values: np.ndarray, k: int) -> float:
+    """The k-th largest value, `-inf` with fewer than k."""
+    if values.size < k:
+        return -np.inf
+    return float(np.partition(values, values.size - k)[values.size - k])
+
+
+def _outside_candidates(
+    reader: PostingReader,
+    term_ids: list[int],
+    bounds: np.ndarray,
+    sizes: np.ndarray,
+    seed: int,
+    seed_docs: np.ndarray,
+    threshold: float,
+    tolerance: float,
+) -> np.ndarray | None:
+    """
+    The documents outside the seed's that can reach the threshold, ascending: those holding every term without
+    which they cannot (the one with the fewest documents of those), else any term but the lightest ones whose
+    bounds together stay below it. `None` if they are too many for pruning to pay.
+    """
+    others = bounds.sum() - bounds[seed]  # the most a document without the seed's term can score
+    lightest_first = [at for at in np.argsort(bounds, kind="stable").tolist() if at != seed]
+    light = 0.0
+    while lightest_first and light + bounds[lightest_first[0]] + tolerance < threshold:
+        light += bounds[lightest_first.pop(0)]
+    if not lightest_first:
+        return np.zeros(0, np.int64)
+    required = [at for at in lightest_first if others - bounds[at] + tolerance < threshold]
+    if required:
+        needed = [min(required, key=lambda at: sizes[at])]
+    else:
+        needed = lightest_first
+    if sizes[needed].sum() > MAX_CANDIDATE_SHARE * reader.n_docs:
+        return None
+    marked = np.zeros(reader.n_docs, bool)
+    for at in needed:
+        marked[reader.postings(term_ids[at])[0]] = True
+    marked[seed_docs] = False
+    return np.flatnonzero(marked)
+
+
+def _best(docs: np.ndarray, scores: np.ndarray, k: int, floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """The k best scores above `floor`, best first, ties to the earlier document."""
+    above = scores > floor
+    docs, scores = docs[above], scores[above]
+    if docs.size > k:
+        kept = scores >= np.partition(scores, docs.size - k)[docs.size - k]
+        docs, scores = docs[kept], scores[kept]
+    order = np.lexsort((docs, -scores))[:k]
+    return docs[order].astype(np.int64), scores[order]
