@@ -53,25 +53,23 @@ class PostingReader:
         self.dense_row_of_term = dense_row_of_term
         self.dense_weights = np.asarray(dense_weights)
         self.n_docs = n_docs
-        self._bounds = np.full(self.starts.size - 1, np.nan)  # NaN: not computed yet
+        self._bounds: dict[int, float] = {}
 
     def postings(self, term_id: int) -> tuple[np.ndarray, np.ndarray]:
         """A term's `(postings,)` document indices (ascending) and weights."""
         start, stop = int(self.starts[term_id]), int(self.starts[term_id + 1])
         return self.doc_indices[start:stop], self.weights[start:stop]
 
-    def sizes(self, term_ids: list[int]) -> np.ndarray:
-        """`(terms,)` the documents holding each term."""
-        ids = np.asarray(term_ids)
-        return self.starts[ids + 1] - self.starts[ids]
+    def size(self, term_id: int) -> int:
+        """The documents holding a term."""
+        return int(self.starts[term_id + 1] - self.starts[term_id])
 
-    def bounds(self, term_ids: list[int]) -> np.ndarray:
-        """`(terms,)` each term's largest weight, at least 0.0."""
-        bounds = self._bounds[term_ids]
-        for at in np.flatnonzero(np.isnan(bounds)).tolist():
-            term_id = term_ids[at]
-            bounds[at] = self._bounds[term_id] = np.max(self.postings(term_id)[1], initial=0.0)
-        return bounds
+    def bound(self, term_id: int) -> float:
+        """A term's largest weight, at least 0.0."""
+        bound = self._bounds.get(term_id)
+        if bound is None:
+            bound = self._bounds[term_id] = float(np.max(self.postings(term_id)[1], initial=0.0))
+        return bound
 
     def weights_at(self, term_id: int, docs: np.ndarray) -> np.ndarray:
         """`(docs,)` a term's weight in each of the documents `docs` (ascending, distinct), 0.0 where it is missing."""
@@ -106,86 +104,123 @@ def pruned_top_k(
     """
     if not term_ids:
         return np.zeros(0, np.int64), np.zeros(0)
-    bounds = reader.bounds(term_ids)  # (terms,)
-    sizes = reader.sizes(term_ids)  # (terms,)
-    tolerance = _tolerance(bounds)
+    terms = _Terms(reader, term_ids)
     threshold = max(floor, 0.0)  # nothing below can be a hit
-    seed = _seed(bounds, sizes, threshold, tolerance)
-    if sizes[seed] > MAX_CANDIDATE_SHARE * reader.n_docs:
+    seed = terms.seed(threshold)
+    if terms.sizes[seed] > MAX_CANDIDATE_SHARE * reader.n_docs:
         return None
-    order = np.array([seed] + [at for at in np.argsort(-bounds, kind="stable").tolist() if at != seed])
     seed_docs, seed_weights = reader.postings(term_ids[seed])
     weights = np.empty((len(term_ids), seed_docs.size))  # (terms, candidates), rows in query order
     weights[seed] = seed_weights
     raise_threshold = floor == -np.inf  # no floor: raise the threshold from the seeds' partial sums
-    narrowed = _narrow(reader, term_ids, bounds, order, seed_docs, weights, threshold, tolerance, k, raise_threshold)
-    found = [(narrowed[0], _query_order_sum(narrowed[1]))]
-    threshold = max(narrowed[2], _kth_best(found[0][1], k))
-    outside = _outside_candidates(reader, term_ids, bounds, sizes, seed, seed_docs, threshold, tolerance)
+    docs, weights, threshold = _narrow(reader, terms, seed_docs, weights, threshold, k, raise_threshold)
+    found = [(docs, _query_order_sum(weights))]
+    threshold = max(threshold, _kth_best(found[0][1], k))
+    outside = terms.outside_seed(seed_docs, threshold)
     if outside is None:
         return None
     if outside.size:
         weights = np.empty((len(term_ids), outside.size))
         weights[seed] = 0.0  # none of them holds the seed's term
-        narrowed = _narrow(reader, term_ids, bounds, order, outside, weights, threshold, tolerance, k, False)
-        found.append((narrowed[0], _query_order_sum(narrowed[1])))
+        docs, weights, _ = _narrow(reader, terms, outside, weights, threshold, k, False)
+        found.append((docs, _query_order_sum(weights)))
     docs = np.concatenate([docs for docs, _ in found])
     scores = np.concatenate([scores for _, scores in found])
     return _best(docs, scores, k, max(floor, 0.0))
 
 
-def _tolerance(bounds: np.ndarray) -> float:
+class _Terms:
     """
-    What the rounding of sums of up to `len(bounds)` terms, each between 0 and its bound, can shift them by, with
-    a margin: each such sum, in any order, is within `(terms - 1) * eps / 2` of its exact value times the bounds'
-    sum; comparing two of them (a bound against a score) and adding the margin stays below twice that and more.
-    """
-    return 4 * bounds.size * _EPS * float(bounds.sum())
+    A query's terms in an index: their bounds, documents, and the order they are looked up in (the seed first).
 
+    Sums of bounds are added in other orders than scores; `tolerance` covers the rounding of both with a margin:
+    a sum of up to `len(bounds)` terms, each between 0 and its bound, is within `(terms - 1) * eps / 2` times the
+    bounds' sum of its exact value in any order; comparing two such sums (a bound against a score) and adding the
+    margin stays within twice that and more.
+    """
 
-def _seed(bounds: np.ndarray, sizes: np.ndarray, threshold: float, tolerance: float) -> int:
-    """
-    The term whose documents are scored first: of those without which no document reaches the threshold, the one
-    with the fewest documents; else the weightiest.
-    """
-    required = np.flatnonzero(bounds.sum() - bounds + tolerance < threshold)
-    if required.size:
-        return int(required[np.argmin(sizes[required])])
-    return int(np.argmax(bounds))
+    def __init__(self, reader: PostingReader, term_ids: list[int]) -> None:
+        self.reader = reader
+        self.term_ids = term_ids
+        self.bounds = [reader.bound(term_id) for term_id in term_ids]
+        self.sizes = [reader.size(term_id) for term_id in term_ids]
+        self.total = sum(self.bounds)
+        self.tolerance = 4 * len(term_ids) * _EPS * self.total
+        self.order: list[int] = []
+        self.unknown: list[float] = []  # unknown[j]: the bounds of order[j:], then 0.0
+
+    def seed(self, threshold: float) -> int:
+        """
+        The term whose documents are scored first: of those without which no document reaches the threshold, the
+        one with the fewest documents; else the weightiest. Sets the lookup order: the seed, then weightiest first.
+        """
+        required = [at for at, bound in enumerate(self.bounds) if self.total - bound + self.tolerance < threshold]
+        if required:
+            seed = min(required, key=self.sizes.__getitem__)
+        else:
+            seed = max(range(len(self.bounds)), key=self.bounds.__getitem__)
+        rest = sorted((at for at in range(len(self.bounds)) if at != seed), key=lambda at: -self.bounds[at])
+        self.order = [seed, *rest]
+        self.unknown = [0.0] * (len(self.order) + 1)
+        for step in range(len(self.order) - 1, -1, -1):
+            self.unknown[step] = self.unknown[step + 1] + self.bounds[self.order[step]]
+        return seed
+
+    def outside_seed(self, seed_docs: np.ndarray, threshold: float) -> np.ndarray | None:
+        """
+        The documents outside the seed's that can reach the threshold, ascending: those holding every term
+        without which they cannot (the one with the fewest documents of those), else any term but the lightest
+        ones whose bounds together stay below it. `None` if they are too many for pruning to pay.
+        """
+        bounds, seed = self.bounds, self.order[0]
+        lightest_first = sorted(self.order[1:], key=bounds.__getitem__)
+        light = 0.0
+        while lightest_first and light + bounds[lightest_first[0]] + self.tolerance < threshold:
+            light += bounds[lightest_first.pop(0)]
+        if not lightest_first:
+            return np.zeros(0, np.int64)
+        most = self.total - bounds[seed]  # the most a document without the seed's term can score
+        required = [at for at in lightest_first if most - bounds[at] + self.tolerance < threshold]
+        needed = [min(required, key=self.sizes.__getitem__)] if required else lightest_first
+        if sum(self.sizes[at] for at in needed) > MAX_CANDIDATE_SHARE * self.reader.n_docs:
+            return None
+        marked = np.zeros(self.reader.n_docs, bool)
+        for at in needed:
+            marked[self.reader.postings(self.term_ids[at])[0]] = True
+        marked[seed_docs] = False
+        return np.flatnonzero(marked)
 
 
 def _narrow(
     reader: PostingReader,
-    term_ids: list[int],
-    bounds: np.ndarray,
-    order: np.ndarray,
+    terms: _Terms,
     docs: np.ndarray,
     weights: np.ndarray,
     threshold: float,
-    tolerance: float,
     k: int,
     raise_threshold: bool,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """
-    Looks up the candidates' weights term by term in `order` after its first (whose row of `weights` is filled),
-    dropping before each step the candidates whose known weights plus the bounds of the rest fall short of the
-    threshold; with `raise_threshold`, raised on the way to the k-th best sum of known weights (a lower bound of
-    the k-th best score, weights being at least 0).
+    Looks up the candidates' weights term by term in `terms.order` after its first (whose row of `weights` is
+    filled), dropping before each step the candidates whose known weights plus the bounds of the rest fall short
+    of the threshold; with `raise_threshold`, raised on the way to the k-th best sum of known weights (a lower
+    bound of the k-th best score, weights being at least 0).
 
     :returns: The candidates left (ascending), their `(terms, left)` weights, and the threshold.
     """
+    order, tolerance = terms.order, terms.tolerance
     partial = weights[order[0]].copy()  # (candidates,) the known weights' sum
-    unknown = np.append(np.cumsum(bounds[order][::-1])[::-1], 0.0)  # unknown[j]: the bounds of order[j:]
-    for step in range(1, order.size + 1):
+    for step in range(1, len(order) + 1):
         if raise_threshold:
             threshold = max(threshold, _kth_best(partial, k) - tolerance)
-        left = partial + (unknown[step] + tolerance) >= threshold
-        if not left.all():
+        least = threshold - terms.unknown[step] - tolerance  # what the known weights must reach
+        if docs.size and partial.min() < least:
+            left = partial >= least
             docs, weights, partial = docs[left], weights[:, left], partial[left]
-        if step == order.size or docs.size == 0:
+        if step == len(order) or docs.size == 0:
             break
         row = order[step]
-        weights[row] = reader.weights_at(term_ids[row], docs)
+        weights[row] = reader.weights_at(terms.term_ids[row], docs)
         partial += weights[row]
     return docs, weights, threshold
 
@@ -203,42 +238,6 @@ def _kth_best(values: np.ndarray, k: int) -> float:
     if values.size < k:
         return -np.inf
     return float(np.partition(values, values.size - k)[values.size - k])
-
-
-def _outside_candidates(
-    reader: PostingReader,
-    term_ids: list[int],
-    bounds: np.ndarray,
-    sizes: np.ndarray,
-    seed: int,
-    seed_docs: np.ndarray,
-    threshold: float,
-    tolerance: float,
-) -> np.ndarray | None:
-    """
-    The documents outside the seed's that can reach the threshold, ascending: those holding every term without
-    which they cannot (the one with the fewest documents of those), else any term but the lightest ones whose
-    bounds together stay below it. `None` if they are too many for pruning to pay.
-    """
-    others = bounds.sum() - bounds[seed]  # the most a document without the seed's term can score
-    lightest_first = [at for at in np.argsort(bounds, kind="stable").tolist() if at != seed]
-    light = 0.0
-    while lightest_first and light + bounds[lightest_first[0]] + tolerance < threshold:
-        light += bounds[lightest_first.pop(0)]
-    if not lightest_first:
-        return np.zeros(0, np.int64)
-    required = [at for at in lightest_first if others - bounds[at] + tolerance < threshold]
-    if required:
-        needed = [min(required, key=lambda at: sizes[at])]
-    else:
-        needed = lightest_first
-    if sizes[needed].sum() > MAX_CANDIDATE_SHARE * reader.n_docs:
-        return None
-    marked = np.zeros(reader.n_docs, bool)
-    for at in needed:
-        marked[reader.postings(term_ids[at])[0]] = True
-    marked[seed_docs] = False
-    return np.flatnonzero(marked)
 
 
 def _best(docs: np.ndarray, scores: np.ndarray, k: int, floor: float) -> tuple[np.ndarray, np.ndarray]:
