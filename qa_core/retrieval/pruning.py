@@ -110,8 +110,8 @@ def pruned_top_k(
     if terms.sizes[seed] > MAX_CANDIDATE_SHARE * reader.n_docs:
         return None
     seed_docs, seed_weights = reader.postings(term_ids[seed])
-    weights = np.empty((len(term_ids), seed_docs.size))  # (terms, candidates), rows in query order
-    weights[seed] = seed_weights
+    weights = np.empty((seed_docs.size, len(term_ids)))  # (candidates, terms), terms in query order
+    weights[:, seed] = seed_weights
     raise_threshold = floor == -np.inf  # no floor: raise the threshold from the seeds' partial sums
     docs, weights, threshold = _narrow(reader, terms, seed_docs, weights, threshold, k, raise_threshold)
     found = [(docs, _query_order_sum(weights))]
@@ -120,8 +120,8 @@ def pruned_top_k(
     if outside is None:
         return None
     if outside.size:
-        weights = np.empty((len(term_ids), outside.size))
-        weights[seed] = 0.0  # none of them holds the seed's term
+        weights = np.empty((outside.size, len(term_ids)))
+        weights[:, seed] = 0.0  # none of them holds the seed's term
         docs, weights, _ = _narrow(reader, terms, outside, weights, threshold, k, False)
         found.append((docs, _query_order_sum(weights)))
     docs = np.concatenate([docs for docs, _ in found])
@@ -148,19 +148,27 @@ class _Terms:
         self.tolerance = 4 * len(term_ids) * _EPS * self.total
         self.order: list[int] = []
         self.unknown: list[float] = []  # unknown[j]: the bounds of order[j:], then 0.0
+        self.dense_rows: list[int | None] = []  # each term's row in `dense_weights`, in the order
+        self.dense_tail = 0
 
     def seed(self, threshold: float) -> int:
         """
-        The term whose documents are scored first: of those without which no document reaches the threshold, the
-        one with the fewest documents; else the weightiest. Sets the lookup order: the seed, then weightiest first.
+        The term whose documents are scored first: of those without which no document reaches the threshold
+        (required), the one with the fewest documents; else the weightiest. Sets the lookup order: the seed, the
+        other required terms, fewest documents first (each lookup keeps only the documents holding the term),
+        then the rest, weightiest first.
         """
-        required = [at for at, bound in enumerate(self.bounds) if self.total - bound + self.tolerance < threshold]
-        if required:
-            seed = min(required, key=self.sizes.__getitem__)
-        else:
-            seed = max(range(len(self.bounds)), key=self.bounds.__getitem__)
-        rest = sorted((at for at in range(len(self.bounds)) if at != seed), key=lambda at: -self.bounds[at])
-        self.order = [seed, *rest]
+        everything = range(len(self.bounds))
+        required = [at for at in everything if self.total - self.bounds[at] + self.tolerance < threshold]
+        required.sort(key=self.sizes.__getitem__)
+        rest = sorted((at for at in everything if at not in required), key=lambda at: -self.bounds[at])
+        self.order = required + rest
+        seed = self.order[0]
+        dense = [self.reader.dense_row_of_term.get(self.term_ids[at]) for at in self.order]
+        self.dense_tail = len(self.order)  # where the trailing run of terms with dense rows starts in the order
+        while self.dense_tail > 1 and dense[self.dense_tail - 1] is not None:
+            self.dense_tail -= 1
+        self.dense_rows = dense
         self.unknown = [0.0] * (len(self.order) + 1)
         for step in range(len(self.order) - 1, -1, -1):
             self.unknown[step] = self.unknown[step + 1] + self.bounds[self.order[step]]
@@ -209,27 +217,31 @@ def _narrow(
     :returns: The candidates left (ascending), their `(terms, left)` weights, and the threshold.
     """
     order, tolerance = terms.order, terms.tolerance
-    partial = weights[order[0]].copy()  # (candidates,) the known weights' sum
-    for step in range(1, len(order) + 1):
+    partial = weights[:, order[0]].copy()  # (candidates,) the known weights' sum
+    for step in range(1, len(order)):
         if raise_threshold:
             threshold = max(threshold, _kth_best(partial, k) - tolerance)
         least = threshold - terms.unknown[step] - tolerance  # what the known weights must reach
-        if docs.size and partial.min() < least:
+        if partial.min() < least:
             left = partial >= least
-            docs, weights, partial = docs[left], weights[:, left], partial[left]
-        if step == len(order) or docs.size == 0:
+            docs, weights, partial = docs[left], weights[left], partial[left]
+            if docs.size == 0:
+                break
+        if step == terms.dense_tail:  # the rest are common terms' dense rows: gathered at once
+            rows = order[step:]
+            weights[:, rows] = reader.dense_weights[np.ix_(terms.dense_rows[step:], docs)].T
             break
         row = order[step]
-        weights[row] = reader.weights_at(terms.term_ids[row], docs)
-        partial += weights[row]
+        weights[:, row] = reader.weights_at(terms.term_ids[row], docs)
+        partial += weights[:, row]
     return docs, weights, threshold
 
 
 def _query_order_sum(weights: np.ndarray) -> np.ndarray:
-    """`(terms, docs)` weights summed term by term in query order from 0.0, as scoring every document does."""
-    scores = np.zeros(weights.shape[1])
-    for row in weights:
-        scores += row
+    """`(docs, terms)` weights summed term by term in query order from 0.0, as scoring every document does."""
+    scores = np.zeros(weights.shape[0])
+    for term in range(weights.shape[1]):
+        scores += weights[:, term]
     return scores
 
 
