@@ -311,11 +311,13 @@ class BM25Index:
         positions = np.full((len(queries), k), NO_POSITION, dtype=np.int64)
         scores = np.full((len(queries), k), NO_SCORE, dtype=np.float64)
         drop_non_positive = self.algorithm != "BM25Okapi"
-        doc_scores = None  # one score array for all the queries: a fresh one per query costs more in page faults
+        # One score array (and scratch) for all the queries: a fresh one per query costs more in page faults.
+        doc_scores = scratch = None
         for row, query in enumerate(queries):
             found = None
             if prune and drop_non_positive:
-                found = pruned_top_k(self._reader, self._query_terms(query), k, float(floors[row]))
+                scratch = self._reader.new_scratch() if scratch is None else scratch
+                found = pruned_top_k(self._reader, self._query_terms(query), k, float(floors[row]), scratch)
             if found is None:
                 if doc_scores is None:
                     doc_scores = np.empty(self.n_docs)

@@ -71,12 +71,22 @@ class PostingReader:
             bound = self._bounds[term_id] = float(np.max(self.postings(term_id)[1], initial=0.0))
         return bound
 
-    def weights_at(self, term_id: int, docs: np.ndarray) -> np.ndarray:
-        """`(docs,)` a term's weight in each of the documents `docs` (ascending, distinct), 0.0 where it is missing."""
+    def weights_at(self, term_id: int, docs: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+        """
+        `(docs,)` a term's weight in each of the documents `docs` (ascending, distinct), 0.0 where it is missing.
+
+        :param scratch: `(n_docs,)` int32 zeros, left so (`new_scratch`).
+        """
         dense_row = self.dense_row_of_term.get(term_id)
         if dense_row is not None:
             return self.dense_weights[dense_row][docs]
         term_docs, term_weights = self.postings(term_id)
+        small, large = sorted((term_docs.size, docs.size))
+        if 2 * term_docs.size + 3 * docs.size < small * np.log2(large + 1):  # cheaper than binary searches
+            scratch[term_docs] = np.arange(1, term_docs.size + 1, dtype=np.int32)  # each document's posting + 1
+            at = scratch[docs]
+            scratch[term_docs] = 0
+            return np.where(at > 0, term_weights[at - 1], 0.0)
         if term_docs.size < docs.size:  # look the term's documents up among the candidates
             at = np.minimum(np.searchsorted(docs, term_docs), docs.size - 1)
             found = docs[at] == term_docs
@@ -86,9 +96,13 @@ class PostingReader:
         at = np.minimum(np.searchsorted(term_docs, docs), term_docs.size - 1)  # the candidates among the postings
         return np.where(term_docs[at] == docs, term_weights[at], 0.0)
 
+    def new_scratch(self) -> np.ndarray:
+        """Zeros for `weights_at`, one array for any number of lookups (not shared between threads)."""
+        return np.zeros(self.n_docs, np.int32)
+
 
 def pruned_top_k(
-    reader: PostingReader, term_ids: list[int], k: int, floor: float
+    reader: PostingReader, term_ids: list[int], k: int, floor: float, scratch: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """
     The k best documents of a query with scores above 0 and above `floor`: those of scoring every document and
@@ -99,12 +113,13 @@ def pruned_top_k(
     :param term_ids: The query's distinct terms present in the index, in query order.
     :param k: Most hits.
     :param floor: Hits must score above it (`-inf` for none).
+    :param scratch: `reader.new_scratch()`'s.
     :returns: `(hits,)` document indices within the index and `(hits,)` scores, best first, ties to the earlier
         document; `None` where too many documents are candidates for pruning to pay (score them all instead).
     """
     if not term_ids:
         return np.zeros(0, np.int64), np.zeros(0)
-    terms = _Terms(reader, term_ids)
+    terms = _Terms(reader, term_ids, scratch)
     threshold = max(floor, 0.0)  # nothing below can be a hit
     seed = terms.seed(threshold)
     if terms.sizes[seed] > MAX_CANDIDATE_SHARE * reader.n_docs:
@@ -139,9 +154,10 @@ class _Terms:
     margin stays within twice that and more.
     """
 
-    def __init__(self, reader: PostingReader, term_ids: list[int]) -> None:
+    def __init__(self, reader: PostingReader, term_ids: list[int], scratch: np.ndarray) -> None:
         self.reader = reader
         self.term_ids = term_ids
+        self.scratch = scratch
         self.bounds = [reader.bound(term_id) for term_id in term_ids]
         self.sizes = [reader.size(term_id) for term_id in term_ids]
         self.total = sum(self.bounds)
@@ -218,23 +234,25 @@ def _narrow(
     """
     order, tolerance = terms.order, terms.tolerance
     partial = weights[:, order[0]].copy()  # (candidates,) the known weights' sum
+    alive = np.arange(docs.size)  # the candidates left, by row of `weights` (narrowed once, at the end)
     for step in range(1, len(order)):
         if raise_threshold:
             threshold = max(threshold, _kth_best(partial, k) - tolerance)
         least = threshold - terms.unknown[step] - tolerance  # what the known weights must reach
         if partial.min() < least:
             left = partial >= least
-            docs, weights, partial = docs[left], weights[left], partial[left]
+            docs, alive, partial = docs[left], alive[left], partial[left]
             if docs.size == 0:
                 break
         if step == terms.dense_tail:  # the rest are common terms' dense rows: gathered at once
-            rows = order[step:]
-            weights[:, rows] = reader.dense_weights[np.ix_(terms.dense_rows[step:], docs)].T
-            break
+            weights = weights[alive]
+            weights[:, order[step:]] = reader.dense_weights[np.ix_(terms.dense_rows[step:], docs)].T
+            return docs, weights, threshold
         row = order[step]
-        weights[:, row] = reader.weights_at(terms.term_ids[row], docs)
-        partial += weights[:, row]
-    return docs, weights, threshold
+        found = reader.weights_at(terms.term_ids[row], docs, terms.scratch)
+        weights[alive, row] = found
+        partial += found
+    return docs, weights[alive], threshold
 
 
 def _query_order_sum(weights: np.ndarray) -> np.ndarray:
