@@ -20,7 +20,7 @@ that no document that could be a hit is ever dropped.
 import numpy as np
 
 # Past this share of the index's documents as candidates, pruning costs more than scoring every document.
-MAX_CANDIDATE_SHARE = 0.125
+MAX_CANDIDATE_SHARE = 0.03
 _EPS = float(np.finfo(np.float64).eps)
 
 

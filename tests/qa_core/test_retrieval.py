@@ -347,6 +347,8 @@ def test_pruned_search_equals_scoring_every_document(algorithm: str, monkeypatch
         return found
 
     monkeypatch.setattr(pruning, "_narrow", spy)
+    # Pruning whatever the candidates' share (a matter of speed only), so that this small corpus takes every path.
+    monkeypatch.setattr(pruning, "MAX_CANDIDATE_SHARE", 0.5)
     for k in (1, 10, 40, len(texts) + 5):  # ties at the k-th, and more than the matches
         expected = merge_top_k([shard.search(queries, k, prune=False) for shard in shards], k)
         for found in (
