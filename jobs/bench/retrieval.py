@@ -9,7 +9,13 @@ With `--build`, the index build at scale instead, from a Parquet table of the sy
 `python -m jobs.index` build it: `ray` (by Ray Data, `build_index_with_ray`), `single` (in one process,
 `build_index`, as every build was before) or `both`, side by side, each in a process of its own: build time,
 peak memory of the driver and of the whole machine (above its level before the build), and queries/s over the
-shards (searched one after the other in one process, merged exactly).
+shards (searched one after the other in one process, merged exactly): scoring every document as before, and
+pruned (`qa_core.retrieval.pruning`), side by side, the same hits and scores checked bit for bit.
+
+With `--search INDEX`, only that side by side search over the shards of an index folder already built (`--work`
+keeps the documents; `python -m jobs.index` builds an index folder):
+
+    .venv/bin/python -m jobs.bench.retrieval --search /data/index --queries 1000
 
 `quality` as the first argument compares BM25, dense and hybrid retrieval's recall, MRR and end-to-end EM / F1
 instead (`jobs.bench.retrieval_quality`, its own options):
@@ -26,6 +32,7 @@ instead (`jobs.bench.retrieval_quality`, its own options):
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -40,6 +47,7 @@ import pyarrow.parquet as pq
 
 from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval.index import BM25Index
+from qa_core.retrieval.sharding import search_shards
 from qa_core.retrieval.topk import merge_top_k
 
 BUILDS = ("ray", "single")  # `--build`'s kinds, in the order `both` runs them
@@ -111,16 +119,78 @@ def measure_build(
         record = add_documents_with_ray(index, added)
         add_s = time.perf_counter() - start
     shards = [BM25Index.load(location) for location in shard_locations(index, record["shards"])]
-    start = time.perf_counter()
-    merge_top_k([shard.search(queries, k) for shard in shards], k)
-    qps = len(queries) / (time.perf_counter() - start)
     return {
         "build_s": build_s,
         "add_s": add_s,
         "shards": record["shards"],
         "driver_mib": driver_mib,
-        "queries_per_s": qps,
+        **compare_search(shards, queries, k),
     }
+
+
+# `compare_search`'s ways of searching the shards, in the order it times them.
+SEARCHES = {
+    "every document": lambda shards, queries, k: merge_top_k(
+        [shard.search(queries, k, prune=False) for shard in shards], k
+    ),
+    "pruned": lambda shards, queries, k: merge_top_k([shard.search(queries, k) for shard in shards], k),
+    "pruned, floors": lambda shards, queries, k: search_shards(shards, queries, k),
+}
+
+
+def compare_search(shards: list[BM25Index], queries: list[str], k: int, rounds: int = 2) -> dict:
+    """
+    Searches the shards one after the other in this process, merged exactly, each way of `SEARCHES` in turn
+    (scoring every document as before; pruned; pruned with the k-th best of the earlier shards as floors), over
+    `rounds` rounds, and checks that they find the same positions and scores bit for bit.
+
+    :returns: Each way's best queries/s (`queries_per_s` for the last, the search as it runs), and the load
+        averages before and after.
+    :raises AssertionError: If two ways find different hits or scores.
+    """
+    load_before = os.getloadavg()
+    seconds = dict.fromkeys(SEARCHES, np.inf)
+    reference = None
+    for _ in range(rounds):
+        for name, search in SEARCHES.items():
+            start = time.perf_counter()
+            found = search(shards, queries, k)
+            seconds[name] = min(seconds[name], time.perf_counter() - start)
+            if reference is None:
+                reference = found
+            if not all(left.tobytes() == right.tobytes() for left, right in zip(found, reference, strict=True)):
+                raise AssertionError(
+                    f"The {name} search found other hits or scores than the {next(iter(SEARCHES))} one."
+                )
+    per_second = {name: len(queries) / spent for name, spent in seconds.items()}
+    return {
+        "queries_per_s": per_second[list(SEARCHES)[-1]],
+        "search_queries_per_s": per_second,
+        "load": [load_before[0], os.getloadavg()[0]],
+    }
+
+
+def search_report(measured: dict) -> str:
+    """`compare_search`'s figures as one line."""
+    per_second = measured["search_queries_per_s"]
+    ways = ", ".join(f"{name} {value:,.0f}" for name, value in per_second.items())
+    first = next(iter(per_second.values()))
+    load = measured["load"]
+    return (
+        f"queries/s over the shards: {ways} ({measured['queries_per_s'] / first:.2f}x; "
+        f"load average {load[0]:.1f} -> {load[1]:.1f})"
+    )
+
+
+def search_index(index: str, n_queries: int, k: int) -> None:
+    """`--search`: the side by side search over an index folder's shards (`build.json` says how many)."""
+    from jobs.bulk_qa.retrieval import BUILD_FILE, shard_locations
+
+    record = json.loads((Path(index) / BUILD_FILE).read_text(encoding="utf-8"))
+    shards = [BM25Index.load(location) for location in shard_locations(index, record["shards"])]
+    passages = sum(shard.n_docs for shard in shards)
+    print(f"{passages:,} passages in {len(shards)} shards, {n_queries:,} queries, top {k}", flush=True)
+    print(search_report(compare_search(shards, synthetic_texts(n_queries, 8, seed=1), k)), flush=True)
 
 
 def compare_builds(args: argparse.Namespace) -> None:
@@ -152,7 +222,7 @@ def compare_builds(args: argparse.Namespace) -> None:
             print(
                 f"{kind}: build {measured['build_s']:.1f} s ({measured['shards']} shards), driver peak RSS "
                 f"{measured['driver_mib']:,.0f} MiB, machine peak {machine.peak_mib:,.0f} MiB above idle, "
-                f"command {machine.wall_s:.1f} s; search over the shards {measured['queries_per_s']:,.0f} queries/s",
+                f"command {machine.wall_s:.1f} s; {search_report(measured)}",
                 flush=True,
             )
             if measured["add_s"] is not None:
@@ -204,6 +274,7 @@ def main() -> None:
     parser.add_argument("--shard-size", type=int, default=250_000, help="passages per shard, with --build")
     parser.add_argument("--work", type=Path, help="folder for the documents and indexes, with --build")
     parser.add_argument("--add-share", type=float, help="with --build: add this share more passages to the Ray build")
+    parser.add_argument("--search", metavar="INDEX", help="only the side by side search over this index folder")
     # One build measured in this process (what --build runs, a process per build).
     parser.add_argument("--measure", choices=BUILDS, help=argparse.SUPPRESS)
     parser.add_argument("--documents", help=argparse.SUPPRESS)
@@ -220,6 +291,9 @@ def main() -> None:
         return
     if args.build:
         compare_builds(args)
+        return
+    if args.search:
+        search_index(args.search, args.queries, args.top_k)
         return
 
     texts = synthetic_texts(args.passages, args.words, seed=0)

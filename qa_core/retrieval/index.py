@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from qa_core.retrieval.corpus import WeightedCorpus, weigh_corpus
 from qa_core.retrieval.fingerprint import fingerprint
 from qa_core.retrieval.index_io import IndexFiles, read_index_files, write_index_files
+from qa_core.retrieval.pruning import PostingReader, pruned_top_k
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, check_k, top_k
@@ -151,6 +152,14 @@ class BM25Index:
         self.postings = postings
         self._term_ids = {term: term_id for term_id, term in enumerate(vocabulary)}
         self._dense_row_of_term = {int(term_id): row for row, term_id in enumerate(postings.dense_terms)}
+        self._reader = PostingReader(
+            postings.starts,
+            postings.doc_indices,
+            postings.weights,
+            self._dense_row_of_term,
+            postings.dense_weights,
+            len(doc_ids),
+        )
 
     @classmethod
     def build(
@@ -267,18 +276,28 @@ class BM25Index:
         """Documents in this index (a shard's own, not the corpus's)."""
         return len(self.doc_ids)
 
-    def search(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, queries: Sequence[str], k: int, floors: np.ndarray | None = None, prune: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
         """
         The k best documents of each query, as `InMemoryDocumentStore.bm25_retrieval` ranks them.
 
         A query's distinct terms count once each (repeats add nothing); scores of 0 or less are left out except
         with BM25Okapi, whose zero and negative scores Haystack keeps; ties go to the earlier corpus position.
+        With `floors`, a query's hits are those of the search without, less those scoring at or below its floor:
+        a shard searched after others passes the k-th best score found there (`sharding.search_shards`), which
+        lets it skip more documents; merging its hits with theirs gives the same top k.
 
         :param queries: Non-empty query strings.
         :param k: Most hits per query (at least 1).
+        :param floors: `(queries,)` float64: each query's hits must score above it (`-inf`: no floor).
+        :param prune: Score only the documents that can still be hits (`pruning`: the same hits and scores, bit
+            for bit; BM25Okapi, whose hits may score 0 or less, scores every document); `False` scores every
+            document.
         :returns: `(queries, k)` int64 corpus positions and `(queries, k)` float64 raw scores, best first;
             rows with fewer hits are padded with -1 and -inf.
-        :raises ValueError: If `k < 1`, `queries` is a string, or a query is not a non-empty string.
+        :raises ValueError: If `k < 1`, `queries` is a string, a query is not a non-empty string, or `floors` is
+            not one number per query.
         """
         check_k(k)
         if isinstance(queries, str):
@@ -286,15 +305,28 @@ class BM25Index:
         for query in queries:
             if not isinstance(query, str) or not query:
                 raise ValueError(f"A query must be a non-empty string, not {query!r}.")
+        floors = np.full(len(queries), -np.inf) if floors is None else np.asarray(floors, dtype=np.float64)
+        if floors.shape != (len(queries),):
+            raise ValueError(f"floors must hold one number per query ({len(queries)}), not shape {floors.shape}.")
         positions = np.full((len(queries), k), NO_POSITION, dtype=np.int64)
         scores = np.full((len(queries), k), NO_SCORE, dtype=np.float64)
         drop_non_positive = self.algorithm != "BM25Okapi"
-        # One score array for all the queries: a fresh one per query costs more in page faults than the scoring.
-        doc_scores = np.empty(self.n_docs)
+        # One score array (and scratch) for all the queries: a fresh one per query costs more in page faults.
+        doc_scores = scratch = None
         for row, query in enumerate(queries):
-            doc_scores.fill(0.0)
-            self._add_scores(query, doc_scores)
-            hits, hit_scores = top_k(doc_scores, k, drop_non_positive)
+            found = None
+            if prune and drop_non_positive:
+                scratch = self._reader.new_scratch() if scratch is None else scratch
+                found = pruned_top_k(self._reader, self._query_terms(query), k, float(floors[row]), scratch)
+            if found is None:
+                if doc_scores is None:
+                    doc_scores = np.empty(self.n_docs)
+                doc_scores.fill(0.0)
+                self._add_scores(query, doc_scores)
+                found = top_k(doc_scores, k, drop_non_positive)
+                above = found[1] > floors[row]
+                found = found[0][above], found[1][above]
+            hits, hit_scores = found
             positions[row, : hits.size] = hits + self.doc_offset
             scores[row, : hits.size] = hit_scores
         return positions, scores
@@ -310,15 +342,17 @@ class BM25Index:
         self._add_scores(query, scores)
         return scores
 
+    def _query_terms(self, query: str) -> list[int]:
+        """The ids of the query's distinct terms present in the index, in order of first occurrence."""
+        term_ids = (self._term_ids.get(term) for term in dict.fromkeys(self.tokenizer.tokenize(query)))
+        return [term_id for term_id in term_ids if term_id is not None]
+
     def _add_scores(self, query: str, scores: np.ndarray) -> None:
         """
         Adds each of the query's distinct terms' weights to `scores`, term by term in query order, so that every
         document sums its terms in Haystack's order (adding a dense row's 0 leaves a score as it is).
         """
-        for term in dict.fromkeys(self.tokenizer.tokenize(query)):  # distinct, in order of first occurrence
-            term_id = self._term_ids.get(term)
-            if term_id is None:
-                continue
+        for term_id in self._query_terms(query):
             dense_row = self._dense_row_of_term.get(term_id)
             if dense_row is not None:
                 scores += self.postings.dense_weights[dense_row]

@@ -19,6 +19,7 @@ from qa_core.retrieval.index_io import DOC_IDS_FILE, VOCABULARY_FILE, read_array
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters, term_frequency_components
 from qa_core.retrieval.statistics import CorpusStatistics, CorpusWeights
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
+from qa_core.retrieval.topk import merge_top_k
 
 
 def build_sharded(
@@ -301,3 +302,24 @@ def weigh_shard(
         postings=PostingLists(np.asarray(starts), np.asarray(doc_indices), pair_weights, dense_terms, dense_weights),
     )
     return index, ShardCounts(term_counts, doc_lengths)
+
+
+def search_shards(
+    shards: Sequence[BM25Index], queries: Sequence[str], k: int, prune: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """
+    Searches a corpus's shards one after the other, each with the k-th best score found so far as its floor
+    (`BM25Index.search`'s `floors`: a later shard skips what cannot beat it), merging as it goes.
+
+    :param shards: The shards, in corpus order (`build_sharded`'s, or loaded).
+    :param queries: Non-empty query strings.
+    :param k: Most hits per query.
+    :param prune: As in `BM25Index.search`.
+    :returns: As `merge_top_k` of every shard's `search`: the same positions and scores.
+    """
+    best = None
+    for shard in shards:
+        floors = None if best is None else best[1][:, k - 1]  # -inf where fewer than k so far
+        found = shard.search(queries, k, floors=floors, prune=prune)
+        best = found if best is None else merge_top_k([best, found], k)
+    return best

@@ -23,13 +23,21 @@ from qa_core.retrieval import (
     Tokenizer,
     build_sharded,
     merge_top_k,
+    pruning,
 )
 from qa_core.retrieval import corpus as corpus_module
 from qa_core.retrieval import counts as counts_module
 from qa_core.retrieval import index as index_module
 from qa_core.retrieval.fingerprint import add_fingerprints, fingerprint_hex
 from qa_core.retrieval.scoring import resolve_parameters
-from qa_core.retrieval.sharding import CountedShard, count_parts, count_shard, shard_bounds, weigh_shard
+from qa_core.retrieval.sharding import (
+    CountedShard,
+    count_parts,
+    count_shard,
+    search_shards,
+    shard_bounds,
+    weigh_shard,
+)
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.topk import top_k
 
@@ -337,6 +345,69 @@ def test_dense_rows_of_common_terms_score_exactly_as_their_postings(
         assert with_rows.score(query).tobytes() == without_rows.score(query).tobytes()
     for left, right in zip(with_rows.search(queries, 10), without_rows.search(queries, 10), strict=True):
         assert left.tobytes() == right.tobytes()
+
+
+def _windows_corpus() -> tuple[list[str], list[str], list[str]]:
+    """
+    Passages that are windows of one text, as the benchmark's, many of them repeated (ties at every rank), and
+    queries that are windows too (a few rare terms among common ones), single words, and unknown words.
+    """
+    words = " ".join(ENGLISH).split()[:3000]
+    rng = np.random.default_rng(7)
+    texts = [" ".join(words[start : start + 40]) for start in rng.integers(0, len(words) - 40, 2400)]
+    texts += texts[:300]  # the first 300 passages again, later in the corpus: ties broken by position
+    queries = [" ".join(words[start : start + 8]) for start in rng.integers(0, len(words) - 8, 40)]
+    queries += [words[17], words[1200] + " zzyzx", "the of and", "zzyzx qwvrt"]
+    return _ids(texts, "windows"), texts, queries
+
+
+@pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L", "BM25Plus", "Lucene"])
+def test_pruned_search_equals_scoring_every_document(algorithm: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids, texts, queries = _windows_corpus()
+    shards = build_sharded(ids, texts, n_shards=3, algorithm=algorithm)
+    narrowed = []  # (candidates in, candidates left) of each narrowing
+    original_narrow = pruning._narrow
+
+    def spy(reader, terms, docs, *args):
+        found = original_narrow(reader, terms, docs, *args)
+        narrowed.append((docs.size, found[0].size))
+        return found
+
+    monkeypatch.setattr(pruning, "_narrow", spy)
+    # Pruning whatever the candidates' share (a matter of speed only), so that this small corpus takes every path.
+    monkeypatch.setattr(pruning, "MAX_CANDIDATE_SHARE", 0.5)
+    for k in (1, 10, 40, len(texts) + 5):  # ties at the k-th, and more than the matches
+        expected = merge_top_k([shard.search(queries, k, prune=False) for shard in shards], k)
+        for found in (
+            merge_top_k([shard.search(queries, k) for shard in shards], k),
+            search_shards(shards, queries, k),
+        ):
+            for left, right in zip(found, expected, strict=True):
+                assert left.tobytes() == right.tobytes()  # bit for bit
+    if algorithm == "BM25Okapi":  # its hits may score 0: every document is scored
+        assert not narrowed
+        return
+    n_docs = shards[0].n_docs
+    assert len(narrowed) > len(queries)  # pruned, not scoring every document ...
+    assert max(candidates for candidates, _ in narrowed) <= pruning.MAX_CANDIDATE_SHARE * n_docs
+    assert sum(left for _, left in narrowed) < sum(candidates for candidates, _ in narrowed)  # ... and narrowed
+    assert sum(4 * left < candidates for candidates, left in narrowed) > len(queries)
+
+
+def test_floors_leave_out_hits_at_or_below_them() -> None:
+    ids, texts, queries = _windows_corpus()
+    index = BM25Index.build(ids, texts)
+    positions, scores = index.search(queries, 10)
+    floors = scores[:, 4]  # the fifth best: ties with it are left out too
+    for prune in (True, False):
+        floored_positions, floored_scores = index.search(queries, 10, floors=floors, prune=prune)
+        above = scores > floors[:, None]
+        for row in range(len(queries)):
+            assert floored_positions[row, : above[row].sum()].tolist() == positions[row, above[row]].tolist()
+            assert floored_scores[row, : above[row].sum()].tobytes() == scores[row, above[row]].tobytes()
+            assert (floored_positions[row, above[row].sum() :] == -1).all()
+    with pytest.raises(ValueError, match="one number per query"):
+        index.search(queries, 10, floors=floors[:3])
 
 
 def test_search_pads_rows_with_fewer_hits() -> None:

@@ -56,9 +56,10 @@ class RetrieveDocuments:
     indexed term gets no documents. An index of passages (`split_length`) gives each hit as its source document
     with the passage's id and range (`HIT_COLUMNS`).
 
-    Shards are chained, one stage each: the first finds the questions to retrieve for, each later one merges its
-    own hits into those carried in the rows (`merge_top_k`: exact, ties in corpus order), so that after the last
-    the rows hold the corpus's top k.
+    Shards are chained, one stage each: the first finds the questions to retrieve for, each later one searches
+    for what beats the k-th best hit carried in the rows (its floor: fewer documents to score) and merges its own
+    hits into those (`merge_top_k`: exact, ties in corpus order), so that after the last the rows hold the corpus's
+    top k.
     """
 
     def __init__(self, location: str, retriever_top_k: int) -> None:
@@ -86,11 +87,12 @@ class RetrieveDocuments:
             carried, scores = [None] * len(batch), [None] * len(batch)
             asked = asked_rows(queries, hits["document_ids"])
         if asked:
-            found = self.index.search([queries[row] for row in asked], self.top_k)  # (asked, k) positions, scores
             before = (
                 np.array([_padded(carried[row] or [], NO_POSITION, self.top_k) for row in asked], np.int64),
                 np.array([_padded(scores[row] or [], NO_SCORE, self.top_k) for row in asked], np.float64),
             )
+            # (asked, k) positions, scores: only what beats the k-th best of the earlier shards (-inf with fewer)
+            found = self.index.search([queries[row] for row in asked], self.top_k, floors=before[1][:, -1])
             positions, hit_scores = merge_top_k([before, found], self.top_k)  # (asked, k)
             for row, row_positions, row_scores in zip(asked, positions, hit_scores, strict=True):
                 known = dict(zip(carried[row] or [], row_hits(hits, row), strict=True))
