@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from qa_core.retrieval.corpus import WeightedCorpus, weigh_corpus
 from qa_core.retrieval.fingerprint import fingerprint
 from qa_core.retrieval.index_io import IndexFiles, read_index_files, write_index_files
-from qa_core.retrieval.pruning import PostingReader, pruned_top_k
+from qa_core.retrieval.pruning import MIN_DOCS, PostingReader, pruned_top_k
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, check_k, top_k
@@ -292,8 +292,8 @@ class BM25Index:
         :param k: Most hits per query (at least 1).
         :param floors: `(queries,)` float64: each query's hits must score above it (`-inf`: no floor).
         :param prune: Score only the documents that can still be hits (`pruning`: the same hits and scores, bit
-            for bit; BM25Okapi, whose hits may score 0 or less, scores every document); `False` scores every
-            document.
+            for bit; BM25Okapi, whose hits may score 0 or less, and an index of fewer than `pruning.MIN_DOCS`
+            documents score every document); `False` scores every document.
         :returns: `(queries, k)` int64 corpus positions and `(queries, k)` float64 raw scores, best first;
             rows with fewer hits are padded with -1 and -inf.
         :raises ValueError: If `k < 1`, `queries` is a string, a query is not a non-empty string, or `floors` is
@@ -315,7 +315,7 @@ class BM25Index:
         doc_scores = scratch = None
         for row, query in enumerate(queries):
             found = None
-            if prune and drop_non_positive:
+            if prune and drop_non_positive and self.n_docs >= MIN_DOCS:
                 scratch = self._reader.new_scratch() if scratch is None else scratch
                 found = pruned_top_k(self._reader, self._query_terms(query), k, float(floors[row]), scratch)
             if found is None:

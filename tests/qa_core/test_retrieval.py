@@ -374,8 +374,10 @@ def test_pruned_search_equals_scoring_every_document(algorithm: str, monkeypatch
         return found
 
     monkeypatch.setattr(pruning, "_narrow", spy)
-    # Pruning whatever the candidates' share (a matter of speed only), so that this small corpus takes every path.
+    # Pruning whatever the index's size and the candidates' share (a matter of speed only), so that this small
+    # corpus takes every path.
     monkeypatch.setattr(pruning, "MAX_CANDIDATE_SHARE", 0.5)
+    monkeypatch.setattr(index_module, "MIN_DOCS", 1)
     for k in (1, 10, 40, len(texts) + 5):  # ties at the k-th, and more than the matches
         expected = merge_top_k([shard.search(queries, k, prune=False) for shard in shards], k)
         for found in (
@@ -394,10 +396,11 @@ def test_pruned_search_equals_scoring_every_document(algorithm: str, monkeypatch
     assert sum(4 * left < candidates for candidates, left in narrowed) > len(queries)
 
 
-def test_floors_leave_out_hits_at_or_below_them() -> None:
+def test_floors_leave_out_hits_at_or_below_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_module, "MIN_DOCS", 1)  # pruned too, on this small corpus
     ids, texts, queries = _windows_corpus()
     index = BM25Index.build(ids, texts)
-    positions, scores = index.search(queries, 10)
+    positions, scores = index.search(queries, 10, prune=False)
     floors = scores[:, 4]  # the fifth best: ties with it are left out too
     for prune in (True, False):
         floored_positions, floored_scores = index.search(queries, 10, floors=floors, prune=prune)
