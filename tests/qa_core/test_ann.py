@@ -77,10 +77,15 @@ def test_recall_at_k_is_the_share_of_exact_hits_found() -> None:
     assert recall_at_k(found, exact) == (2 / 4 + 1 / 2) / 2
 
 
-def test_an_unknown_kind_is_refused() -> None:
+def test_an_unknown_kind_or_too_few_passages_for_ivf_are_refused(tmp_path) -> None:
     shards = [DenseIndex(["a", "b"], np.eye(2, dtype=np.float32))]
     with pytest.raises(ValueError, match="ann must be one of hnsw, ivf, not 'flat'"):
         build_ann_index("flat", shards)
+    with pytest.raises(ValueError, match="ann ivf needs at least 16 passages, not 2"):  # a code book's 16 entries
+        build_ann_index("ivf", shards)
+    settings = RetrievalSettings(retrieval="dense", embedding_model="m", ann="ivf")
+    with pytest.raises(InputError, match="ann ivf needs at least 16 passages, not 2"):  # before a task is started
+        add_graph(str(tmp_path), {"shards": [{"folder": "s", "doc_offset": 0, "n": 2}]}, settings, InProcessEngine())
 
 
 def test_without_faiss_the_approximate_index_is_refused_clearly(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
