@@ -4,7 +4,7 @@ Builds the BM25 index of a documents table once, for bulk QA runs to share (`pyt
     python -m jobs.index --documents D --output DIR [--bm25-algorithm BM25L] [--bm25-parameters '{k1: 1.2}'] \
         [--index-shards N | --index-shard-size PASSAGES] [--split-length WORDS] [--split-overlap WORDS] \
         [--retrieval dense|hybrid --embedding-model MODEL [--embedding-similarity cosine]] \
-        [--embedding-precision bf16] [--ann hnsw] [--address RAY]
+        [--embedding-precision bf16] [--ann hnsw|ivf] [--address RAY]
 
 Or grows an index it built with more documents, as new shards, without reading its documents again:
 
@@ -111,9 +111,11 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
         )
         if "ann" in dense:
             ann = dense["ann"]
-            print(f"jobs.index: HNSW index over {ann['vectors']} vectors in {ann['build_s']} s, recall@10 of exact "
-                  f"search {ann['recall@10']:.3f} ({ann['recall_queries']} of the passages' own vectors as queries, "
-                  f"efSearch {ann['ef_search']})", flush=True)  # fmt: skip
+            searched = (f"efSearch {ann['ef_search']}" if ann["kind"] == "hnsw" else
+                        f"nprobe {ann['nprobe']} of {ann['lists']} lists, {ann['candidates']} rescored")  # fmt: skip
+            print(f"jobs.index: {ann['kind']} index over {ann['vectors']} vectors in {ann['build_s']} s, recall@10 of "
+                  f"exact search {ann['recall@10']:.3f} ({ann['recall_queries']} of the passages' own vectors as "
+                  f"queries, {searched})", flush=True)  # fmt: skip
     return 0
 
 

@@ -7,7 +7,7 @@ The bulk job's retrieval stage, the index build and the command lines all read t
 from dataclasses import dataclass, field
 
 from qa_core.hardware import PRECISIONS
-from qa_core.retrieval.ann import ANN_KINDS, DEFAULT_EF_SEARCH
+from qa_core.retrieval.ann import ANN_KINDS, AnnSearch
 from qa_core.retrieval.dense import DEFAULT_SIMILARITY, SIMILARITIES
 from qa_core.retrieval.fusion import DEFAULT_JOIN_MODE, JOIN_MODES
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
@@ -40,10 +40,12 @@ class RetrievalSettings(Settings):
     # The exact search's screening product: fp32, bf16 or auto; the same hits and scores, bf16 faster on CPUs
     # with native bf16 (qa_core.retrieval.dense), holding a bf16 copy of the vectors in the retrieval actor.
     embedding_search_precision: str = "fp32"
-    # An approximate index (FAISS HNSW, the `ann` extra) built with the dense vectors; a run whose index holds one
-    # searches it instead of searching exactly (qa_core.retrieval.ann), keeping ann_ef_search candidates.
-    ann: str | None = None  # None (exact search only) or hnsw
-    ann_ef_search: int = DEFAULT_EF_SEARCH  # HNSW candidates kept per query while searching (FAISS's efSearch)
+    # An approximate index (FAISS, the `ann` extra) built with the dense vectors; a run whose index holds one
+    # searches it instead of searching exactly (qa_core.retrieval.ann), its hits rescored exactly.
+    ann: str | None = None  # None (exact search only), hnsw (a graph) or ivf (lists of 4-bit codes)
+    ann_ef_search: int = AnnSearch.ef_search  # hnsw: candidates kept per query while searching (FAISS's efSearch)
+    ann_nprobe: int = AnnSearch.nprobe  # ivf: lists scanned per query
+    ann_candidates: int = AnnSearch.candidates  # ivf: the codes' best hits rescored exactly per query
     join_mode: str = DEFAULT_JOIN_MODE  # hybrid: DocumentJoiner's join_mode (reciprocal_rank_fusion, ...)
     join_weights: dict[str, float] = field(default_factory=dict)  # hybrid: {bm25: w, dense: w}; empty: equal
 
@@ -93,7 +95,8 @@ class RetrievalSettings(Settings):
             problems.append(
                 f"ann must be one of {', '.join(ANN_KINDS)} with retrieval dense or hybrid, not {self.ann!r}"
             )
-        problems += at_least("ann_ef_search", self.ann_ef_search, 1)
+        for name in ("ann_ef_search", "ann_nprobe", "ann_candidates"):
+            problems += at_least(name, getattr(self, name), 1)
         if self.join_mode not in JOIN_MODES:
             problems.append(f"join_mode must be one of {', '.join(JOIN_MODES)}, not {self.join_mode!r}")
         weights = self.join_weights
@@ -104,6 +107,10 @@ class RetrievalSettings(Settings):
         ):
             problems.append(f"join_weights must be numbers >= 0 that do not sum to 0, not {weights!r}")
         return problems
+
+    def ann_search(self) -> AnnSearch:
+        """How the approximate index is searched (and its recall measured when built)."""
+        return AnnSearch(ef_search=self.ann_ef_search, nprobe=self.ann_nprobe, candidates=self.ann_candidates)
 
     def fusion_weights(self) -> list[float] | None:
         """`join_weights` in the order the retrievers' hits are joined (`JOINED`), or None (equal)."""

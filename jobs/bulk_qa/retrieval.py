@@ -158,8 +158,8 @@ def complete_index(
     Once the output folder is claimed: saves an index the run built in memory into it (`plan.location`) and drops
     it from the driver, or builds a pending one there by Ray (`build_index_with_ray`); for dense or hybrid
     retrieval, embeds its passages there too (`jobs.indexing.embed`) unless the index holds their vectors by the
-    run's embedding model (kept from the run this one resumes), and builds its HNSW graph where one is asked for or
-    recorded but missing (`jobs.indexing.ann.needs_graph`; not into a given `--index`).
+    run's embedding model (kept from the run this one resumes), and builds its approximate index where one is asked
+    for or recorded but missing (`jobs.indexing.ann.needs_graph`; not into a given `--index`).
 
     :raises InputError: If the documents cannot be indexed.
     """
@@ -186,8 +186,8 @@ def add_dense_index(
 ) -> dict[str, Any]:
     """
     Embeds the passages of the complete BM25 index at `location` into its `dense/` shards and adds the `dense`
-    section to its `build.json`, then, with `ann`, builds its HNSW graph and records it there too (`add_graph`): a
-    build stopped in between leaves the vectors recorded and the graph to build.
+    section to its `build.json`, then, with `ann`, builds its approximate index and records it there too (`add_graph`):
+    a build stopped in between leaves the vectors recorded and the approximate index to build.
 
     :returns: The `dense` section.
     """
@@ -203,20 +203,22 @@ def add_dense_index(
 
 def add_graph(location: str, dense: dict[str, Any], settings: RetrievalSettings, engine: Engine) -> dict[str, Any]:
     """
-    Builds the HNSW graph of the dense shards at `location` (`jobs.indexing.ann.build_ann`) where the engine runs
+    Builds the approximate index of the dense shards at `location` (`jobs.indexing.ann.build_ann`) where the engine runs
     work on a node (a Ray task holding a node's CPUs, or this process) and records it in `build.json`.
 
     :returns: The `dense` section with its `ann`.
-    :raises InputError: Without FAISS, saying how to install it.
+    :raises InputError: Without FAISS, saying how to install it, or with too few passages for the kind.
     """
     from jobs.indexing.ann import build_ann
-    from qa_core.retrieval.ann import require_faiss
+    from qa_core.retrieval.ann import check_size, require_faiss
 
+    kind = settings.ann or dense["ann"]["kind"]  # asked for, or the recorded one whose file is missing
     try:
         require_faiss()
-    except ImportError as error:
+        check_size(kind, sum(shard["n"] for shard in dense["shards"]))
+    except (ImportError, ValueError) as error:
         raise InputError(str(error)) from None
-    dense = {**dense, "ann": engine.run_on_a_node(build_ann, location, dense, settings.ann_ef_search)}
+    dense = {**dense, "ann": engine.run_on_a_node(build_ann, location, dense, kind, settings.ann_search())}
     _write_dense(location, dense)
     return dense
 
@@ -629,7 +631,7 @@ def retrieved_questions(
                 "join_weights": settings.fusion_weights(),
                 "cpu_threads": int(cluster_cpus or 1),
                 "search_precision": settings.embedding_search_precision,
-                "ann_ef_search": settings.ann_ef_search,
+                "ann_search": settings.ann_search(),
                 "device": engine.reader_device(),
             },
             num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / 4),

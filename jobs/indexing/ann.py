@@ -1,14 +1,15 @@
 """
-The approximate index of an index folder (`--ann hnsw`): one FAISS HNSW graph over all its dense shards
-(`qa_core.retrieval.ann`, which says why one), written as `dense/hnsw.faiss` beside the dense shards; its recall@10
-against exact search is measured on a seeded sample of the passages' own vectors as queries and recorded in
-`build.json`'s `dense.ann` with what it was built from (`vectors_fingerprint`).
+The approximate index of an index folder (`--ann hnsw|ivf`): one FAISS index over all its dense shards
+(`qa_core.retrieval.ann`, which says why one), written as `dense/<kind>.faiss` beside the dense shards; its recall@10
+against exact search is measured on a seeded sample of the passages' own vectors as queries, searched as the run
+will search it (`AnnSearch`), and recorded in `build.json`'s `dense.ann` with what it was built from
+(`vectors_fingerprint`).
 
-With the Ray engine the graph is built by one Ray task holding the CPUs of a node (FAISS's threads), which
-memory-maps the shards from the index folder: the driver never holds the vectors or the graph. The in-process engine
-builds it in its own process. A run that keeps an index (a resumed run) builds its graph when the graph is missing
-(`needs_graph`): asked for but never built (the build was stopped after the vectors were written), or recorded but
-its file absent.
+With the Ray engine the index is built by one Ray task holding the CPUs of a node (FAISS's threads), which
+memory-maps the shards from the index folder: the driver never holds the vectors or the index. The in-process engine
+builds it in its own process. A run that keeps an index (a resumed run) builds its approximate index when it is
+missing (`needs_graph`): asked for but never built (the build was stopped after the vectors were written), of
+another kind than asked for, or recorded but its file absent.
 """
 
 import os
@@ -26,15 +27,17 @@ from jobs.storage import local_index_folder, resolve_path
 from qa_core.retrieval.ann import (
     HNSW_EF_CONSTRUCTION,
     HNSW_M,
-    build_hnsw,
+    IVF_CODE_BITS,
+    AnnSearch,
+    build_ann_index,
     recall_at_k,
     require_faiss,
-    search_hnsw,
+    rows,
+    search_ann,
     vectors_fingerprint,
 )
 from qa_core.retrieval.dense import DenseIndex, search_shards
 
-ANN_FILE = f"{DENSE_FOLDER}/hnsw.faiss"  # inside the index folder
 RECALL_QUERIES = 1000  # passages whose own vectors measure the graph's recall@10
 RECALL_K = 10
 
@@ -44,25 +47,33 @@ def dense_shards(folder: Path, dense: dict[str, Any]) -> list[DenseIndex]:
     return [DenseIndex.load(folder / shard["folder"], similarity=dense["similarity"]) for shard in dense["shards"]]
 
 
+def ann_file(kind: str) -> str:
+    """Where the approximate index of `kind` lies inside the index folder."""
+    return f"{DENSE_FOLDER}/{kind}.faiss"
+
+
 def needs_graph(location: str, dense: dict[str, Any], settings: RetrievalSettings) -> bool:
     """
-    Whether the index at `location` lacks the HNSW graph it should hold: the settings ask for one (`ann`) or its
-    `dense` section records one, and the section has none, or one of other vectors, or its file is absent.
+    Whether the index at `location` lacks the approximate index it should hold: the settings ask for one (`ann`) or
+    its `dense` section records one, and the section has none, or one of another kind than asked for, or of other
+    vectors, or its file is absent.
     """
     ann = dense.get("ann")
     if ann is None:
         return settings.ann is not None
+    if settings.ann is not None and ann.get("kind", "hnsw") != settings.ann:
+        return True
     if ann.get("vectors_fingerprint") != vectors_fingerprint(dense):
         return True
     filesystem, inner = resolve_path(f"{location.rstrip('/')}/{ann['file']}")
     return filesystem.get_file_info(inner).type != pafs.FileType.File
 
 
-def build_ann(location: str, dense: dict[str, Any], ef_search: int, threads: int) -> dict[str, Any]:
+def build_ann(location: str, dense: dict[str, Any], kind: str, search: AnnSearch, threads: int) -> dict[str, Any]:
     """
-    Builds, measures and writes the HNSW graph of the dense shards at `location` with `threads` FAISS threads,
-    where the engine places it (`run_on_a_node`, which gives `threads`). The file is written under a temporary
-    name and renamed, so that a build stopped midway leaves no graph.
+    Builds, measures (searched as `search` says) and writes the approximate index of `kind` over the dense shards
+    at `location` with `threads` FAISS threads, where the engine places it (`run_on_a_node`, which gives `threads`).
+    The file is written under a temporary name and renamed, so that a build stopped midway leaves no index.
 
     :returns: The `dense.ann` section.
     """
@@ -70,20 +81,23 @@ def build_ann(location: str, dense: dict[str, Any], ef_search: int, threads: int
     faiss.omp_set_num_threads(threads)
     started = time.time()
     shards = dense_shards(local_index_folder(location), dense)
-    graph = build_hnsw(shards)
+    index = build_ann_index(kind, shards)
     build_s = time.time() - started
     n = sum(len(shard.ids) for shard in shards)
     sample = np.sort(np.random.default_rng(0).choice(n, min(RECALL_QUERIES, n), replace=False))
-    queries = np.concatenate([_rows(shard, sample) for shard in shards])  # the sampled passages' vectors
+    queries = np.concatenate([rows(shard, sample) for shard in shards])  # the sampled passages' vectors
     exact, _ = search_shards(shards, queries, RECALL_K)
-    found, _ = search_hnsw(graph, shards, queries, RECALL_K, ef_search)
-    _write_graph(faiss, graph, location)
+    found, _ = search_ann(index, shards, queries, RECALL_K, search)
+    _write_graph(faiss, index, location, ann_file(kind))
+    if kind == "hnsw":
+        built = {"m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": search.ef_search}
+    else:
+        built = {"lists": index.nlist, "code_bits": IVF_CODE_BITS, "nprobe": min(search.nprobe, index.nlist),
+                 "candidates": search.candidates}  # fmt: skip
     return {
-        "kind": "hnsw",
-        "file": ANN_FILE,
-        "m": HNSW_M,
-        "ef_construction": HNSW_EF_CONSTRUCTION,
-        "ef_search": ef_search,
+        "kind": kind,
+        "file": ann_file(kind),
+        **built,
         "vectors": n,
         f"recall@{RECALL_K}": round(recall_at_k(found, exact), 4),
         "recall_queries": len(queries),
@@ -93,9 +107,9 @@ def build_ann(location: str, dense: dict[str, Any], ef_search: int, threads: int
     }
 
 
-def _write_graph(faiss: Any, graph: Any, location: str) -> None:
-    """Writes the graph as `ANN_FILE` of the index at `location`, complete or not at all."""
-    filesystem, inner = resolve_path(f"{location.rstrip('/')}/{ANN_FILE}")
+def _write_graph(faiss: Any, graph: Any, location: str, file: str) -> None:
+    """Writes the approximate index as `file` of the index at `location`, complete or not at all."""
+    filesystem, inner = resolve_path(f"{location.rstrip('/')}/{file}")
     if isinstance(filesystem, pafs.LocalFileSystem):
         partial = f"{inner}.partial"
         faiss.write_index(graph, partial)
@@ -105,9 +119,3 @@ def _write_graph(faiss: Any, graph: Any, location: str) -> None:
         faiss.write_index(graph, f"{local}/graph")
         pafs.copy_files(f"{local}/graph", inner, source_filesystem=pafs.LocalFileSystem(),
                         destination_filesystem=filesystem)  # fmt: skip
-
-
-def _rows(shard: DenseIndex, positions: np.ndarray) -> np.ndarray:
-    """The shard's vectors at those of the (ascending) corpus `positions` that it holds."""
-    mine = positions[(positions >= shard.doc_offset) & (positions < shard.doc_offset + len(shard.ids))]
-    return np.asarray(shard.vectors[mine - shard.doc_offset], np.float32)

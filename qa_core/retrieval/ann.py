@@ -1,15 +1,26 @@
 """
-Approximate dense search, opt-in: a FAISS HNSW graph (`IndexHNSWFlat`, inner product) over the vectors of all the
-dense shards of an index, in corpus order, so that its ids are corpus positions. One graph over the corpus rather
-than one per shard: a search visits about log n nodes of a graph, so per-shard graphs (8,192 vectors each as the
-index build writes them, 122 at 1M) would multiply the search's cost by the shards' count. The graph's hits are
-rescored exactly (float64, `DenseIndex.exact_scores`) and ordered as exact search orders them, so a hit's score is
-the one exact search gives it; only which documents are found may differ (its recall@k against exact search).
+Approximate dense search, opt-in, over the vectors of all the dense shards of an index, in corpus order, so that its
+ids are corpus positions; one index over the corpus rather than one per shard (per-shard indexes, 8,192 vectors each
+as the index build writes them, 123 at 1M, would multiply a search's cost by the shards' count). Two kinds
+(`ANN_KINDS`), both FAISS, inner product:
+
+- `hnsw`: a graph (`IndexHNSWFlat`); a search walks it keeping `ef_search` candidates.
+- `ivf`: the vectors clustered by k-means into lists (`ivf_lists`) and each held as a 4-bit product-quantization
+  code of 2 dimensions per sub-quantizer (`IndexIVFPQFastScan`, 1/16 of the float32 vectors' bytes); a search scans
+  the codes of the `nprobe` lists nearest the query and keeps its best `candidates`. Trained on a seeded sample,
+  it builds in seconds where the graph takes minutes; the codes rank only roughly, so many more candidates than k
+  are kept and rescored exactly.
+
+Either index's hits are rescored exactly (float64, `DenseIndex.exact_scores`, from the dense shards, not from a
+copy in the index) and ordered as exact search orders them, so a hit's score is the one exact search gives it;
+only which documents are found may differ (its recall@k against exact search).
 """
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +29,24 @@ import numpy as np
 from qa_core.retrieval.dense import DenseIndex, unit_rows
 from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, check_k, merge_top_k
 
-ANN_KINDS = ("hnsw",)
+ANN_KINDS = ("hnsw", "ivf")
 HNSW_M = 32  # neighbours per node (FAISS's M)
 HNSW_EF_CONSTRUCTION = 80  # candidates kept while inserting
-DEFAULT_EF_SEARCH = 128  # candidates kept while searching (FAISS's default, 16, finds too few at 1M)
+IVF_MAX_LISTS = 1024  # k-means lists of the ivf index at most (the square root of the vectors' count below 1M)
+IVF_TRAINING_VECTORS = 100_000  # the seeded sample the lists and the codes are trained on, at most
+IVF_CODE_BITS = 4  # bits per sub-quantizer code (FAISS's fast scan needs 4)
+
+
+@dataclass(frozen=True)
+class AnnSearch:
+    """How an approximate index is searched: each kind reads its own parameters."""
+
+    ef_search: int = 128  # hnsw: candidates kept while walking the graph (FAISS's default, 16, finds too few at 1M)
+    nprobe: int = 160  # ivf: lists scanned per query (of `ivf_lists`, 1,000 at 1M)
+    candidates: int = 200  # ivf: the codes' best hits rescored exactly per query (at least k)
+
+
+DEFAULT_SEARCH = AnnSearch()
 
 
 def require_faiss() -> Any:
@@ -34,14 +59,14 @@ def require_faiss() -> Any:
         import faiss
     except ImportError:
         raise ImportError(
-            "the approximate index (ann: hnsw) needs FAISS, which is not installed: "
+            f"the approximate index (ann: {', '.join(ANN_KINDS)}) needs FAISS, which is not installed: "
             "pip install 'ray-extractive-qa[ann]' (faiss-cpu), or leave --ann out for exact search."
         ) from None
     return faiss
 
 
 def vectors_fingerprint(dense: dict[str, Any]) -> str:
-    """What an HNSW graph was built from, by the build record's `dense` section: model, similarity and shards."""
+    """What an approximate index was built from, by the build record's `dense` section: model, similarity, shards."""
     built_from = [
         dense.get("fingerprint"),
         dense.get("similarity"),
@@ -50,23 +75,46 @@ def vectors_fingerprint(dense: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(built_from).encode("utf-8")).hexdigest()[:16]
 
 
-def _search_vectors(shard: DenseIndex, vectors: np.ndarray) -> np.ndarray:
-    """float32 vectors as the graph holds and searches them (unit rows for cosine)."""
-    vectors = np.asarray(vectors, np.float32)
-    return unit_rows(vectors).astype(np.float32) if shard.similarity == "cosine" else vectors
+def ivf_lists(n: int) -> int:
+    """The ivf index's lists for `n` vectors: about sqrt(n), at most `IVF_MAX_LISTS`."""
+    return max(1, min(IVF_MAX_LISTS, round(math.sqrt(n))))
 
 
-def build_hnsw(shards: Sequence[DenseIndex], m: int = HNSW_M, ef_construction: int = HNSW_EF_CONSTRUCTION) -> Any:
+def check_size(kind: str, n: int) -> None:
     """
-    An HNSW graph over the shards' vectors (FAISS's threads: the machine's).
+    Refuses an unknown kind, and an ivf index of fewer vectors than a code book's entries (k-means needs as many).
+
+    :raises ValueError: Naming the kind or the count.
+    """
+    if kind not in ANN_KINDS:
+        raise ValueError(f"ann must be one of {', '.join(ANN_KINDS)}, not {kind!r}")
+    if kind == "ivf" and n < 2**IVF_CODE_BITS:
+        raise ValueError(f"ann ivf needs at least {2**IVF_CODE_BITS} passages, not {n}: use hnsw or exact search.")
+
+
+def build_ann_index(kind: str, shards: Sequence[DenseIndex]) -> Any:
+    """
+    The approximate index of `kind` over the shards' vectors (FAISS's threads: the machine's).
 
     :param shards: Contiguous shards in corpus order, the first at position 0.
-    :raises ValueError: If the shards are not contiguous from 0.
+    :raises ValueError: If the kind is unknown, the count too small for it (`check_size`), or the shards are not
+        contiguous from 0.
     :raises ImportError: Without FAISS.
     """
     faiss = require_faiss()
-    index = faiss.IndexHNSWFlat(shards[0].dimension, m, faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efConstruction = ef_construction
+    dimension, n = shards[0].dimension, sum(len(shard.ids) for shard in shards)
+    check_size(kind, n)
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dimension, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+    elif kind == "ivf":
+        quantizer = faiss.IndexFlatIP(dimension)
+        sub_quantizers = dimension // 2 if dimension % 2 == 0 else dimension
+        index = faiss.IndexIVFPQFastScan(quantizer, dimension, ivf_lists(n), sub_quantizers, IVF_CODE_BITS,
+                                         faiss.METRIC_INNER_PRODUCT)  # fmt: skip
+        index.cp.seed = 0  # k-means's seed: the same lists on every build (FAISS's default too, stated)
+        sample = np.sort(np.random.default_rng(0).choice(n, min(IVF_TRAINING_VECTORS, n), replace=False))
+        index.train(np.concatenate([_search_vectors(shard, rows(shard, sample)) for shard in shards]))
     for shard in shards:
         if shard.doc_offset != index.ntotal:
             raise ValueError(f"shard at position {shard.doc_offset} where position {index.ntotal} was expected.")
@@ -74,31 +122,49 @@ def build_hnsw(shards: Sequence[DenseIndex], m: int = HNSW_M, ef_construction: i
     return index
 
 
-def search_hnsw(
-    graph: Any, shards: Sequence[DenseIndex], queries: np.ndarray, k: int, ef_search: int = DEFAULT_EF_SEARCH
+def ann_kind(index: Any) -> str:
+    """Which of `ANN_KINDS` a FAISS index built by `build_ann` (or read back) is."""
+    return "hnsw" if hasattr(index, "hnsw") else "ivf"
+
+
+def search_ann(
+    index: Any, shards: Sequence[DenseIndex], queries: np.ndarray, k: int, search: AnnSearch = DEFAULT_SEARCH
 ) -> tuple[np.ndarray, np.ndarray]:
     """
-    The graph's k hits of each query, rescored exactly by the shards it was built from.
+    The index's hits of each query, rescored exactly by the shards it was built from, the best k kept.
 
     :returns: `(queries, k)` corpus positions and float64 scores, best first, ties in corpus order, padded with -1
         and -inf.
     """
     check_k(k)
-    graph.hnsw.efSearch = max(ef_search, k)
+    if ann_kind(index) == "hnsw":
+        index.hnsw.efSearch = max(search.ef_search, k)
+        kept = k  # the graph ranks its candidates by exact float32 products: more than k would add none of the k
+    else:
+        index.nprobe = min(search.nprobe, index.nlist)
+        kept = max(search.candidates, k)
     exact = np.asarray(queries, np.float64)
     if shards[0].similarity == "cosine":
         exact = unit_rows(exact)
-    _, found = graph.search(exact.astype(np.float32), k)  # (queries, k) positions, -1 where fewer
+    _, found = index.search(exact.astype(np.float32), kept)  # (queries, kept) positions, -1 where fewer
+    return merge_top_k([(found.astype(np.int64), rescore(shards, exact, found))], k)
+
+
+def rescore(shards: Sequence[DenseIndex], queries: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """
+    The exact float64 scores of `queries` (float64, unit rows for cosine) with the corpus positions `found`
+    (`(queries, m)`, -1 for none, scored -inf), by the shards holding them.
+    """
     rows, columns = np.nonzero(found != NO_POSITION)
     positions = found[rows, columns]
     offsets = np.array([shard.doc_offset for shard in shards])
     owners = np.searchsorted(offsets, positions, side="right") - 1
-    scores = np.full((len(exact), k), NO_SCORE, np.float64)
+    scores = np.full(found.shape, NO_SCORE, np.float64)
     for owner in np.unique(owners):
         mine = owners == owner
         shard = shards[owner]
-        scores[rows[mine], columns[mine]] = shard.exact_scores(exact[rows[mine]], positions[mine] - shard.doc_offset)
-    return merge_top_k([(np.where(found == NO_POSITION, NO_POSITION, found).astype(np.int64), scores)], k)
+        scores[rows[mine], columns[mine]] = shard.exact_scores(queries[rows[mine]], positions[mine] - shard.doc_offset)
+    return scores
 
 
 def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:
@@ -111,9 +177,21 @@ def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:
     return float(np.mean(shares)) if shares else 1.0
 
 
+def rows(shard: DenseIndex, positions: np.ndarray) -> np.ndarray:
+    """The shard's vectors at those of the (ascending) corpus `positions` that it holds."""
+    mine = positions[(positions >= shard.doc_offset) & (positions < shard.doc_offset + len(shard.ids))]
+    return np.asarray(shard.vectors[mine - shard.doc_offset], np.float32)
+
+
+def _search_vectors(shard: DenseIndex, vectors: np.ndarray) -> np.ndarray:
+    """float32 vectors as the index holds and searches them (unit rows for cosine)."""
+    vectors = np.asarray(vectors, np.float32)
+    return unit_rows(vectors).astype(np.float32) if shard.similarity == "cosine" else vectors
+
+
 def load_ann(folder: Path, dense: dict[str, Any]) -> Any:
     """
-    The HNSW graph of a local index folder, checked against its dense shards.
+    The approximate index of a local index folder, checked against its dense shards.
 
     :raises ValueError: If its file is missing, was built from other vectors than the dense section's, or holds
         another count.
@@ -121,11 +199,12 @@ def load_ann(folder: Path, dense: dict[str, Any]) -> Any:
     """
     faiss = require_faiss()
     ann = dense["ann"]
+    kind = ann.get("kind", "hnsw")
     if ann.get("vectors_fingerprint") != vectors_fingerprint(dense):
-        raise ValueError(f"{folder}: its HNSW file was built from other vectors than its dense shards: rebuild it.")
+        raise ValueError(f"{folder}: its {kind} index was built from other vectors than its dense shards: rebuild it.")
     if not (folder / ann["file"]).is_file():
-        raise ValueError(f"{folder}: its HNSW file {ann['file']} is missing: rebuild it.")
-    graph = faiss.read_index(str(folder / ann["file"]))
-    if graph.ntotal != sum(shard["n"] for shard in dense["shards"]):
-        raise ValueError(f"{folder}: its HNSW file holds {graph.ntotal} vectors, not the dense shards' count.")
-    return graph
+        raise ValueError(f"{folder}: its {kind} index file {ann['file']} is missing: rebuild it.")
+    index = faiss.read_index(str(folder / ann["file"]))
+    if index.ntotal != sum(shard["n"] for shard in dense["shards"]):
+        raise ValueError(f"{folder}: its {kind} index holds {index.ntotal} vectors, not the dense shards' count.")
+    return index

@@ -28,7 +28,7 @@ from jobs.passages import Passages
 from jobs.retrieval_settings import JOINED
 from qa_core.embedding import SentenceEmbedder
 from qa_core.hardware import resolve_precision
-from qa_core.retrieval.ann import DEFAULT_EF_SEARCH, load_ann, search_hnsw
+from qa_core.retrieval.ann import DEFAULT_SEARCH, AnnSearch, load_ann, require_faiss, search_ann
 from qa_core.retrieval.dense import DenseIndex, search_shards
 from qa_core.retrieval.fusion import fuse
 from qa_core.retrieval.index_io import DOC_IDS_FILE, HEADER_FILE
@@ -58,7 +58,7 @@ class RetrieveDense:
         join_weights: list[float] | None,
         cpu_threads: int,
         search_precision: str = "fp32",
-        ann_ef_search: int = DEFAULT_EF_SEARCH,
+        ann_search: AnnSearch = DEFAULT_SEARCH,
         device: str | None = None,
     ) -> None:
         """
@@ -71,7 +71,8 @@ class RetrieveDense:
         :param join_weights: Its weights, in `JOINED` order, or None.
         :param cpu_threads: torch's threads (the search's, and the model's on the CPU).
         :param search_precision: The exact search's screening product (`fp32`, `bf16` or `auto`; the same hits).
-        :param ann_ef_search: HNSW's efSearch, where the index holds an HNSW graph (`dense.ann`): searched instead.
+        :param ann_search: How the approximate index is searched, where the index holds one (`dense.ann`): searched
+            instead, with `cpu_threads` FAISS threads.
         :param device: Where the model runs; None: the GPU Ray assigned this actor, else the CPU.
         """
         import torch
@@ -94,7 +95,9 @@ class RetrieveDense:
         self.embedder.warm_up()
         self.search_precision = resolve_precision(search_precision, "cpu")
         self.ann = load_ann(folder, dense) if "ann" in dense else None
-        self.ann_ef_search = ann_ef_search
+        if self.ann is not None:
+            require_faiss().omp_set_num_threads(max(1, cpu_threads))
+        self.ann_search = ann_search
         self.top_k = retriever_top_k
         self.hybrid = hybrid
         self.join_mode = join_mode
@@ -127,8 +130,8 @@ class RetrieveDense:
             if self.ann is None:
                 found_positions, found_scores = search_shards(self.shards, vectors, self.top_k, self.search_precision)
             else:
-                found_positions, found_scores = search_hnsw(self.ann, self.shards, vectors, self.top_k,
-                                                            self.ann_ef_search)  # fmt: skip
+                found_positions, found_scores = search_ann(self.ann, self.shards, vectors, self.top_k,
+                                                           self.ann_search)  # fmt: skip
             for index, row in enumerate(asked):
                 kept = found_positions[index] != NO_POSITION
                 lists = {"dense": list(zip(found_positions[index][kept].tolist(), found_scores[index][kept].tolist(),

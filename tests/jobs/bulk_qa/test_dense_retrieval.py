@@ -136,10 +136,10 @@ def test_dense_retrieval_on_a_built_index_with_hnsw_equals_haystacks_embedding_r
     paths = corpus["paths"]
 
     def in_the_driver(*args, **kwargs):
-        raise AssertionError("the driver built the HNSW graph")
+        raise AssertionError("the driver built the approximate index")
 
     with monkeypatch.context() as patch:
-        patch.setattr(ann_build, "build_hnsw", in_the_driver)  # the driver's module only: a Ray task builds it
+        patch.setattr(ann_build, "build_ann_index", in_the_driver)  # the driver's module only: a Ray task builds it
         assert index_command.main(["--documents", paths["documents"], "--output", str(index), "--retrieval", "dense",
                                    "--embedding-model", EMBEDDER, "--ann", "hnsw"]) == 0  # fmt: skip
     ann = json.loads((index / BUILD_FILE).read_text())["dense"]["ann"]  # the run searches its HNSW graph

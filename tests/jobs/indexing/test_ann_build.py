@@ -1,6 +1,6 @@
 """
-The HNSW graph is built again where a kept index lacks it (a build stopped after the vectors were written, or the
-graph's file lost). That a Ray task builds it, not the driver, is checked by `jobs.index` in
+The approximate index is built again where a kept index lacks it (a build stopped after the vectors were written,
+the file lost, or another kind asked for). That a Ray task builds it, not the driver, is checked by `jobs.index` in
 `tests/jobs/bulk_qa/test_dense_retrieval.py`, which starts Ray anyway.
 """
 
@@ -45,7 +45,7 @@ def test_a_kept_index_without_its_graph_gets_it_built(tmp_path: Path) -> None:
     def completed(plan: IndexPlan, settings: RetrievalSettings) -> dict:
         return complete_index(plan, settings, "unused", InProcessEngine(), {}).record["dense"]
 
-    graph = tmp_path / ann_build.ANN_FILE
+    graph = tmp_path / ann_build.ann_file("hnsw")
     graph.with_name(f"{graph.name}.partial").write_bytes(b"stopped midway")  # a build stopped while writing
     first = completed(plan, settings)["ann"]  # the vectors recorded, the graph never built: built now
     assert graph.is_file() and (first["vectors"], first["recall@10"]) == (300, 1.0)
@@ -57,3 +57,20 @@ def test_a_kept_index_without_its_graph_gets_it_built(tmp_path: Path) -> None:
     assert completed(kept, without)["ann"] == first and graph.stat().st_mtime_ns == built  # present: kept
     graph.unlink()  # recorded, its file lost: built again
     assert completed(kept, without)["ann"]["vectors"] == 300 and graph.is_file()
+
+
+def test_a_kept_index_gets_the_kind_asked_for_recorded_with_its_search_and_recall(tmp_path: Path) -> None:
+    from qa_core.embedding import embedding_fingerprint
+
+    dense = _dense_index(tmp_path, embedding_fingerprint(EMBEDDER))
+    record = {"documents": 300, "dense": dense, "source": "resumed"}
+    hnsw = RetrievalSettings(retrieval="dense", embedding_model=EMBEDDER, ann="hnsw")
+    dense = complete_index(IndexPlan(str(tmp_path), record), hnsw, "unused", InProcessEngine(), {}).record["dense"]
+    ivf = RetrievalSettings(retrieval="dense", embedding_model=EMBEDDER, ann="ivf", ann_nprobe=4, ann_candidates=50)
+    plan = IndexPlan(str(tmp_path), {**record, "dense": dense})
+    ann = complete_index(plan, ivf, "unused", InProcessEngine(), {}).record["dense"]["ann"]  # hnsw kept: ivf built
+    # 300 random 16-d vectors: 17 lists (about sqrt(300)) of 4-bit codes; measured 0.782 at nprobe 4, 50 rescored.
+    recorded = (ann["kind"], ann["file"], ann["lists"], ann["nprobe"], ann["candidates"])
+    assert recorded == ("ivf", "dense/ivf.faiss", 17, 4, 50)
+    assert 0.75 <= ann["recall@10"] < 1.0 and (tmp_path / ann["file"]).is_file()
+    assert json.loads((tmp_path / BUILD_FILE).read_text())["dense"]["ann"] == ann
