@@ -69,6 +69,8 @@ def shard_bounds(n_docs: int, n_shards: int) -> list[int]:
 # Documents a shard is counted in at a time (`count_parts`): what one count holds at its peak, besides the shard's
 # counts (about 100 Python strings per document while tokenizing, and a term matrix of the part).
 COUNT_PART_DOCS = 50_000
+# Postings reordered and weighed at a time (`weigh_shard`): its temporaries 32 MB each, not a shard's postings' size.
+_PAIRS_PER_STEP = 1 << 22
 # The term counts of a shard, beside its index files.
 COUNT_FILES = {"term_counts": np.dtype(np.int32), "doc_lengths": np.dtype(np.int64)}
 
@@ -279,15 +281,23 @@ def weigh_shard(
         corpus_ids, lengths, vocabulary = corpus_ids[order], lengths[order], [vocabulary[i] for i in order.tolist()]
         new_starts = np.zeros(lengths.size + 1, np.int64)
         np.cumsum(lengths, out=new_starts[1:])
-        pairs = np.repeat(starts[:-1][order] - new_starts[:-1], lengths) + np.arange(new_starts[-1])
-        starts, doc_indices, term_counts = new_starts, doc_indices[pairs], term_counts[pairs]
+        pairs = np.repeat(starts[:-1][order] - new_starts[:-1], lengths)  # each posting's shift from its old place
+        moved_docs, moved_counts = np.empty_like(doc_indices), np.empty_like(term_counts)
+        for first in range(0, pairs.size, _PAIRS_PER_STEP):  # then its old place, a step at a time
+            step = slice(first, first + _PAIRS_PER_STEP)
+            pairs[step] += np.arange(first, first + pairs[step].size)
+            moved_docs[step], moved_counts[step] = doc_indices[pairs[step]], term_counts[pairs[step]]
+        starts, doc_indices, term_counts = new_starts, moved_docs, moved_counts
         del pairs
     doc_lengths = counted.counts.doc_lengths
-    tfc = term_frequency_components(
-        algorithm, parameters, np.asarray(term_counts), np.asarray(doc_lengths)[doc_indices], weights.avg_doc_len
-    )
-    pair_weights = weights.idf[np.repeat(corpus_ids, lengths)] * tfc
-    del tfc
+    pair_weights = np.empty(doc_indices.size)  # filled a step of pairs at a time: the temporaries stay small
+    pair_terms = np.repeat(corpus_ids, lengths)
+    for first in range(0, pair_weights.size, _PAIRS_PER_STEP):
+        pairs = slice(first, first + _PAIRS_PER_STEP)
+        tfc = term_frequency_components(algorithm, parameters, np.asarray(term_counts[pairs]),
+                                        np.asarray(doc_lengths)[doc_indices[pairs]], weights.avg_doc_len)  # fmt: skip
+        pair_weights[pairs] = weights.idf[pair_terms[pairs]] * tfc
+    del pair_terms
     n_docs = len(counted.doc_ids)
     dense_terms, dense_weights = dense_rows(starts, doc_indices, pair_weights, n_docs)
     index = BM25Index(

@@ -28,6 +28,7 @@ from qa_core.retrieval import (
 from qa_core.retrieval import corpus as corpus_module
 from qa_core.retrieval import counts as counts_module
 from qa_core.retrieval import index as index_module
+from qa_core.retrieval import sharding as sharding_module
 from qa_core.retrieval.fingerprint import add_fingerprints, fingerprint_hex
 from qa_core.retrieval.scoring import resolve_parameters
 from qa_core.retrieval.sharding import (
@@ -224,12 +225,14 @@ def _assert_same_shard(shard: BM25Index, reference: BM25Index) -> None:
 
 @pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L", "BM25Plus", "Lucene"])
 def test_shards_counted_apart_and_weighed_with_merged_statistics_equal_build_sharded(
-    algorithm: str, tmp_path: Path
+    algorithm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """
     The distributed build's pieces: each shard tokenized once and saved as counts, the shards' statistics merged
-    in order, then each shard weighed from its loaded counts (its terms put in the corpus's order).
+    in order, then each shard weighed from its loaded counts (its terms put in the corpus's order), a few
+    postings at a time.
     """
+    monkeypatch.setattr(sharding_module, "_PAIRS_PER_STEP", 7)
     ids, texts, _ = _search_grid()
     parameters, tokenizer = resolve_parameters(algorithm, None), Tokenizer()
     expected = build_sharded(ids, texts, n_shards=3, algorithm=algorithm)
