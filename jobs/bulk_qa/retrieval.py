@@ -8,7 +8,7 @@ positions weighed with the whole corpus's statistics), plus `build.json`, writte
 (the documents' files and fingerprint) and how (algorithm, parameters, shards and their size, vocabulary size,
 build seconds, splitting). A run saves its index as `_index/` in its output folder, so that a resumed run does
 not rebuild it; the retrieval actors memory-map it from there. With `split_length` the index holds passages of
-the documents, and each shard folder also holds `passages.json` (`workers.passages`): where each passage lies
+the documents, and each shard folder also holds `passages.json` (`jobs.passages`): where each passage lies
 in its source document.
 
 With the Ray engine (and in `python -m jobs.index`) the index is built by Ray Data (`build_index_with_ray`,

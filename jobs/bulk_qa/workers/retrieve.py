@@ -2,7 +2,7 @@
 The retrieval stage, one instance per Ray actor: a wave's questions -> the same questions, those without
 `document_ids` given the `retriever_top_k` best documents of the corpus by BM25 (Haystack's
 `InMemoryBM25Retriever` ranking, `qa_core.retrieval`), best first, with their scores. With `split_length` the
-index holds passages of the documents (`workers.passages`): a retrieved passage is given as its source
+index holds passages of the documents (`jobs.passages`): a retrieved passage is given as its source
 document's id, with the passage's id and its character range there, which is what the reader reads.
 
 Each actor memory-maps the index folder the driver saved (or `--index` named): the posting arrays are shared
