@@ -76,8 +76,9 @@ def idle_readers(manifest: dict[str, Any]) -> str:
     if not sequences or readers["with_work"] >= readers["num_actors"]:
         return ""
     return (
-        f"  readers     {readers['with_work']} of {readers['num_actors']} reader actors had work: this run's "
-        f"{sequences} sequences made fewer actor batches than there are actors"
+        f"  readers     {readers['with_work']} of {readers['num_actors']} reader actors had work: Ray Data hands "
+        f"each batch of this run's {sequences} sequences to the actor with the fewest batches in flight, so a run "
+        "of few batches can leave actors idle"
     )
 
 

@@ -114,8 +114,8 @@ def test_the_summary_says_when_fewer_actors_had_work() -> None:
         return {"cluster": {"reader_actors": readers}, "throughput": {"sequences": sequences}}
 
     assert report.idle_readers(manifest(1, 3)) == (
-        "  readers     1 of 2 reader actors had work: this run's 3 sequences made fewer actor batches than there "
-        "are actors"
+        "  readers     1 of 2 reader actors had work: Ray Data hands each batch of this run's 3 sequences to the "
+        "actor with the fewest batches in flight, so a run of few batches can leave actors idle"
     )
     assert report.idle_readers(manifest(2, 30)) == ""
     assert report.idle_readers(manifest(0, 0)) == ""  # a resumed run with nothing left to read
