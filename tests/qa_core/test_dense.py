@@ -344,9 +344,7 @@ def test_search_aiming_from_a_pilot_equals_float64_brute_force(monkeypatch) -> N
     queries[0] = target[0]
     searched = []
     search = dense_module._search
-    monkeypatch.setattr(
-        dense_module, "_search", lambda *a, **kw: searched.append(len(a[2])) or search(*a, **kw)
-    )
+    monkeypatch.setattr(dense_module, "_search", lambda *a, **kw: searched.append(len(a[2])) or search(*a, **kw))
     scores = queries.astype(np.float64) @ vectors.astype(np.float64).T
     expected = np.array([np.lexsort((np.arange(len(vectors)), -row))[:TOP_K] for row in scores])
     for precision in SEARCH_PRECISIONS:
