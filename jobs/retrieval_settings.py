@@ -37,9 +37,9 @@ class RetrievalSettings(Settings):
     embedding_model: str | None = None  # sentence-transformers model (hub id or local folder) for dense and hybrid
     embedding_similarity: str = DEFAULT_SIMILARITY  # dot_product (InMemoryDocumentStore's default) or cosine
     embedding_precision: str = "fp32"  # the embedding model's: fp32, bf16, or auto (bf16 where fast)
-    # The exact search's screening product: fp32, bf16 or auto; the same hits and scores, bf16 faster on CPUs
-    # with native bf16 (qa_core.retrieval.dense), holding a bf16 copy of the vectors in the retrieval actor.
-    embedding_search_precision: str = "fp32"
+    # The exact search's screening product: fp32, bf16 or auto (bf16 where the retrieval actor's CPU multiplies
+    # bf16 natively, else fp32); the same hits and scores, bf16 faster on such CPUs (qa_core.retrieval.dense).
+    embedding_search_precision: str = "auto"
     # An approximate index (FAISS, the `ann` extra) built with the dense vectors; a run whose index holds one
     # searches it instead of searching exactly (qa_core.retrieval.ann), its hits rescored exactly.
     ann: str | None = None  # None (exact search only), hnsw (a graph) or ivf (lists of 4-bit codes)

@@ -26,6 +26,7 @@ and the same scores; bf16 only makes the screening product about twice as fast. 
 memory after the first search (in bf16 161 x 2 bytes per vector at dimension 384, in fp32 twice that).
 """
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,14 @@ SCREEN_SHARE = 5 / 12
 # each query's k-th best score before the others are rescored, so that fewer of these are; while the k-th best is
 # low (the first blocks), each block's many candidates are rescored at once.
 CANDIDATES_PER_RESCORE = 64
+# The pilot: the screening blocks, spread over the corpus, whose bound products are computed (and kept) before any
+# candidate is chosen, and whose best-bounded vectors are rescored first (`_pilot_scores`). The k-th best of these
+# exact scores is a lower bound on a query's k-th best; a higher one, the "aim", the score of the rank among them
+# whose count of vectors above it in the whole corpus, scaled from the pilot's share of it, is `AIM_MARGIN` k.
+# Candidates are chosen against the aim from the start (far fewer than against a k-th best still rising); a
+# query whose k-th best ends below its aim (rare: fewer than k vectors reached it) is searched again without one.
+PILOT_BLOCKS = 16
+AIM_MARGIN = 4
 _FP64_ROUNDOFF = 2.0**-53  # unit roundoff of float64 (53 significant bits)
 _FP32_ROUNDOFF = 2.0**-24  # of float32 (24 significant bits)
 _BF16_ROUNDOFF = 2.0**-8  # of bfloat16 (8 significant bits)
@@ -358,8 +367,6 @@ def search_shards(
     :raises ValueError: If `k < 1`, the precision is unknown, the shards differ in similarity or dimension, or
         the queries' dimension is not theirs.
     """
-    import torch
-
     check_k(k)
     check_search_precision(precision)
     exact = np.asarray(queries, np.float64)
@@ -372,34 +379,82 @@ def search_shards(
         exact = unit_rows(exact)
     if not shards:
         return np.full((len(exact), k), NO_POSITION, np.int64), np.full((len(exact), k), NO_SCORE, np.float64)
-    rotation = shards[0].rotation()
+    blocks = [(shard, start) for shard in shards for start in range(0, len(shard.ids), ROWS_PER_PRODUCT)]
+    # The pilot blocks, spread over the corpus, are screened first.
+    pilot = set(np.linspace(0, len(blocks) - 1, min(PILOT_BLOCKS, len(blocks))).round().astype(int).tolist())
+    blocks = [blocks[i] for i in sorted(pilot)] + [block for i, block in enumerate(blocks) if i not in pilot]
+    return _search(blocks, len(pilot), exact, k, precision, shards[0].rotation(), aiming=True)
+
+
+def _search(
+    blocks: list[tuple[DenseIndex, int]],
+    n_pilot: int,
+    exact: np.ndarray,
+    k: int,
+    precision: str,
+    rotation: Rotation,
+    aiming: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """
+    `search_shards`' search of the screening blocks `blocks` (a shard and a first row each), the first `n_pilot`
+    of them the pilot (the module's docstring), for the float64 queries `exact` (unit rows for cosine). With
+    `aiming`, the queries whose k-th best falls below their aim are searched again without one.
+    """
+    import torch
+
     query = Screened.of(rotation.reduce(exact), np.linalg.norm(exact, axis=1), precision)
+
+    def screen(shard: DenseIndex, start: int) -> tuple[DenseIndex, int, Screened, Any, np.ndarray]:
+        block = shard.screening_block(start, precision, rotation)
+        bounds = torch.mm(query.tensor, block.tensor.T)  # (queries, block rows): the scores' bounds, screened
+        return shard, start, block, bounds, screening_error(precision, query, block, rotation.slack)
+
+    pilot = [screen(shard, start) for shard, start in blocks[:n_pilot]]
+    seeds = _pilot_scores(pilot, exact, k)
+    # A lower bound on each query's k-th best exact score (the k-th best of k vectors), and the aim.
+    known = seeds[:, k - 1] if seeds.shape[1] >= k else np.full(len(exact), NO_SCORE)
+    aim = known
+    if aiming:
+        rank = min(k, int(np.ceil(AIM_MARGIN * k * n_pilot / len(blocks))))  # the pilot's share of the blocks
+        aim = np.maximum(known, seeds[:, rank - 1]) if seeds.shape[1] >= rank else known
     best = (np.full((len(exact), k), NO_POSITION, np.int64), np.full((len(exact), k), NO_SCORE, np.float64))
-    # A lower bound on each query's k-th best exact score, from k vectors rescored before k hits are known.
-    known = np.full(len(exact), NO_SCORE)
     pending: list[_Candidates] = []
-    for shard in shards:
-        for start in range(0, len(shard.ids), ROWS_PER_PRODUCT):
-            block = shard.screening_block(start, precision, rotation)
-            bounds = torch.mm(query.tensor, block.tensor.T)  # (queries, block rows): the scores' bounds, screened
-            error = screening_error(precision, query, block, rotation.slack)
-            if not np.isfinite(known).all() and block.tensor.shape[0] >= k:
-                # The exact scores of the k vectors of best bounds: the k-th best of all is at least their least.
-                columns = torch.topk(bounds, k, dim=1).indices.numpy() + start
-                rows = np.repeat(np.arange(len(exact)), k)
-                seeds = shard.exact_scores(exact[rows], columns.ravel()).reshape(len(exact), k).min(axis=1)
-                known = np.maximum(known, seeds)
-            # A vector of a query's top k scores at least the k-th best known, so its screened bound at least the
-            # floor. Rounding the floor to nearest cannot pass a representable bound at or above it.
-            floor = screened_floor(np.maximum(best[1][:, -1], known) - error, precision)
-            rows, columns = _at_or_above(bounds, torch.from_numpy(floor).to(bounds.dtype))
-            # Upper bounds of the candidates' exact scores (a NaN's rescored, as `_at_or_above` passes it).
-            upper = np.nan_to_num(ceilings(_values(bounds, rows, columns), precision) + error[rows], nan=np.inf)
-            pending.append(_Candidates(shard, rows, columns + start, upper))
-            if sum(len(block.rows) for block in pending) >= CANDIDATES_PER_RESCORE * len(exact):
-                best = _rescore(pending, exact, best)
-                pending = []
-    return _rescore(pending, exact, best) if pending else best
+    rest = (screen(shard, start) for shard, start in blocks[n_pilot:])
+    for shard, start, _, bounds, error in itertools.chain(pilot, rest):
+        # A vector of a query's top k scores at least the k-th best known, so its screened bound at least the
+        # floor; one below the aim scores below it. Rounding the floor to nearest cannot pass a representable
+        # bound at or above it.
+        floor = screened_floor(np.maximum(best[1][:, -1], aim) - error, precision)
+        rows, columns = _at_or_above(bounds, torch.from_numpy(floor).to(bounds.dtype))
+        # Upper bounds of the candidates' exact scores (a NaN's rescored, as `_at_or_above` passes it).
+        upper = np.nan_to_num(ceilings(_values(bounds, rows, columns), precision) + error[rows], nan=np.inf)
+        pending.append(_Candidates(shard, rows, columns + start, upper))
+        if sum(len(block.rows) for block in pending) >= CANDIDATES_PER_RESCORE * len(exact):
+            best = _rescore(pending, exact, best)
+            pending = []
+    best = _rescore(pending, exact, best) if pending else best
+    # Every vector not rescored scores below its block's floor, at most the larger of the k-th best and the aim:
+    # where the k-th best reaches the aim, the top k is exact; elsewhere vectors between the two may be missing.
+    missed = np.flatnonzero(best[1][:, -1] < aim)
+    if len(missed):
+        best[0][missed], best[1][missed] = _search(blocks, n_pilot, exact[missed], k, precision, rotation, False)
+    return best
+
+
+def _pilot_scores(pilot: list[tuple[DenseIndex, int, Screened, Any, np.ndarray]], exact: np.ndarray, k: int) -> Any:
+    """
+    The exact scores of each query's best-bounded vectors of each pilot block (`ceil(k / blocks)` of each, so
+    k or more in all when the blocks hold that many), best first: `(queries, seeds)` float64.
+    """
+
+    each = -(-k // max(len(pilot), 1))
+    scores = []
+    for shard, start, _, bounds, _ in pilot:
+        taken = min(each, bounds.shape[1])
+        columns = _best_columns(bounds, taken) + start
+        rows = np.repeat(np.arange(len(exact)), taken)
+        scores.append(shard.exact_scores(exact[rows], columns.ravel()).reshape(len(exact), taken))
+    return -np.sort(-np.nan_to_num(np.concatenate(scores, axis=1), nan=NO_SCORE), axis=1)  # a NaN's no bound
 
 
 @dataclass(frozen=True)
@@ -456,6 +511,22 @@ def _exact_hits(pending: list[_Candidates], chosen: np.ndarray, exact: np.ndarra
     rows_all = np.concatenate(rows)
     by_row = np.argsort(rows_all, kind="stable")
     return _by_query(rows_all[by_row], np.concatenate(positions)[by_row], np.concatenate(scores)[by_row], len(exact))
+
+
+def _best_columns(scores: Any, taken: int) -> np.ndarray:
+    """
+    `(rows, taken)` columns of each row's `taken` largest `scores` (a bfloat16 or float32 torch tensor), in any
+    order; for one, numpy's argmax (many times faster than torch's `topk`), of bfloat16 as int16 keys that order
+    as the values: the magnitude bits flipped where the sign is set.
+    """
+    import torch
+
+    if taken > 1:
+        return torch.topk(scores, taken, dim=1).indices.numpy()
+    if scores.dtype == torch.bfloat16:
+        bits = scores.view(torch.int16).numpy()
+        return (bits ^ ((bits >> 15) & np.int16(0x7FFF))).argmax(axis=1)[:, None]
+    return scores.numpy().argmax(axis=1)[:, None]
 
 
 def _values(scores: Any, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ from qa_core.document import Document
 from qa_core.embedding import EmbeddingModelConfig, SentenceEmbedder
 from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval import BM25Retriever, merge_top_k, split_documents
+from qa_core.retrieval import dense as dense_module
 from qa_core.retrieval.dense import (
     SEARCH_PRECISIONS,
     DenseIndex,
@@ -327,3 +328,28 @@ def test_search_with_negative_scores_equals_float64_brute_force() -> None:
         positions, found = DenseIndex([str(i) for i in range(len(vectors))], vectors).search(queries, TOP_K, precision)
         np.testing.assert_array_equal(positions, expected)
         np.testing.assert_allclose(found, np.take_along_axis(scores, expected, axis=1), rtol=0, atol=1e-12)
+
+
+def test_search_aiming_from_a_pilot_equals_float64_brute_force(monkeypatch) -> None:
+    # 24 blocks of 256 vectors, 4 of them the pilot (0, 8, 15, 23): the queries aim at the 7th best of their 12
+    # seeds. Query 0's 12 best vectors (near-copies of it) lie 3 in each pilot block, so only 7 vectors reach its
+    # aim: it is searched again without one; the others' aims hold.
+    monkeypatch.setattr(dense_module, "ROWS_PER_PRODUCT", 256)
+    monkeypatch.setattr(dense_module, "PILOT_BLOCKS", 4)
+    vectors, queries = _clustered(6144, 64, seed=8)
+    rng = np.random.default_rng(8)
+    target = unit_rows(rng.standard_normal((1, 64)))
+    for start in (0, 2048, 3840, 5888):
+        vectors[start : start + 3] = unit_rows(target + 0.01 * rng.standard_normal((3, 64)))
+    queries[0] = target[0]
+    searched = []
+    search = dense_module._search
+    monkeypatch.setattr(dense_module, "_search", lambda *a, **kw: searched.append(len(a[2])) or search(*a, **kw))
+    scores = queries.astype(np.float64) @ vectors.astype(np.float64).T
+    expected = np.array([np.lexsort((np.arange(len(vectors)), -row))[:TOP_K] for row in scores])
+    for precision in SEARCH_PRECISIONS:
+        searched.clear()
+        positions, found = DenseIndex([str(i) for i in range(len(vectors))], vectors).search(queries, TOP_K, precision)
+        np.testing.assert_array_equal(positions, expected)
+        np.testing.assert_allclose(found, np.take_along_axis(scores, expected, axis=1), rtol=0, atol=1e-12)
+        assert searched[0] == len(queries) and len(searched) == 2  # query 0 (and any other that missed) again
