@@ -51,7 +51,7 @@ from jobs.indexing.bm25 import (
     shard_id_hashes,
     weigh_shards,
 )
-from jobs.indexing.passages import numbered_passages
+from jobs.indexing.passages import passage_shards
 from jobs.passages import Passages, split_batch
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError, parquet_dataset, redact, resolve_path
@@ -307,7 +307,7 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
         documents file.
     """
     started = time.time()
-    passages, n_docs = numbered_passages(documents, settings)
+    passages, n_docs = passage_shards(documents, settings)
     _check_shards(settings, n_docs)
     size = settings.shard_size(n_docs)
     n_shards = len(range(0, n_docs, size))
@@ -406,7 +406,7 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
     )  # fmt: skip
     old_shards, size = record["shards"], record["shard_size"]
     headers = {shard: _read_json(shard, HEADER_FILE) for shard in shard_locations(str(folder), old_shards)}
-    passages, n_added = numbered_passages(documents, settings, first_position=before.n_docs)
+    passages, n_added = passage_shards(documents, settings, first_position=before.n_docs)
     locations = shard_locations(str(folder), old_shards + len(range(0, n_added, size)))
     old = [(shard, header["doc_offset"]) for shard, header in headers.items()]
     try:

@@ -2,17 +2,18 @@
 The BM25 index of `numbered_passages` built by Ray Data, each passage tokenized once, the driver holding the corpus
 statistics only:
 
-1. count (`count_shards`): the passages, streamed in blocks of one shard each (`repartition`, no shuffle), go
-   to Ray Data tasks, a whole shard each; each tokenizes its shard once, in parts of `sharding.COUNT_PART_DOCS`
-   passages whose compact counts it merges (so a task holds one part's tokens, not its shard's), writes its term
-   counts and ids into the shard's folder (`sharding.CountedShard`, with `passages.json` when split) and returns
-   only the shard's statistics; the driver merges them in corpus order (`CorpusStatistics.merge`: the
-   single-process build's vocabulary order, so the same idf sums) and checks that no id occurs twice in the
-   corpus (from a 64-bit hash of each id that the tasks return);
+1. count (`count_shards`): a Ray Data task per shard (`passage_shards`) reads its passages itself (`read_shard`:
+   no regrouping of blocks, a shard is counted as soon as it is read, and its texts never pass through the object
+   store) and tokenizes them once, in parts of `sharding.COUNT_PART_DOCS` passages whose compact counts it merges
+   (so a task holds one part's tokens, not its shard's), writes its term counts and ids into the shard's folder
+   (`sharding.CountedShard`, with `passages.json` when split) and returns only the shard's statistics; the
+   driver merges them in corpus order (`CorpusStatistics.merge`: the single-process build's vocabulary order,
+   so the same idf sums) and checks that no id occurs twice in the corpus (from a 64-bit hash of each id that
+   the tasks return);
 2. weigh (`weigh_shards`): a task per shard weighs its stored counts with the corpus's statistics
    (`sharding.weigh_shard`: counts are read, not texts) and writes the shard's index beside them.
 
-No text is kept past the first pass: the object store holds only the blocks in flight.
+No text is kept past the first pass, and none goes through the object store.
 A corpus that grows goes the same way: the added passages are counted as new shards, and every shard, old and
 new, is weighed with the merged statistics.
 """
@@ -30,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from jobs.indexing.passages import read_shard
 from jobs.passages import Passages
 from jobs.storage import resolve_path
 from qa_core.retrieval.index_io import DOC_IDS_FILE
@@ -77,14 +79,13 @@ class CountedPassages:
 
 
 def count_shards(
-    passages: Any, locations: list[str], shard_size: int, first_position: int, split: bool
+    shards: Any, locations: list[str], shard_size: int, first_position: int, split: bool
 ) -> CountedPassages:
     """
-    Counts the passages (from corpus position `first_position` on) shard by shard: regrouped into blocks of one
-    shard each (`repartition`, streaming, no shuffle), each shard goes whole to a Ray Data task, which writes its
-    counted shard into its folder of `locations` and returns its statistics.
+    Counts the passages (from corpus position `first_position` on) shard by shard: a Ray Data task per shard
+    reads it, writes its counted shard into its folder of `locations` and returns its statistics.
 
-    :param passages: `numbered_passages`' dataset.
+    :param shards: `passage_shards`' dataset (of shards of `shard_size`).
     :param locations: The folders of the shards these passages make, in order.
     :param shard_size: Passages per shard.
     :param first_position: Corpus position of the first passage.
@@ -92,10 +93,10 @@ def count_shards(
     :returns: The passages' statistics, sources, shard fingerprints and id hashes.
     :raises ValueError: If a shard's passages cannot be indexed (ids invalid, or one twice in the shard).
     """
-    counted = passages.repartition(target_num_rows_per_block=shard_size, strict=True).map_batches(
+    counted = shards.map_batches(
         _count_shard,
         batch_format="pyarrow",
-        batch_size=None,  # one block: one shard
+        batch_size=1,  # one shard
         fn_kwargs={
             "locations": locations,
             "shard_size": shard_size,
@@ -201,9 +202,10 @@ def _statistics(row: dict[str, Any]) -> CorpusStatistics:
 
 
 def _count_shard(
-    batch: pa.Table, locations: list[str], shard_size: int, first_position: int, tokenization_regex: str, split: bool
+    item: pa.Table, locations: list[str], shard_size: int, first_position: int, tokenization_regex: str, split: bool
 ) -> pa.Table:
-    """One shard's passages -> its counted shard written into its folder; its statistics, one row."""
+    """A shard (a row of `passage_shards`) -> its counted shard written into its folder; its statistics, one row."""
+    batch = read_shard(item.to_pylist()[0])
     positions = batch["position"].to_numpy()
     doc_offset = int(positions[0])
     shard, within = divmod(doc_offset - first_position, shard_size)

@@ -48,13 +48,67 @@ def indexed_passages(documents: str, settings: "RetrievalSettings") -> Any:
 def numbered_passages(documents: str, settings: "RetrievalSettings", first_position: int = 0) -> tuple[Any, int]:
     """
     `indexed_passages` numbered from `first_position` (passages added after an index's), and how many, streamed:
-    each row group's passages counted first (the driver keeps the counts): unsplit documents from the Parquet
-    footers' statistics (rows less the `content` column's nulls), split ones (or where a footer lacks them) by
-    Ray Data tasks reading a row group each; then Ray Data tasks read, split and number a row group's passages
-    from its first position. Nothing is held between the two: the object store holds only the blocks in flight,
-    and the driver the row groups' counts.
+    each row group's passages counted first (`_row_groups`), then Ray Data tasks read, split and number a row
+    group's passages from its first position. Nothing is held between the two: the object store holds only the
+    blocks in flight, and the driver the row groups' counts.
 
     :returns: The passages (a streaming Ray Dataset of `PASSAGE_SCHEMA`, in corpus order) and how many.
+    """
+    import ray.data
+
+    groups, counts = _row_groups(documents, settings, first_position)
+    if not groups:
+        return ray.data.from_arrow(PASSAGE_SCHEMA.empty_table()), 0
+    items = ray.data.from_items(groups, override_num_blocks=len(groups))
+    items.context.execution_options.preserve_order = True  # shared by the datasets made from it
+    options = {"documents": documents, "split_length": settings.split_length, "split_overlap": settings.split_overlap}
+    return items.map_batches(_row_group_passages, batch_size=1, batch_format="pyarrow", fn_kwargs=options), sum(counts)
+
+
+def passage_shards(documents: str, settings: "RetrievalSettings", first_position: int = 0) -> tuple[Any, int]:
+    """
+    The shards of `numbered_passages` (`settings.shard_size` passages each, from `first_position` on), as what
+    each reads (`_shard_items`), for a Ray Data task per shard that reads its passages itself (`read_shard`):
+    a shard is then handled as soon as it is read, by the task that reads it, with no regrouping of blocks.
+
+    :returns: A Ray Dataset of one row per shard, in corpus order, and how many passages in all.
+    """
+    import ray.data
+
+    groups, counts = _row_groups(documents, settings, first_position)
+    shards = _shard_items(groups, counts, first_position, settings.shard_size(sum(counts)))
+    for shard in shards:
+        shard.update(documents=documents, split_length=settings.split_length, split_overlap=settings.split_overlap)
+    if not shards:
+        return ray.data.from_arrow(pa.table({"first": pa.array([], pa.int64())})), 0
+    return ray.data.from_items(shards, override_num_blocks=len(shards)), sum(counts)
+
+
+def read_shard(shard: dict[str, Any]) -> pa.Table:
+    """A shard's passages (`PASSAGE_SCHEMA`, in corpus order), read from its row groups: a row of `passage_shards`."""
+    first, stop = shard["first"], shard["stop"]
+    options = (shard["documents"], shard["split_length"], shard["split_overlap"])
+    tables = []
+    for path, row_group, position in zip(shard["paths"], shard["row_groups"], shard["firsts"], strict=True):
+        for passages in _numbered_passages(path, row_group, position, *options):
+            if not passages.num_rows or passages["position"][-1].as_py() < first:
+                continue
+            start = passages["position"][0].as_py()
+            if start >= stop:  # the rest of the row group lies in the next shards
+                break
+            skip = max(first - start, 0)
+            tables.append(passages.slice(skip, min(stop - start, passages.num_rows) - skip))
+    return pa.concat_tables(tables) if tables else PASSAGE_SCHEMA.empty_table()
+
+
+def _row_groups(
+    documents: str, settings: "RetrievalSettings", first_position: int
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """
+    The documents' row groups in the order the in-process build reads them (`index`, `path`, `row_group` and
+    `first`, the corpus position of its first passage) and how many passages each holds: unsplit documents
+    counted from the Parquet footers' statistics (rows less the `content` column's nulls), split ones (or where
+    a footer lacks them) by Ray Data tasks reading a row group each.
     """
     import ray.data
 
@@ -62,23 +116,39 @@ def numbered_passages(documents: str, settings: "RetrievalSettings", first_posit
         (fragment.path, group, fragment.metadata.row_group(group))
         for fragment in parquet_dataset(documents).get_fragments()
         for group in range(fragment.metadata.num_row_groups)
-    ]  # in the order the in-process build reads them
+    ]
     groups = [{"index": index, "path": path, "row_group": group} for index, (path, group, _) in enumerate(row_groups)]
     if not groups:
-        return ray.data.from_arrow(PASSAGE_SCHEMA.empty_table()), 0
-    options = {"documents": documents, "split_length": settings.split_length, "split_overlap": settings.split_overlap}
+        return [], []
     counts = _counts_in_footers([metadata for _, _, metadata in row_groups]) if settings.split_length is None else None
     if counts is None:  # passages split, or a footer without the statistics: the row groups read
+        options = {"documents": documents, "split_length": settings.split_length,
+                   "split_overlap": settings.split_overlap}  # fmt: skip
         listed = ray.data.from_items(groups, override_num_blocks=len(groups))
         counted = listed.map_batches(_count_row_group, batch_size=1, fn_kwargs=options).take_all()
         counts = [row["passages"] for row in sorted(counted, key=lambda row: row["index"])]
     firsts = np.cumsum([first_position] + counts[:-1]).tolist()
-    items = ray.data.from_items(
-        [{**group, "first": first} for group, first in zip(groups, firsts, strict=True)],
-        override_num_blocks=len(groups),
-    )
-    items.context.execution_options.preserve_order = True  # shared by the datasets made from it
-    return items.map_batches(_row_group_passages, batch_size=1, batch_format="pyarrow", fn_kwargs=options), sum(counts)
+    return [{**group, "first": first} for group, first in zip(groups, firsts, strict=True)], counts
+
+
+def _shard_items(
+    row_groups: list[dict[str, Any]], counts: list[int], first_position: int, shard_size: int
+) -> list[dict[str, Any]]:
+    """
+    What each shard reads: its corpus positions `[first, stop)` and the row groups they lie in (`paths`,
+    `row_groups` and their first positions, `firsts`), from `_row_groups`.
+    """
+    end = first_position + sum(counts)
+    shards = []
+    for first in range(first_position, end, shard_size):
+        stop = min(first + shard_size, end)
+        inside = [group for group, count in zip(row_groups, counts, strict=True)
+                  if count and group["first"] < stop and group["first"] + count > first]  # fmt: skip
+        shards.append({
+            "first": first, "stop": stop, "paths": [group["path"] for group in inside],
+            "row_groups": [group["row_group"] for group in inside], "firsts": [group["first"] for group in inside],
+        })  # fmt: skip
+    return shards
 
 
 def _counts_in_footers(row_groups: list[pq.RowGroupMetaData]) -> list[int] | None:
@@ -123,6 +193,13 @@ def _row_group_passages(
 ) -> Iterator[pa.Table]:
     """A row group -> its passages (`PASSAGE_SCHEMA`), numbered from its first position, batch by batch."""
     path, row_group, position = item["path"][0].as_py(), item["row_group"][0].as_py(), item["first"][0].as_py()
+    yield from _numbered_passages(path, row_group, position, documents, split_length, split_overlap)
+
+
+def _numbered_passages(
+    path: str, row_group: int, position: int, documents: str, split_length: int | None, split_overlap: int
+) -> Iterator[pa.Table]:
+    """A row group's passages (`PASSAGE_SCHEMA`), numbered from `position`, batch by batch."""
     for batch in _row_group_batches(path, row_group, documents):
         passages = _passages_of_batch(pa.Table.from_batches([batch]), split_length, split_overlap)
         numbers = pa.array(np.arange(position, position + passages.num_rows, dtype=np.int64))

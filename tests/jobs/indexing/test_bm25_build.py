@@ -21,7 +21,7 @@ from jobs.bulk_qa.retrieval import (
     shard_locations,
     write_index,
 )
-from jobs.indexing.passages import _counts_in_footers, indexed_passages
+from jobs.indexing.passages import _counts_in_footers, indexed_passages, passage_shards, read_shard
 from jobs.passages import PASSAGES_FILE, Passages
 from jobs.retrieval_settings import RetrievalSettings
 from qa_core.retrieval import BM25Index, merge_top_k
@@ -67,6 +67,21 @@ def test_indexed_passages_are_the_drivers_in_corpus_order(local_ray, documents: 
         expected += [(passage_id, text, *source) for passage_id, text, source in zip(ids, texts, sources, strict=True)]
     assert [row["position"] for row in rows] == list(range(len(expected)))
     assert [(row["id"], row["content"], row["source_id"], row["start"], row["end"]) for row in rows] == expected
+
+
+@pytest.mark.parametrize("split_length", [None, 12])
+def test_each_shard_reads_its_passages_across_row_groups_and_files(local_ray, documents: str, split_length) -> None:
+    """Shards of 30 passages from position 7 (row groups of 25 documents, files of 80): the corpus's, renumbered."""
+    settings = RetrievalSettings(split_length=split_length, split_overlap=3 if split_length else 0, index_shard_size=30)
+    everything = indexed_passages(documents, settings).take_all()
+    shards, n_passages = passage_shards(documents, settings, first_position=7)
+    items = pa.Table.from_pylist(shards.take_all()).to_pylist()
+    assert n_passages == len(everything) and [item["first"] for item in items] == list(range(7, 7 + n_passages, 30))
+    read = [read_shard(item).to_pylist() for item in items]
+    assert [len(passages) for passages in read[:-1]] == [30] * (len(items) - 1)
+    assert [passage for passages in read for passage in passages] == [
+        {**passage, "position": passage["position"] + 7} for passage in everything
+    ]
 
 
 @pytest.mark.parametrize(
