@@ -275,10 +275,13 @@ def _memory_in_use() -> int:
     return (int(fields["MemTotal"].split()[0]) - int(fields["MemAvailable"].split()[0])) * 1024
 
 
-def run_measured(command: list[str]) -> Measured:
-    """Runs a command to its end, sampling the machine's memory every 0.5 s; raises if it fails."""
+def run_measured(command: list[str], env: dict[str, str] | None = None) -> Measured:
+    """
+    Runs a command to its end (with the environment `env`, else this process's), sampling the machine's memory
+    every 0.5 s; raises if it fails.
+    """
     start, baseline = time.perf_counter(), _memory_in_use()
-    process = subprocess.Popen(command)
+    process = subprocess.Popen(command, env=env)
     peak = baseline
     while process.poll() is None:
         peak = max(peak, _memory_in_use())

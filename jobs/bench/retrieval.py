@@ -51,6 +51,9 @@ from qa_core.retrieval.sharding import search_shards
 from qa_core.retrieval.topk import merge_top_k
 
 BUILDS = ("ray", "single")  # `--build`'s kinds, in the order `both` runs them
+# The Ray build's workers at the single-process build's niceness (Ray's default is 15): on a machine shared with
+# other processes both builds then compete for the cores alike (at 15 the other processes come first).
+_RAY_WORKER_NICENESS = {"RAY_worker_niceness": "0"}
 _PASSAGES_PER_WRITE = 250_000  # synthetic passages made and written to Parquet at a time (one row group each)
 
 
@@ -85,8 +88,11 @@ def measure_build(
     Builds the index of `documents` into `index` in this process (`single`) or by a Ray started here (`ray`),
     then (`ray` with `added`) adds the documents of `added` to it, then searches its shards.
 
-    :returns: build seconds, the addition's seconds (or None), the shards, the driver's peak RSS in MiB and
-        queries/s over the shards.
+    Ray's start is not counted, nor Ray Data's (its first execution in a process starts its executor and
+    statistics actor, 2-3 s on this machine, once per process: `ray_data_start_s`, reported apart).
+
+    :returns: build seconds, the addition's seconds (or None), the shards, the driver's peak RSS in MiB,
+        Ray Data's start in seconds (None for `single`) and queries/s over the shards.
     """
     from jobs.bulk_qa.config import RunSettings
     from jobs.bulk_qa.driver import configure_ray_data, start_ray
@@ -100,9 +106,15 @@ def measure_build(
     from jobs.retrieval_settings import RetrievalSettings
 
     settings = RetrievalSettings(index_shard_size=shard_size)
+    ray_data_start_s = None
     if kind == "ray":
+        import ray.data
+
         start_ray(RunSettings(output=index, quiet=True))
         configure_ray_data(RunSettings(output=index))
+        start = time.perf_counter()
+        ray.data.range(1).map_batches(lambda batch: batch).take_all()
+        ray_data_start_s = time.perf_counter() - start
     start = time.perf_counter()
     if kind == "ray":
         record = build_index_with_ray(settings, documents, index)
@@ -124,6 +136,7 @@ def measure_build(
         "add_s": add_s,
         "shards": record["shards"],
         "driver_mib": driver_mib,
+        "ray_data_start_s": ray_data_start_s,
         **compare_search(shards, queries, k),
     }
 
@@ -220,10 +233,12 @@ def compare_builds(args: argparse.Namespace) -> None:
                 "--queries", str(args.queries), "--top-k", str(args.top_k), "--result", str(result),
                 *(added if kind == "ray" else []),
             ]  # fmt: skip
-            machine = run_measured(command)
+            machine = run_measured(command, env={**os.environ, **_RAY_WORKER_NICENESS} if kind == "ray" else None)
             measured = json.loads(result.read_text())
+            started = measured["ray_data_start_s"]
             print(
-                f"{kind}: build {measured['build_s']:.1f} s ({measured['shards']} shards), driver peak RSS "
+                f"{kind}: build {measured['build_s']:.1f} s ({measured['shards']} shards"
+                f"{'' if started is None else f'; Ray Data started before it in {started:.1f} s'}), driver peak RSS "
                 f"{measured['driver_mib']:,.0f} MiB, machine peak {machine.peak_mib:,.0f} MiB above idle, "
                 f"command {machine.wall_s:.1f} s; {search_report(measured)}",
                 flush=True,

@@ -93,7 +93,7 @@ def count_shards(
     :returns: The passages' statistics, sources, shard fingerprints and id hashes.
     :raises ValueError: If a shard's passages cannot be indexed (ids invalid, or one twice in the shard).
     """
-    counted = shards.map_batches(
+    counted = _all_cores_at_once(shards).map_batches(
         _count_shard,
         batch_format="pyarrow",
         batch_size=1,  # one shard
@@ -265,7 +265,7 @@ def weigh_shards(
     algorithm, parameters = settings.bm25_algorithm, settings.parameters()
     weights = ray.put(statistics.weights(algorithm, parameters))
     items = [{"location": location, "doc_offset": offset, "fingerprint": fp} for location, offset, fp in shards]
-    weighed = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+    weighed = _all_cores_at_once(ray.data.from_items(items, override_num_blocks=len(items))).map_batches(
         _weigh,
         batch_size=1,
         fn_kwargs={"weights": weights, "algorithm": algorithm, "parameters": parameters},
@@ -287,6 +287,17 @@ def _weigh(batch: dict[str, Any], weights: Any, algorithm: str, parameters: dict
         return len(index.vocabulary)
 
     return {"doc_offset": [offset], "terms": [in_folder(location, weigh)]}
+
+
+def _all_cores_at_once(dataset: Any) -> Any:
+    """
+    The dataset with Ray Data's per-operator reservation of resources off (in its own context, shared by the
+    datasets made from it): it reserves a share of the CPUs for each operator and launches the tasks beyond it
+    one at a time about a second apart, which on 2 cores kept one idle for the first second of each pass (and at
+    each task after). The passes here map one operator over a dataset of items, with nothing to reserve for.
+    """
+    dataset.context.op_resource_reservation_enabled = False
+    return dataset
 
 
 def save_files(location: str, save: Callable[[Path], None]) -> None:
