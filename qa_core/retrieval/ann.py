@@ -19,7 +19,7 @@ only which documents are found may differ (its recall@k against exact search).
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,24 +147,70 @@ def search_ann(
     if shards[0].similarity == "cosine":
         exact = unit_rows(exact)
     _, found = index.search(exact.astype(np.float32), kept)  # (queries, kept) positions, -1 where fewer
-    return merge_top_k([(found.astype(np.int64), rescore(shards, exact, found))], k)
+    return merge_top_k([(found.astype(np.int64), rescore(shards, exact, found, k))], k)
 
 
-def rescore(shards: Sequence[DenseIndex], queries: np.ndarray, found: np.ndarray) -> np.ndarray:
+def rescore(shards: Sequence[DenseIndex], queries: np.ndarray, found: np.ndarray, k: int) -> np.ndarray:
     """
-    The exact float64 scores of `queries` (float64, unit rows for cosine) with the corpus positions `found`
-    (`(queries, m)`, -1 for none, scored -inf), by the shards holding them.
+    The exact float64 scores (`DenseIndex.exact_scores`) of `queries` (float64, unit rows for cosine) with those
+    corpus positions of `found` (`(queries, m)`, -1 for none) that can be among each query's best k; the others
+    (and -1) are scored -inf, so that the best k are those of rescoring every position exactly.
+
+    Which can be: every position is first scored in float32 (`screen`), within a bound of its exact score, and
+    those whose score plus its bound is below a query's k-th largest score minus its bound are left out. None of
+    the exact best k (nor any tied with the k-th) is: k positions score exactly at least that k-th largest lower
+    bound, so the exact k-th best score does too, and so does each of the best k, whose upper bound is above it.
     """
-    rows, columns = np.nonzero(found != NO_POSITION)
-    positions = found[rows, columns]
-    offsets = np.array([shard.doc_offset for shard in shards])
-    owners = np.searchsorted(offsets, positions, side="right") - 1
+    screened, bounds = screen(shards, queries, found)
+    kth = min(k, found.shape[1])
+    lower = -np.partition(bounds - screened, kth - 1, axis=1)[:, kth - 1 : kth]  # the k-th largest lower bound
     scores = np.full(found.shape, NO_SCORE, np.float64)
-    for owner in np.unique(owners):
-        mine = owners == owner
-        shard = shards[owner]
-        scores[rows[mine], columns[mine]] = shard.exact_scores(queries[rows[mine]], positions[mine] - shard.doc_offset)
+    for shard, rows, columns, local in _by_shard(shards, found, (found != NO_POSITION) & (screened + bounds >= lower)):
+        scores[rows, columns] = shard.exact_scores(queries[rows], local)
     return scores
+
+
+def screen(shards: Sequence[DenseIndex], queries: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """
+    float32 scores of `queries` (float64, unit rows for cosine) with the corpus positions `found` (`(queries, m)`,
+    -1 for none, scored -inf), and a bound on each one's distance from the exact float64 score.
+
+    The bound: a float32 sum of d products, in any order, is within d * u * |query| * |vector| of the exact sum
+    (u = 2^-24, the float32 rounding unit, d << 1/u); rounding the query adds u, and for cosine (the vector taken
+    as its float32 products over its float32 length, |vector| = 1) the length's sum and root add (d/2 + 2) * u.
+    The exact score's own float64 rounding is below u. Twice (d + 4) * u * |query| * |vector| covers them all.
+    """
+    queries32 = queries.astype(np.float32)
+    scale = 2.0 * (queries.shape[1] + 4) * 2.0**-24 * np.linalg.norm(queries, axis=1)
+    scores = np.full(found.shape, NO_SCORE, np.float64)
+    bounds = np.zeros(found.shape, np.float64)
+    for shard, rows, columns, local in _by_shard(shards, found, found != NO_POSITION):
+        vectors = np.asarray(shard.vectors)[local]  # a memory map's plain view indexes faster
+        products = np.einsum("ij,ij->i", queries32[rows], vectors)
+        lengths = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
+        if shard.similarity == "cosine":
+            scores[rows, columns] = products / np.where(lengths == 0.0, np.float32(1.0), lengths)
+            bounds[rows, columns] = scale[rows]
+        else:
+            scores[rows, columns] = products
+            bounds[rows, columns] = scale[rows] * (lengths * 1.001)  # over the float32 lengths' error (d/2 + 2) * u
+    return scores, bounds
+
+
+def _by_shard(
+    shards: Sequence[DenseIndex], found: np.ndarray, where: np.ndarray
+) -> Iterator[tuple[DenseIndex, np.ndarray, np.ndarray, np.ndarray]]:
+    """The entries of `found` (corpus positions) where `where` holds, by the shard holding them: the shard, the
+    entries' rows and columns, and their rows in the shard."""
+    rows, columns = np.nonzero(where)
+    positions = found[rows, columns]
+    order = np.argsort(positions, kind="stable")  # by shard, and ascending in each: gathered in memory order (2x)
+    owners = np.searchsorted([shard.doc_offset for shard in shards], positions, side="right") - 1
+    starts = np.searchsorted(owners[order], np.arange(len(shards) + 1))
+    for owner, (start, end) in enumerate(zip(starts[:-1], starts[1:], strict=True)):
+        if start < end:
+            mine = order[start:end]
+            yield shards[owner], rows[mine], columns[mine], positions[mine] - shards[owner].doc_offset
 
 
 def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:

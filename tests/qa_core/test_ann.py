@@ -15,10 +15,12 @@ from qa_core.retrieval.ann import (
     load_ann,
     recall_at_k,
     require_faiss,
+    rescore,
     search_ann,
     vectors_fingerprint,
 )
 from qa_core.retrieval.dense import DenseIndex, search_shards, unit_rows
+from qa_core.retrieval.topk import merge_top_k
 
 pytest.importorskip("faiss")
 
@@ -69,6 +71,32 @@ def test_the_index_finds_the_exact_hits_with_their_exact_scores(
     np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-12)
     assert (positions[:, 0] == exact_positions[:, 0]).mean() >= least_recall
     assert (np.diff(scores, axis=1) <= 0).all()  # best first
+
+
+@pytest.mark.parametrize("similarity", ["dot_product", "cosine"])
+def test_the_float32_screen_keeps_the_best_k_of_rescoring_every_candidate_exactly(similarity: str) -> None:
+    rng = np.random.default_rng(2)
+    vectors = rng.standard_normal((3000, 64)).astype(np.float32) * rng.uniform(0.5, 2.0, (3000, 1)).astype(np.float32)
+    vectors[1000:1100] = vectors[:100]  # exact ties, in another shard
+    vectors[1100:1200] = vectors[:100] * np.float32(1 + 2**-20)  # within float32's error of them
+    shards = [DenseIndex([str(i) for i in range(a, a + 700)], vectors[a : a + 700], a, similarity)
+              for a in range(0, 2800, 700)] + [DenseIndex([str(i) for i in range(2800, 3000)], vectors[2800:], 2800,
+                                                          similarity)]  # fmt: skip
+    queries = np.asarray(vectors[:100], np.float64) + 0.01 * rng.standard_normal((100, 64))
+    if similarity == "cosine":
+        queries = unit_rows(queries)
+    found = np.concatenate([np.stack([np.arange(100), np.arange(1000, 1100), np.arange(1100, 1200)], axis=1),
+                            rng.choice(3000, (100, 60))], axis=1)  # fmt: skip
+    found[::7, -5:] = -1  # fewer candidates for some queries
+    everything = np.full(found.shape, -np.inf)
+    for shard in shards:
+        mine = (found >= shard.doc_offset) & (found < shard.doc_offset + len(shard.ids))
+        everything[mine] = shard.exact_scores(queries[np.nonzero(mine)[0]], found[mine] - shard.doc_offset)
+    for k in (1, 3, 10):
+        expected = merge_top_k([(found, everything)], k)
+        positions, scores = merge_top_k([(found, rescore(shards, queries, found, k))], k)
+        np.testing.assert_array_equal(positions, expected[0])
+        np.testing.assert_array_equal(scores, expected[1])
 
 
 def test_recall_at_k_is_the_share_of_exact_hits_found() -> None:
