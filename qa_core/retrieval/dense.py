@@ -384,9 +384,9 @@ def search_shards(
         raise ValueError(f"Query vectors of shape {exact.shape} for an index of dimension {dimension}.")
     if shards and shards[0].similarity == "cosine":
         exact = unit_rows(exact)
-    if not shards:
-        return np.full((len(exact), k), NO_POSITION, np.int64), np.full((len(exact), k), NO_SCORE, np.float64)
     blocks = [(shard, start) for shard in shards for start in range(0, len(shard.ids), ROWS_PER_PRODUCT)]
+    if not blocks:
+        return np.full((len(exact), k), NO_POSITION, np.int64), np.full((len(exact), k), NO_SCORE, np.float64)
     # The pilot blocks, spread over the corpus, are screened first.
     pilot = set(np.linspace(0, len(blocks) - 1, min(PILOT_BLOCKS, len(blocks))).round().astype(int).tolist())
     blocks = [blocks[i] for i in sorted(pilot)] + [block for i, block in enumerate(blocks) if i not in pilot]
@@ -443,7 +443,7 @@ def _search(
     # Every vector not rescored scores below its block's floor, at most the larger of the k-th best and the aim:
     # where the k-th best reaches the aim, the top k is exact; elsewhere vectors between the two may be missing.
     missed = np.flatnonzero(best[1][:, -1] < aim)
-    if len(missed):
+    if aiming and len(missed):
         best[0][missed], best[1][missed] = _search(blocks, n_pilot, exact[missed], k, precision, rotation, False)
     return best
 
@@ -453,7 +453,6 @@ def _pilot_scores(pilot: list[tuple[DenseIndex, int, Screened, Any, np.ndarray]]
     The exact scores of each query's best-bounded vectors of each pilot block (`ceil(k / blocks)` of each, so
     k or more in all when the blocks hold that many), best first: `(queries, seeds)` float64.
     """
-
     each = -(-k // max(len(pilot), 1))
     scores = []
     for shard, start, _, bounds, _ in pilot:

@@ -353,3 +353,9 @@ def test_search_aiming_from_a_pilot_equals_float64_brute_force(monkeypatch) -> N
         np.testing.assert_array_equal(positions, expected)
         np.testing.assert_allclose(found, np.take_along_axis(scores, expected, axis=1), rtol=0, atol=1e-12)
         assert searched[0] == len(queries) and len(searched) == 2  # query 0 (and any other that missed) again
+
+
+def test_search_of_shards_without_vectors_finds_nothing() -> None:
+    queries = np.eye(2, 8, dtype=np.float32)
+    positions, scores = search_shards([DenseIndex([], np.zeros((0, 8), np.float32))], queries, 3, "bf16")
+    assert positions.tolist() == [[NO_POSITION] * 3] * 2 and np.isneginf(scores).all()
