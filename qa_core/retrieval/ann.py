@@ -13,7 +13,8 @@ as the index build writes them, 123 at 1M, would multiply a search's cost by the
 
 Either index's hits are rescored exactly (float64, `DenseIndex.exact_scores`, from the dense shards, not from a
 copy in the index) and ordered as exact search orders them, so a hit's score is the one exact search gives it;
-only which documents are found may differ (its recall@k against exact search).
+only which documents are found may differ (its recall@k against exact search). Of the ivf index's candidates only
+those that a float32 screen within a proven bound cannot exclude from the best k are rescored in float64 (`rescore`).
 """
 
 import hashlib
