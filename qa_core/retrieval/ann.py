@@ -13,7 +13,8 @@ as the index build writes them, 123 at 1M, would multiply a search's cost by the
 
 Either index's hits are rescored exactly (float64, `DenseIndex.exact_scores`, from the dense shards, not from a
 copy in the index) and ordered as exact search orders them, so a hit's score is the one exact search gives it;
-only which documents are found may differ (its recall@k against exact search).
+only which documents are found may differ (its recall@k against exact search). Of the ivf index's candidates only
+those that a float32 screen within a proven bound cannot exclude from the best k are rescored in float64 (`rescore`).
 """
 
 import hashlib
@@ -157,7 +158,8 @@ def rescore(shards: Sequence[DenseIndex], queries: np.ndarray, found: np.ndarray
     (and -1) are scored -inf, so that the best k are those of rescoring every position exactly.
 
     Which can be: every position is first scored in float32 (`screen`), within a bound of its exact score, and
-    those whose score plus its bound is below a query's k-th largest score minus its bound are left out. None of
+    those whose upper bound (score plus bound) is below the k-th largest of the query's lower bounds (score minus
+    bound) are left out. None of
     the exact best k (nor any tied with the k-th) is: k positions score exactly at least that k-th largest lower
     bound, so the exact k-th best score does too, and so does each of the best k, whose upper bound is above it.
     """
