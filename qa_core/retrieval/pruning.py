@@ -214,12 +214,11 @@ class _Terms:
         needed = [min(required, key=self.sizes.__getitem__)] if required else lightest_first
         if sum(self.sizes[at] for at in needed) > MAX_CANDIDATE_SHARE * self.reader.n_docs:
             return None
-        # Costs follow the postings, not the index's size: the scratch marks the seed's documents, then is zeroed.
-        docs = np.unique(np.concatenate([self.reader.postings(self.term_ids[at])[0] for at in needed]))
-        self.scratch[seed_docs] = 1
-        docs = docs[self.scratch[docs] == 0]
-        self.scratch[seed_docs] = 0
-        return docs
+        marked = np.zeros(self.reader.n_docs, bool)
+        for at in needed:
+            marked[self.reader.postings(self.term_ids[at])[0]] = True
+        marked[seed_docs] = False
+        return np.flatnonzero(marked)
 
 
 def _narrow(
