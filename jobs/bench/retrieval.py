@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.sharding import search_shards
-from qa_core.retrieval.topk import merge_top_k
+from qa_core.retrieval.topk import NO_POSITION, merge_top_k
 
 BUILDS = ("ray", "single")  # `--build`'s kinds, in the order `both` runs them
 # The Ray build's workers at the single-process build's niceness (Ray's default is 15): on a machine shared with
@@ -198,7 +198,7 @@ def search_report(measured: dict) -> str:
     )
 
 
-def search_index(index: str, n_queries: int, k: int) -> None:
+def search_index(index: str, n_queries: int, k: int, with_ray: bool = False) -> None:
     """`--search`: the side by side search over an index folder's shards (`build.json` says how many)."""
     from jobs.bulk_qa.retrieval import BUILD_FILE, shard_locations
 
@@ -206,7 +206,59 @@ def search_index(index: str, n_queries: int, k: int) -> None:
     shards = [BM25Index.load(location) for location in shard_locations(index, record["shards"])]
     passages = sum(shard.n_docs for shard in shards)
     print(f"{passages:,} passages in {len(shards)} shards, {n_queries:,} queries, top {k}", flush=True)
-    print(search_report(compare_search(shards, synthetic_texts(n_queries, 8, seed=1), k)), flush=True)
+    queries = synthetic_texts(n_queries, 8, seed=1)
+    print(search_report(compare_search(shards, queries, k)), flush=True)
+    if with_ray:
+        print(search_with_ray(index, shards, queries, k), flush=True)
+
+
+def search_with_ray(index: str, shards: list[BM25Index], queries: list[str], k: int) -> str:
+    """
+    `--search INDEX --ray`: the queries retrieved as the job retrieves them (its `RetrieveDocuments` stages, one
+    actor per shard, chained on Ray Data, every core of a Ray started here), timed from the dataset's start
+    (the actors' start-up included) to its last row, and from its first row out (every actor up) to its last;
+    the hits checked against `search_shards`'s.
+    """
+    import ray
+
+    from jobs.bulk_qa.config import RunSettings
+    from jobs.bulk_qa.driver import configure_ray_data, start_ray
+    from jobs.bulk_qa.retrieval import QUESTIONS_PER_RETRIEVAL_BATCH, RETRIEVAL_ACTOR_MAX_CPUS, shard_locations
+    from jobs.bulk_qa.workers.retrieve import RetrieveDocuments
+
+    cluster = start_ray(RunSettings(output=index, quiet=True))
+    configure_ray_data(RunSettings(output=index))
+    locations = shard_locations(index, len(shards))
+    cpus = float(cluster["cpus"])
+    start = time.perf_counter()
+    retrieved = ray.data.from_items([{"id": str(row), "query": query} for row, query in enumerate(queries)])
+    for location in locations:  # as `jobs.bulk_qa.retrieval.retrieved_questions` chains them
+        retrieved = retrieved.map_batches(
+            RetrieveDocuments,
+            batch_format="pyarrow",
+            batch_size=QUESTIONS_PER_RETRIEVAL_BATCH,
+            compute=ray.data.ActorPoolStrategy(size=1),
+            fn_constructor_kwargs={"location": location, "retriever_top_k": k},
+            num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, cpus / (4 * len(locations))),
+        )
+    rows, first = [], 0.0  # first: when the first row came out (every actor up)
+    for row in retrieved.iter_rows():
+        rows.append(row)
+        first = first or time.perf_counter()
+    end = time.perf_counter()
+    rows.sort(key=lambda row: int(row["id"]))
+    positions, scores = search_shards(shards, queries, k)
+    for row, (row_positions, row_scores) in enumerate(zip(positions, scores, strict=True)):
+        kept = row_positions != NO_POSITION
+        found = np.asarray(rows[row]["retrieved_positions"]), np.asarray(rows[row]["retrieval_scores"])
+        if not (np.array_equal(found[0], row_positions[kept]) and np.array_equal(found[1], row_scores[kept])):
+            raise AssertionError(f"Query {row}: the job's retrieval stages found other hits than search_shards.")
+    steady = (len(rows) - 1) / (end - first)
+    return (
+        f"queries/s over the shards, the job's retrieval stages on Ray ({cpus:g} CPUs): "
+        f"{len(rows) / (end - start):,.0f} from the start (the actors' start-up included), "
+        f"{steady:,.0f} after the first row out"
+    )
 
 
 def compare_builds(args: argparse.Namespace) -> None:
@@ -293,6 +345,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="folder for the documents and indexes, with --build")
     parser.add_argument("--add-share", type=float, help="with --build: add this share more passages to the Ray build")
     parser.add_argument("--search", metavar="INDEX", help="only the side by side search over this index folder")
+    parser.add_argument("--ray", action="store_true", help="with --search: also the job's retrieval stages on Ray")
     # One build measured in this process (what --build runs, a process per build).
     parser.add_argument("--measure", choices=BUILDS, help=argparse.SUPPRESS)
     parser.add_argument("--documents", help=argparse.SUPPRESS)
@@ -311,7 +364,7 @@ def main() -> None:
         compare_builds(args)
         return
     if args.search:
-        search_index(args.search, args.queries, args.top_k)
+        search_index(args.search, args.queries, args.top_k, args.ray)
         return
 
     texts = synthetic_texts(args.passages, args.words, seed=0)
