@@ -198,18 +198,21 @@ def search_report(measured: dict) -> str:
     )
 
 
-def search_index(index: str, n_queries: int, k: int, with_ray: bool = False) -> None:
-    """`--search`: the side by side search over an index folder's shards (`build.json` says how many)."""
+def search_index(index: str, n_queries: int, k: int, ray_queries: int = 0) -> None:
+    """
+    `--search`: the side by side search over an index folder's shards (`build.json` says how many); with
+    `ray_queries`, then that many queries retrieved by the job's stages (`search_with_ray`): more than the
+    one-process comparison needs, so that the pipeline of one stage per shard runs full for most of its time.
+    """
     from jobs.bulk_qa.retrieval import BUILD_FILE, shard_locations
 
     record = json.loads((Path(index) / BUILD_FILE).read_text(encoding="utf-8"))
     shards = [BM25Index.load(location) for location in shard_locations(index, record["shards"])]
     passages = sum(shard.n_docs for shard in shards)
     print(f"{passages:,} passages in {len(shards)} shards, {n_queries:,} queries, top {k}", flush=True)
-    queries = synthetic_texts(n_queries, 8, seed=1)
-    print(search_report(compare_search(shards, queries, k)), flush=True)
-    if with_ray:
-        print(search_with_ray(index, shards, queries, k), flush=True)
+    print(search_report(compare_search(shards, synthetic_texts(n_queries, 8, seed=1), k)), flush=True)
+    if ray_queries:
+        print(search_with_ray(index, shards, synthetic_texts(ray_queries, 8, seed=2), k), flush=True)
 
 
 def search_with_ray(index: str, shards: list[BM25Index], queries: list[str], k: int) -> str:
@@ -223,24 +226,16 @@ def search_with_ray(index: str, shards: list[BM25Index], queries: list[str], k: 
 
     from jobs.bulk_qa.config import RunSettings
     from jobs.bulk_qa.driver import configure_ray_data, start_ray
-    from jobs.bulk_qa.retrieval import QUESTIONS_PER_RETRIEVAL_BATCH, RETRIEVAL_ACTOR_MAX_CPUS, shard_locations
-    from jobs.bulk_qa.workers.retrieve import RetrieveDocuments
+    from jobs.bulk_qa.retrieval import bm25_shard_stages, shard_locations
+    from jobs.engines import RayEngine
 
     cluster = start_ray(RunSettings(output=index, quiet=True))
     configure_ray_data(RunSettings(output=index))
     locations = shard_locations(index, len(shards))
     cpus = float(cluster["cpus"])
     start = time.perf_counter()
-    retrieved = ray.data.from_items([{"id": str(row), "query": query} for row, query in enumerate(queries)])
-    for location in locations:  # as `jobs.bulk_qa.retrieval.retrieved_questions` chains them
-        retrieved = retrieved.map_batches(
-            RetrieveDocuments,
-            batch_format="pyarrow",
-            batch_size=QUESTIONS_PER_RETRIEVAL_BATCH,
-            compute=ray.data.ActorPoolStrategy(size=1),
-            fn_constructor_kwargs={"location": location, "retriever_top_k": k},
-            num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, cpus / (4 * len(locations))),
-        )
+    questions = ray.data.from_items([{"id": str(row), "query": query} for row, query in enumerate(queries)])
+    retrieved = bm25_shard_stages(questions, locations, k, cpus, RayEngine())
     rows, first = [], 0.0  # first: when the first row came out (every actor up)
     for row in retrieved.iter_rows():
         rows.append(row)
@@ -299,7 +294,8 @@ def compare_builds(args: argparse.Namespace) -> None:
                 share = f"{args.add_share:.0%} more passages"
                 print(f"ray: {share} added in {measured['add_s']:.1f} s, {measured['add_s'] / measured['build_s']:.1%} "
                       "of the build (then the search above)", flush=True)  # fmt: skip
-            subprocess.run(["rm", "-rf", str(work / f"index-{kind}")], check=True)
+            if not args.work:  # a folder of the user's keeps its indexes (for `--search`)
+                subprocess.run(["rm", "-rf", str(work / f"index-{kind}")], check=True)
 
 
 def index_bytes_on_disk(index: BM25Index) -> int:
@@ -342,10 +338,12 @@ def main() -> None:
     parser.add_argument("--haystack-queries", type=int, default=20)
     parser.add_argument("--build", choices=(*BUILDS, "both"), help="the index build at scale instead (see above)")
     parser.add_argument("--shard-size", type=int, default=250_000, help="passages per shard, with --build")
-    parser.add_argument("--work", type=Path, help="folder for the documents and indexes, with --build")
+    parser.add_argument("--work", type=Path, help="with --build: folder for the documents and the indexes, kept there")
     parser.add_argument("--add-share", type=float, help="with --build: add this share more passages to the Ray build")
     parser.add_argument("--search", metavar="INDEX", help="only the side by side search over this index folder")
-    parser.add_argument("--ray", action="store_true", help="with --search: also the job's retrieval stages on Ray")
+    parser.add_argument(
+        "--ray-queries", type=int, default=0, help="with --search: also this many queries by the job's stages on Ray"
+    )
     # One build measured in this process (what --build runs, a process per build).
     parser.add_argument("--measure", choices=BUILDS, help=argparse.SUPPRESS)
     parser.add_argument("--documents", help=argparse.SUPPRESS)
@@ -364,7 +362,7 @@ def main() -> None:
         compare_builds(args)
         return
     if args.search:
-        search_index(args.search, args.queries, args.top_k, args.ray)
+        search_index(args.search, args.queries, args.top_k, args.ray_queries)
         return
 
     texts = synthetic_texts(args.passages, args.words, seed=0)

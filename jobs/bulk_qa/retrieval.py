@@ -606,15 +606,8 @@ def retrieved_questions(
     """
     locations = plan.shard_locations
     retrieved = questions.map_batches(wave_questions, batch_format="pyarrow", fn_kwargs=wave, num_cpus=engine.task_cpus)
-    for location in locations if settings.retrieval != "dense" else []:
-        retrieved = retrieved.map_batches(
-            RetrieveDocuments,
-            batch_format="pyarrow",
-            batch_size=QUESTIONS_PER_RETRIEVAL_BATCH,
-            compute=engine.actor_pool(1),
-            fn_constructor_kwargs={"location": location, "retriever_top_k": settings.retriever_top_k},
-            num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / (4 * len(locations))),
-        )
+    if settings.retrieval != "dense":
+        retrieved = bm25_shard_stages(retrieved, locations, settings.retriever_top_k, cluster_cpus, engine)
     if settings.dense:
         retrieved = retrieved.map_batches(
             RetrieveDense,
@@ -637,6 +630,24 @@ def retrieved_questions(
             num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / 4),
         )
     return retrieved.materialize()
+
+
+def bm25_shard_stages(questions: Any, locations: list[str], top_k: int, cluster_cpus: float, engine: Engine) -> Any:
+    """
+    `questions` (`id`, `query`, optional `document_ids`) through the BM25 shards' retrieval stages, chained in
+    corpus order: each shard memory-mapped by an actor of its own (`workers.retrieve.RetrieveDocuments`), which
+    merges its hits into the earlier shards'; the actors together reserve at most a quarter of the cluster's CPUs.
+    """
+    for location in locations:
+        questions = questions.map_batches(
+            RetrieveDocuments,
+            batch_format="pyarrow",
+            batch_size=QUESTIONS_PER_RETRIEVAL_BATCH,
+            compute=engine.actor_pool(1),
+            fn_constructor_kwargs={"location": location, "retriever_top_k": top_k},
+            num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / (4 * len(locations))),
+        )
+    return questions
 
 
 def _summary(record: dict[str, Any]) -> dict[str, Any]:
