@@ -219,7 +219,9 @@ def search_with_ray(index: str, shards: list[BM25Index], queries: list[str], k: 
     """
     `--search INDEX --ray`: the queries retrieved as the job retrieves them (its `RetrieveDocuments` stages, one
     actor per shard, chained on Ray Data, every core of a Ray started here), timed from the dataset's start
-    (the actors' start-up included) to its last row, and from its first row out (every actor up) to its last;
+    (the actors' start-up included) to its last row, and from its first row out (every actor up) to its last (an
+    upper bound of the steady rate: when the first row leaves the last stage, the later batches are already part
+    of the way down the chain; it nears the steady rate only with many batches per shard stage);
     the hits checked against `search_shards`'s.
     """
     import ray
@@ -252,7 +254,7 @@ def search_with_ray(index: str, shards: list[BM25Index], queries: list[str], k: 
     return (
         f"queries/s over the shards, the job's retrieval stages on Ray ({cpus:g} CPUs): "
         f"{len(rows) / (end - start):,.0f} from the start (the actors' start-up included), "
-        f"{steady:,.0f} after the first row out"
+        f"{steady:,.0f} after the first row out (an upper bound with few batches per stage)"
     )
 
 
