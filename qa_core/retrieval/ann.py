@@ -202,8 +202,10 @@ def screen(shards: Sequence[DenseIndex], queries: np.ndarray, found: np.ndarray)
 def _by_shard(
     shards: Sequence[DenseIndex], found: np.ndarray, where: np.ndarray
 ) -> Iterator[tuple[DenseIndex, np.ndarray, np.ndarray, np.ndarray]]:
-    """The entries of `found` (corpus positions) where `where` holds, by the shard holding them: the shard, the
-    entries' rows and columns, and their rows in the shard."""
+    """
+    The entries of `found` (corpus positions) where `where` holds, by the shard holding them: the shard, the
+    entries' rows and columns, and their rows in the shard.
+    """
     rows, columns = np.nonzero(where)
     positions = found[rows, columns]
     order = np.argsort(positions, kind="stable")  # by shard, and ascending in each: gathered in memory order (2x)
