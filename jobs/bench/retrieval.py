@@ -217,7 +217,7 @@ def search_index(index: str, n_queries: int, k: int, ray_queries: int = 0) -> No
 
 def search_with_ray(index: str, shards: list[BM25Index], queries: list[str], k: int) -> str:
     """
-    `--search INDEX --ray`: the queries retrieved as the job retrieves them (its `RetrieveDocuments` stages, one
+    `--search INDEX --ray-queries N`: the queries retrieved as the job retrieves them (`bm25_shard_stages`: one
     actor per shard, chained on Ray Data, every core of a Ray started here), timed from the dataset's start
     (the actors' start-up included) to its last row, and from its first row out (every actor up) to its last (an
     upper bound of the steady rate: when the first row leaves the last stage, the later batches are already part

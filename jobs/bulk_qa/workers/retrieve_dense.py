@@ -57,7 +57,7 @@ class RetrieveDense:
         join_mode: str,
         join_weights: list[float] | None,
         cpu_threads: int,
-        search_precision: str = "auto",
+        search_precision: str,
         ann_search: AnnSearch = DEFAULT_SEARCH,
         device: str | None = None,
     ) -> None:
