@@ -19,15 +19,20 @@ import psutil
 from tests.cluster.cluster_testing import VENV_BIN, free_port
 
 # Ray's own processes on a node, by the ports each listens on.
-_NODE_PORTS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
-               "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port")  # fmt: skip
+_NODE_PORTS = ("--object-manager-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+               "--runtime-env-agent-port", "--metrics-export-port")  # fmt: skip
+# What `ray start` prints when its raylet has not registered with the head within Ray's fixed 30 s.
+_STARTUP_TIMEOUT = "The current node timed out during startup"
 
 
 class RayNode:
-    """One `ray start --block` node in its own process group; `kill` loses it as a crash would."""
+    """
+    One `ray start --block` node in its own process group; `kill` loses it as a crash would. Its raylet listens on
+    `node_manager_port`, which names it in the head's node table.
+    """
 
-    def __init__(self, command: list[str], log: Path) -> None:
-        self.log = log
+    def __init__(self, command: list[str], log: Path, node_manager_port: int) -> None:
+        self.log, self.node_manager_port = log, node_manager_port
         with log.open("wb") as out:
             self._process = subprocess.Popen(
                 command, env=node_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -141,16 +146,20 @@ class LocalRayCluster:
             self.add_worker()
 
     def _start(self, command: list[str], name: str) -> RayNode:
-        node = RayNode(command, self.base / f"{name}-{len(self._nodes)}.log")
+        port = free_port()
+        node = RayNode([*command, f"--node-manager-port={port}"], self.base / f"{name}-{len(self._nodes)}.log", port)
         self._nodes.append(node)
         return node
 
-    def add_worker(self, wait: bool = True) -> RayNode:
+    def add_worker(self) -> RayNode:
         """A new worker node of `cpus` CPUs joined to the head (a replacement machine)."""
+        node = self._start_worker()
+        self.wait_for_workers()
+        return node
+
+    def _start_worker(self) -> RayNode:
         node = self._start([*self._common(), f"--address={self.address}", f"--num-cpus={self.cpus}"], "worker")
         self.workers.append(node)
-        if wait:
-            self.wait_for_workers()
         return node
 
     def lose(self, node: RayNode) -> None:
@@ -158,8 +167,8 @@ class LocalRayCluster:
         node.kill()
         self.workers.remove(node)
 
-    def alive_cpus(self) -> float:
-        """The CPUs of the live nodes, as the head's GCS counts them."""
+    def joined(self) -> set[int]:
+        """The node manager ports of the nodes the head's GCS counts as alive."""
         if self._state is None:  # the GCS's tables only: this process joins no node as a driver would
             from ray._private.state import GlobalState
             from ray._raylet import GcsClientOptions
@@ -169,13 +178,24 @@ class LocalRayCluster:
                 self.address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False
             )
             self._state._initialize_global_state(options)
-        return sum(node["Resources"].get("CPU", 0) for node in self._state.node_table() if node["Alive"])
+        return {node["NodeManagerPort"] for node in self._state.node_table() if node["Alive"]}
 
-    def wait_for_workers(self, timeout_s: float = 120.0) -> None:
-        """Until every started worker node has joined (each has registered its raylet with the head)."""
+    def wait_for_workers(self, timeout_s: float = 120.0, restarts: int = 2) -> None:
+        """
+        Until every started worker node has joined (each has registered its raylet with the head). A node whose
+        `ray start` gave up waiting for its raylet to register (Ray waits 30 s, a fixed limit that a loaded 2-core
+        machine can pass) is started again, as a replacement machine would be, at most `restarts` times; a node
+        that ends any other way fails at once.
+        """
         deadline = time.monotonic() + timeout_s
-        while self.alive_cpus() < self.cpus * len(self.workers):
+        while not {node.node_manager_port for node in self.workers} <= self.joined():
             dead = [node for node in self.workers if not node.alive()]
+            if dead and restarts > 0 and all(_STARTUP_TIMEOUT in node.log.read_text(errors="replace") for node in dead):
+                for node in dead:
+                    self.lose(node)  # its raylet may have started: the whole group goes
+                    self._start_worker()
+                restarts -= 1
+                continue
             if dead or time.monotonic() > deadline:
                 logs = "\n".join(node.log.read_text(errors="replace") for node in dead or self.workers)
                 raise RuntimeError(f"worker nodes did not join:\n{logs}")
