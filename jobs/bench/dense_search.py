@@ -31,7 +31,7 @@ import numpy as np
 import qa_core.retrieval.dense
 from jobs.bench.embedding import passages
 from jobs.indexing.embed import PASSAGES_PER_SHARD
-from qa_core.retrieval.ann import ANN_KINDS, AnnSearch, build_ann_index, recall_at_k, search_ann
+from qa_core.retrieval.ann import ANN_KINDS, AnnSearch, build_ann_index, ivf_lists_of, recall_at_k, search_ann
 from qa_core.retrieval.dense import SEARCH_PRECISIONS, DenseIndex, unit_rows
 
 TOP_K = 10
@@ -142,8 +142,11 @@ def ann_search(shards: list[DenseIndex], queries: np.ndarray, runs: dict[str, di
 
     started = time.perf_counter()
     index = build_ann_index(kind, shards)
-    print(f"{kind} index built in {time.perf_counter() - started:.1f} s with {faiss.omp_get_max_threads()} threads, "
-          f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+    shape = ""
+    if kind == "ivf":
+        shape = f" ({ivf_lists_of(index).nlist:,} lists, codes of {ivf_lists_of(index).d} dimensions)"
+    print(f"{kind} index{shape} built in {time.perf_counter() - started:.1f} s with {faiss.omp_get_max_threads()} "
+          f"threads, load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     for search in searches:
         started = time.perf_counter()
         found = [search_ann(index, shards, queries[start : start + QUERIES_PER_BATCH], TOP_K, search)[0]

@@ -30,6 +30,7 @@ from qa_core.retrieval.ann import (
     IVF_CODE_BITS,
     AnnSearch,
     build_ann_index,
+    ivf_lists_of,
     recall_at_k,
     require_faiss,
     rows,
@@ -92,8 +93,9 @@ def build_ann(location: str, dense: dict[str, Any], kind: str, search: AnnSearch
     if kind == "hnsw":
         built = {"m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": search.ef_search}
     else:
-        built = {"lists": index.nlist, "code_bits": IVF_CODE_BITS, "nprobe": min(search.nprobe, index.nlist),
-                 "candidates": search.candidates}  # fmt: skip
+        lists = ivf_lists_of(index)
+        built = {"lists": lists.nlist, "dimensions": lists.d, "code_bits": IVF_CODE_BITS,
+                 "nprobe": min(search.nprobe, lists.nlist), "candidates": search.candidates}  # fmt: skip
     return {
         "kind": kind,
         "file": ann_file(kind),

@@ -5,11 +5,14 @@ as the index build writes them, 123 at 1M, would multiply a search's cost by the
 (`ANN_KINDS`), both FAISS, inner product:
 
 - `hnsw`: a graph (`IndexHNSWFlat`); a search walks it keeping `ef_search` candidates.
-- `ivf`: the vectors clustered by k-means into lists (`ivf_lists`) and each held as a 4-bit product-quantization
-  code of 2 dimensions per sub-quantizer (`IndexIVFPQFastScan`, 1/16 of the float32 vectors' bytes); a search scans
-  the codes of the `nprobe` lists nearest the query and keeps its best `candidates`. Trained on a seeded sample,
-  it builds in seconds where the graph takes minutes; the codes rank only roughly, so many more candidates than k
-  are kept and rescored exactly.
+- `ivf`: the vectors turned onto their leading principal directions (`ivf_rotation`: the fewest holding
+  `IVF_KEPT_ENERGY` of their energy, 188 of 384 for MiniLM-like vectors, then a random rotation that spreads the
+  variance evenly over them), clustered by k-means into lists (`ivf_lists`) and each held as a 4-bit
+  product-quantization code of 2 of those dimensions per sub-quantizer (`IndexIVFPQFastScan` behind FAISS's
+  `IndexPreTransform`, about 1/32 of the float32 vectors' bytes); a search scans the codes of the `nprobe` lists
+  nearest the query and keeps its best `candidates`. Trained on a seeded sample, it builds in a minute or two where
+  the graph takes tens of minutes; the codes rank only roughly, so many more candidates than k are kept and rescored
+  exactly. Fewer dimensions make fewer code bytes to scan per vector, the search's main cost.
 
 Either index's hits are rescored exactly (float64, `DenseIndex.exact_scores`, from the dense shards, not from a
 copy in the index) and ordered as exact search orders them, so a hit's score is the one exact search gives it;
@@ -34,8 +37,9 @@ ANN_KINDS = ("hnsw", "ivf")
 HNSW_M = 32  # neighbours per node (FAISS's M)
 HNSW_EF_CONSTRUCTION = 80  # candidates kept while inserting
 IVF_MAX_LISTS = 1024  # k-means lists of the ivf index at most (the square root of the vectors' count below 1M)
-IVF_TRAINING_VECTORS = 100_000  # the seeded sample the lists and the codes are trained on, at most
+IVF_TRAINING_VECTORS = 100_000  # the seeded sample the rotation, the lists and the codes are trained on, at most
 IVF_CODE_BITS = 4  # bits per sub-quantizer code (FAISS's fast scan needs 4)
+IVF_KEPT_ENERGY = 0.97  # the share of the sample's energy (sum of squares) the ivf index's dimensions keep
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ class AnnSearch:
 
     ef_search: int = 128  # hnsw: candidates kept while walking the graph (FAISS's default, 16, finds too few at 1M)
     nprobe: int = 160  # ivf: lists scanned per query (of `ivf_lists`, 1,000 at 1M)
-    candidates: int = 200  # ivf: the codes' best hits rescored exactly per query (at least k)
+    candidates: int = 300  # ivf: the codes' best hits rescored exactly per query (at least k)
 
 
 DEFAULT_SEARCH = AnnSearch()
@@ -81,6 +85,30 @@ def ivf_lists(n: int) -> int:
     return max(1, min(IVF_MAX_LISTS, round(math.sqrt(n))))
 
 
+def ivf_dimensions(sample: np.ndarray) -> int:
+    """
+    The ivf index's dimensions for vectors like the `(n, d)` `sample`: the fewest leading principal directions of
+    its second moment (not centred: inner products are not shift-invariant) holding `IVF_KEPT_ENERGY` of its energy,
+    rounded up to an even count (2 per sub-quantizer), at most d's largest even count.
+    """
+    sample = np.asarray(sample, np.float64)
+    energies = np.linalg.eigvalsh(sample.T @ sample)[::-1]
+    kept = int(np.searchsorted(np.cumsum(energies) / energies.sum(), IVF_KEPT_ENERGY)) + 1
+    return max(2, min(kept + kept % 2, sample.shape[1] - sample.shape[1] % 2))
+
+
+def ivf_rotation(faiss: Any, sample: np.ndarray) -> Any:
+    """
+    FAISS's `PCAMatrix` onto the `ivf_dimensions` leading principal directions of the sample's second moment, then
+    a random rotation of them (FAISS's fixed seed) so that the codes' sub-quantizers share the variance evenly.
+    Trained on the sample and its negation: their mean is 0, so the transform is linear (no shift of the vectors:
+    a query's inner products keep their order up to the dropped directions' share).
+    """
+    rotation = faiss.PCAMatrix(sample.shape[1], ivf_dimensions(sample), 0.0, True)
+    rotation.train(np.concatenate([sample, -sample]))
+    return rotation
+
+
 def check_size(kind: str, n: int) -> None:
     """
     Refuses an unknown kind, and an ivf index of fewer vectors than a code book's entries (k-means needs as many).
@@ -109,13 +137,15 @@ def build_ann_index(kind: str, shards: Sequence[DenseIndex]) -> Any:
         index = faiss.IndexHNSWFlat(dimension, HNSW_M, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
     elif kind == "ivf":
-        quantizer = faiss.IndexFlatIP(dimension)
-        sub_quantizers = dimension // 2 if dimension % 2 == 0 else dimension
-        index = faiss.IndexIVFPQFastScan(quantizer, dimension, ivf_lists(n), sub_quantizers, IVF_CODE_BITS,
-                                         faiss.METRIC_INNER_PRODUCT)  # fmt: skip
-        index.cp.seed = 0  # k-means's seed: the same lists on every build (FAISS's default too, stated)
         sample = np.sort(np.random.default_rng(0).choice(n, min(IVF_TRAINING_VECTORS, n), replace=False))
-        index.train(np.concatenate([_search_vectors(shard, rows(shard, sample)) for shard in shards]))
+        training = np.concatenate([_search_vectors(shard, rows(shard, sample)) for shard in shards])
+        rotation = ivf_rotation(faiss, training)
+        reduced = rotation.d_out
+        lists = faiss.IndexIVFPQFastScan(faiss.IndexFlatIP(reduced), reduced, ivf_lists(n), reduced // 2,
+                                         IVF_CODE_BITS, faiss.METRIC_INNER_PRODUCT)  # fmt: skip
+        lists.cp.seed = 0  # k-means's seed: the same lists on every build (FAISS's default too, stated)
+        index = faiss.IndexPreTransform(rotation, lists)
+        index.train(training)  # the lists and the codes, in the rotation's dimensions (the rotation is trained)
     for shard in shards:
         if shard.doc_offset != index.ntotal:
             raise ValueError(f"shard at position {shard.doc_offset} where position {index.ntotal} was expected.")
@@ -126,6 +156,11 @@ def build_ann_index(kind: str, shards: Sequence[DenseIndex]) -> Any:
 def ann_kind(index: Any) -> str:
     """Which of `ANN_KINDS` a FAISS index built by `build_ann` (or read back) is."""
     return "hnsw" if hasattr(index, "hnsw") else "ivf"
+
+
+def ivf_lists_of(index: Any) -> Any:
+    """The lists (FAISS's `IndexIVF`) of an ivf index, behind its rotation (or without one, as built before it)."""
+    return require_faiss().extract_index_ivf(index)
 
 
 def search_ann(
@@ -142,7 +177,8 @@ def search_ann(
         index.hnsw.efSearch = max(search.ef_search, k)
         kept = k  # the graph ranks its candidates by exact float32 products: more than k would add none of the k
     else:
-        index.nprobe = min(search.nprobe, index.nlist)
+        lists = ivf_lists_of(index)
+        lists.nprobe = min(search.nprobe, lists.nlist)
         kept = max(search.candidates, k)
     exact = np.asarray(queries, np.float64)
     if shards[0].similarity == "cosine":
