@@ -1,6 +1,7 @@
 """BM25 retrieval: parity with Haystack's InMemoryDocumentStore and InMemoryBM25Retriever, shards, files, bad input."""
 
 import json
+import math
 import os
 import pickle
 import re
@@ -226,16 +227,18 @@ def _assert_same_shard(shard: BM25Index, reference: BM25Index) -> None:
         assert np.asarray(getattr(shard.postings, name)).tobytes() == array.tobytes(), name
 
 
+@pytest.mark.parametrize("tfc_table_share", [0.0, math.inf], ids=["tfc per posting", "tfc looked up"])
 @pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L", "BM25Plus", "Lucene"])
 def test_shards_counted_apart_and_weighed_with_merged_statistics_equal_build_sharded(
-    algorithm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    algorithm: str, tfc_table_share: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """
     The distributed build's pieces: each shard tokenized once and saved as counts, the shards' statistics merged
     in order, then each shard weighed from its loaded counts (its terms put in the corpus's order), a few
-    postings at a time.
+    postings at a time, the tfc computed per posting or looked up in a table of the shard's (count, length).
     """
     monkeypatch.setattr(sharding_module, "_PAIRS_PER_STEP", 7)
+    monkeypatch.setattr(sharding_module, "_TFC_TABLE_SHARE", tfc_table_share)
     ids, texts, _ = _search_grid()
     parameters, tokenizer = resolve_parameters(algorithm, None), Tokenizer()
     expected = build_sharded(ids, texts, n_shards=3, algorithm=algorithm)
