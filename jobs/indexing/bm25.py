@@ -11,11 +11,12 @@ statistics only:
    so the same idf sums) and checks that no id occurs twice in the corpus (from a 64-bit hash of each id that
    the tasks return);
 2. weigh (`weigh_shards`): a task per shard weighs its stored counts with the corpus's statistics
-   (`sharding.weigh_shard`: counts are read, not texts) and writes the shard's index beside them.
+   (`sharding.weigh_counted_shard`: counts are read, not texts) and writes the shard's index beside them.
 
 No text is kept past the first pass, and none goes through the object store.
 A corpus that grows goes the same way: the added passages are counted as new shards, and every shard, old and
-new, is weighed with the merged statistics.
+new, is weighed with the merged statistics (an old shard's terms are in the corpus's order already: its counts
+are read memory-mapped and only its weights and header written).
 """
 
 import json
@@ -266,13 +267,13 @@ def weigh_shards(
     shards: list[tuple[str, int, str]], statistics: CorpusStatistics, settings: "RetrievalSettings"
 ) -> list[int]:
     """
-    Weighs counted shards with their corpus's statistics (`sharding.weigh_shard`, from their stored counts,
-    without tokenizing), a Ray Data task per shard, each writing its shard's index into its folder.
+    Weighs counted shards with their corpus's statistics (`sharding.weigh_counted_shard`, from their stored
+    counts, without tokenizing), a Ray Data task per shard, each writing its shard's index into its folder.
 
-    :param shards: Each shard's folder, first corpus position and fingerprint (hex).
+    :param shards: Each shard's folder, first corpus position and fingerprint (hex), in the order to start them.
     :param statistics: The corpus's statistics.
     :param settings: The algorithm and its parameters.
-    :returns: Each shard's vocabulary size, in order.
+    :returns: Each shard's vocabulary size, in corpus order.
     :raises ValueError: If a shard's term is missing from the statistics.
     """
     import ray
