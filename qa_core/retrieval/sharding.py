@@ -334,7 +334,7 @@ def _in_corpus_order(counted: CountedShard, doc_offset: int, weights: CorpusWeig
     new_starts = np.zeros(lengths.size + 1, np.int64)
     np.cumsum(lengths, out=new_starts[1:])
     pairs = np.repeat(starts[:-1][order] - new_starts[:-1], lengths)  # each posting's shift from its old place
-    moved_docs, moved_counts = np.empty_like(doc_indices), np.empty_like(term_counts)
+    moved_docs, moved_counts = np.empty(pairs.size, doc_indices.dtype), np.empty(pairs.size, term_counts.dtype)
     for first in range(0, pairs.size, _PAIRS_PER_STEP):  # then its old place, a step at a time
         step = slice(first, first + _PAIRS_PER_STEP)
         pairs[step] += np.arange(first, first + pairs[step].size)
