@@ -373,7 +373,8 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
     Grows a local index folder built by `build_index_with_ray` with more documents, by Ray Data, without reading
     its documents again: the added documents (split as the index's were) are counted as new shards after the old
     ones (of the index's shard size) and their statistics merged into the stored ones, then every shard is
-    weighed from its stored term counts (the old ones without tokenizing). The result is bit for bit the index
+    weighed from its stored term counts (the old ones without tokenizing, writing their weights only:
+    `sharding.weigh_counted_shard`). The result is bit for bit the index
     of the old documents followed by the new ones built at once, shards aside (the old last shard may hold fewer
     passages). Until the added documents are counted and checked the index is untouched; then `build.json` is
     removed, and written last: an addition interrupted after that leaves an incomplete folder.
@@ -423,11 +424,11 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
         for path in list(folder.iterdir()):
             if path.is_file() and path.name not in (STATISTICS_FILE, FREQUENCIES_FILE):
                 path.rename(Path(locations[0]) / path.name)
-    shards = [(location, header["doc_offset"], header["fingerprint"])
-              for location, header in zip(locations, headers.values(), strict=False)]  # fmt: skip
-    shards += zip(
-        locations[old_shards:], range(before.n_docs, statistics.n_docs, size), added.fingerprints, strict=True
-    )
+    # The added shards first: theirs are the longer tasks (their terms put in order, all their files written).
+    shards = list(zip(locations[old_shards:], range(before.n_docs, statistics.n_docs, size), added.fingerprints,
+                      strict=True))  # fmt: skip
+    shards += [(location, header["doc_offset"], header["fingerprint"])
+               for location, header in zip(locations, headers.values(), strict=False)]  # fmt: skip
     weigh_shards(shards, statistics, settings)
     statistics.save(folder)
     corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)

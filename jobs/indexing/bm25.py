@@ -11,11 +11,12 @@ statistics only:
    so the same idf sums) and checks that no id occurs twice in the corpus (from a 64-bit hash of each id that
    the tasks return);
 2. weigh (`weigh_shards`): a task per shard weighs its stored counts with the corpus's statistics
-   (`sharding.weigh_shard`: counts are read, not texts) and writes the shard's index beside them.
+   (`sharding.weigh_counted_shard`: counts are read, not texts) and writes the shard's index beside them.
 
 No text is kept past the first pass, and none goes through the object store.
 A corpus that grows goes the same way: the added passages are counted as new shards, and every shard, old and
-new, is weighed with the merged statistics.
+new, is weighed with the merged statistics (an old shard's terms are in the corpus's order already: its counts
+are read memory-mapped and only its weights and header written).
 """
 
 import json
@@ -35,13 +36,16 @@ from jobs.indexing.passages import read_shard
 from jobs.passages import Passages
 from jobs.storage import resolve_path
 from qa_core.retrieval.index_io import DOC_IDS_FILE
-from qa_core.retrieval.sharding import COUNT_PART_DOCS, CountedShard, count_parts, weigh_shard
+from qa_core.retrieval.sharding import COUNT_PART_DOCS, CountedShard, count_parts, weigh_counted_shard
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
 if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
     from jobs.retrieval_settings import RetrievalSettings
 
+# A shard's `id_hashes`, kept beside its counts: an addition checks its ids against the shard's without reading and
+# hashing the shard's `doc_ids.json` again (at 10M passages, seconds of the driver's time).
+ID_HASHES_FILE = "id_hashes.npy"
 # What a counting task returns for its shard, one row.
 _COUNTED_SCHEMA = pa.schema(
     [
@@ -141,8 +145,19 @@ def id_hashes(ids: list[str]) -> np.ndarray:
 
 
 def shard_id_hashes(location: str) -> np.ndarray:
-    """`id_hashes` of a written shard's document ids."""
-    return id_hashes(read_doc_ids(location))
+    """
+    `id_hashes` of a written shard's document ids: its `ID_HASHES_FILE`, kept by the task that counted it, or (a
+    shard without one) hashed from its `doc_ids.json`.
+    """
+    filesystem, inner = resolve_path(location)
+    try:
+        with filesystem.open_input_file(f"{inner.rstrip('/')}/{ID_HASHES_FILE}") as file:
+            hashes = np.load(file, allow_pickle=False)
+    except FileNotFoundError:
+        return id_hashes(read_doc_ids(location))
+    if hashes.dtype != np.uint64 or hashes.ndim != 1:
+        raise ValueError(f"{location}/{ID_HASHES_FILE} must be a one-dimensional uint64 array.")
+    return hashes
 
 
 def read_doc_ids(location: str) -> list[str]:
@@ -223,7 +238,8 @@ def _count_shard(
     passages = None
     if split:
         passages = Passages(batch["source_id"].to_pylist(), batch["start"].to_pylist(), batch["end"].to_pylist())
-    save_files(location, lambda folder: _save_counted(counted, passages, folder))
+    hashes = id_hashes(counted.doc_ids)
+    save_files(location, lambda folder: _save_counted(counted, passages, hashes, folder))
     row = {
         "shard": [shard],
         "vocabulary": [statistics.vocabulary],
@@ -231,7 +247,7 @@ def _count_shard(
         "n_docs": [statistics.n_docs],
         "total_length": [statistics.total_length],
         "fingerprint": [statistics.fingerprint_hex],
-        "id_hashes": [id_hashes(counted.doc_ids).tobytes()],
+        "id_hashes": [hashes.tobytes()],
         "sources": [pc.count_distinct(batch["source_id"]).as_py()],
         "first_source": [batch["source_id"][0].as_py()],
         "last_source": [batch["source_id"][-1].as_py()],
@@ -240,8 +256,9 @@ def _count_shard(
     return pa.table(row, schema=_COUNTED_SCHEMA)
 
 
-def _save_counted(counted: CountedShard, passages: Passages | None, folder: Path) -> None:
+def _save_counted(counted: CountedShard, passages: Passages | None, hashes: np.ndarray, folder: Path) -> None:
     counted.save(folder)
+    np.save(folder / ID_HASHES_FILE, hashes, allow_pickle=False)  # the ids checked against a later addition's
     if passages is not None:
         passages.save(folder)
 
@@ -250,13 +267,13 @@ def weigh_shards(
     shards: list[tuple[str, int, str]], statistics: CorpusStatistics, settings: "RetrievalSettings"
 ) -> list[int]:
     """
-    Weighs counted shards with their corpus's statistics (`sharding.weigh_shard`, from their stored counts,
-    without tokenizing), a Ray Data task per shard, each writing its shard's index into its folder.
+    Weighs counted shards with their corpus's statistics (`sharding.weigh_counted_shard`, from their stored
+    counts, without tokenizing), a Ray Data task per shard, each writing its shard's index into its folder.
 
-    :param shards: Each shard's folder, first corpus position and fingerprint (hex).
+    :param shards: Each shard's folder, first corpus position and fingerprint (hex), in the order to start them.
     :param statistics: The corpus's statistics.
     :param settings: The algorithm and its parameters.
-    :returns: Each shard's vocabulary size, in order.
+    :returns: Each shard's vocabulary size, in corpus order.
     :raises ValueError: If a shard's term is missing from the statistics.
     """
     import ray
@@ -274,17 +291,14 @@ def weigh_shards(
 
 
 def _weigh(batch: dict[str, Any], weights: Any, algorithm: str, parameters: dict[str, float]) -> dict[str, Any]:
-    """One counted shard weighed and its index written into its folder."""
+    """One counted shard weighed and its index written into its folder (`sharding.weigh_counted_shard`)."""
     import ray
 
     location, offset = str(batch["location"][0]), int(batch["doc_offset"][0])
 
     def weigh(folder: Path) -> int:
-        index, counts = weigh_shard(CountedShard.load(folder), offset, str(batch["fingerprint"][0]), ray.get(weights),
-                                    algorithm, parameters, DEFAULT_TOKENIZATION_REGEX)  # fmt: skip
-        counts.save(folder)  # before the index, whose `index.json` is written last
-        index.save(folder)
-        return len(index.vocabulary)
+        return weigh_counted_shard(folder, offset, str(batch["fingerprint"][0]), ray.get(weights), algorithm,
+                                   parameters, DEFAULT_TOKENIZATION_REGEX)  # fmt: skip
 
     return {"doc_offset": [offset], "terms": [in_folder(location, weigh)]}
 

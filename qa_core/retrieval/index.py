@@ -360,13 +360,15 @@ class BM25Index:
                 span = _span(self.postings.starts, term_id)
                 np.add.at(scores, self.postings.doc_indices[span], self.postings.weights[span])
 
-    def save(self, directory: str | Path) -> None:
+    def save(self, directory: str | Path, kept: frozenset[str] = frozenset()) -> None:
         """
         Writes the index as `.npy` arrays and JSON (no pickles) into a directory, created if needed.
 
         :param directory: The directory; the files of an index already there are replaced (the arrays are written
             as they are, not copied first: an index memory-mapped from `directory` is loaded with `mmap=False` to be
             saved back into it).
+        :param kept: Files `directory` already holds with the bytes this index would write, left as they are
+            (`index_io.write_index_files`): a shard weighed again writes its weights and header only.
         """
         header = {
             "algorithm": self.algorithm,
@@ -377,7 +379,7 @@ class BM25Index:
             "corpus": asdict(self.corpus),
         }
         arrays = {field.name: getattr(self.postings, field.name) for field in fields(self.postings)}  # not copied
-        write_index_files(Path(directory), IndexFiles(header, self.vocabulary, self.doc_ids, arrays))
+        write_index_files(Path(directory), IndexFiles(header, self.vocabulary, self.doc_ids, arrays), kept)
 
     @classmethod
     def load(cls, directory: str | Path, mmap: bool = True) -> "BM25Index":

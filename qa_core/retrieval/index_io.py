@@ -39,18 +39,22 @@ class IndexFiles:
     arrays: dict[str, np.ndarray]
 
 
-def write_index_files(directory: Path, files: IndexFiles) -> None:
+def write_index_files(directory: Path, files: IndexFiles, kept: frozenset[str] = frozenset()) -> None:
     """
     Writes an index folder, creating the directory if needed.
 
     :param directory: The folder.
     :param files: What to write; each array is converted to its `ARRAY_SHAPES` dtype.
+    :param kept: Names of files the folder already holds with these very bytes (`VOCABULARY_FILE`,
+        `DOC_IDS_FILE`, an array's `name.npy`), left as they are; the header is always written.
     """
     directory.mkdir(parents=True, exist_ok=True)
     for name, (dtype, _) in ARRAY_SHAPES.items():
-        np.save(directory / f"{name}.npy", np.ascontiguousarray(files.arrays[name], dtype=dtype), allow_pickle=False)
-    write_json(directory / VOCABULARY_FILE, files.vocabulary)
-    write_json(directory / DOC_IDS_FILE, files.doc_ids)
+        if f"{name}.npy" not in kept:
+            np.save(directory / f"{name}.npy", np.ascontiguousarray(files.arrays[name], dtype), allow_pickle=False)
+    for name, values in ((VOCABULARY_FILE, files.vocabulary), (DOC_IDS_FILE, files.doc_ids)):
+        if name not in kept:
+            write_json(directory / name, values)
     write_json(directory / HEADER_FILE, {"format": FORMAT, **files.header})  # last: a complete folder has it
 
 

@@ -71,6 +71,9 @@ def shard_bounds(n_docs: int, n_shards: int) -> list[int]:
 COUNT_PART_DOCS = 50_000
 # Postings reordered and weighed at a time (`weigh_shard`): its temporaries 32 MB each, not a shard's postings' size.
 _PAIRS_PER_STEP = 1 << 22
+# A shard's tfc are looked up in a table of its (term count, document length) pairs (`_tfc_lookup`) when the table
+# has at most this share of its postings' number of entries; else computed posting by posting.
+_TFC_TABLE_SHARE = 1 / 16
 # The term counts of a shard, beside its index files.
 COUNT_FILES = {"term_counts": np.dtype(np.int32), "doc_lengths": np.dtype(np.int64)}
 
@@ -87,19 +90,20 @@ class ShardCounts:
     term_counts: np.ndarray
     doc_lengths: np.ndarray
 
-    def save(self, folder: Path) -> None:
-        """Writes `term_counts.npy` and `doc_lengths.npy` into a shard folder."""
-        for name, dtype in COUNT_FILES.items():
-            np.save(folder / f"{name}.npy", np.ascontiguousarray(getattr(self, name), dtype=dtype), allow_pickle=False)
+    def save(self, folder: Path, names: Iterable[str] = tuple(COUNT_FILES)) -> None:
+        """Writes `term_counts.npy` and `doc_lengths.npy` (or those of `names`) into a shard folder."""
+        for name in names:
+            array = np.ascontiguousarray(getattr(self, name), COUNT_FILES[name])
+            np.save(folder / f"{name}.npy", array, allow_pickle=False)
 
     @classmethod
-    def load(cls, folder: Path) -> "ShardCounts":
+    def load(cls, folder: Path, mmap: bool = False) -> "ShardCounts":
         """
-        Reads what `save` wrote into memory, never unpickling.
+        Reads what `save` wrote, never unpickling (memory-mapped read-only with `mmap`).
 
         :raises ValueError: If a file is missing or not a one-dimensional array of its dtype.
         """
-        return cls(**{name: read_array(folder / f"{name}.npy", dtype, 1, False) for name, dtype in COUNT_FILES.items()})
+        return cls(**{name: read_array(folder / f"{name}.npy", dtype, 1, mmap) for name, dtype in COUNT_FILES.items()})
 
 
 @dataclass(frozen=True)
@@ -134,17 +138,17 @@ class CountedShard:
         self.counts.save(folder)
 
     @classmethod
-    def load(cls, folder: Path) -> "CountedShard":
+    def load(cls, folder: Path, mmap: bool = False) -> "CountedShard":
         """
-        Reads what `save` (or `BM25Index.save` and `ShardCounts.save`) wrote into memory (not memory-mapped: the
-        folder's files are then rewritten by the weighed shard's).
+        Reads what `save` (or `BM25Index.save` and `ShardCounts.save`) wrote, its arrays into memory or, with
+        `mmap`, memory-mapped read-only (then none of them may be written over while the shard is in use).
 
         :raises ValueError: If a file is missing or malformed, or the files do not fit each other.
         """
         vocabulary, doc_ids = read_json(folder / VOCABULARY_FILE, list), read_json(folder / DOC_IDS_FILE, list)
-        starts, doc_indices = (read_array(folder / f"{name}.npy", np.dtype(np.int64), 1, False)
+        starts, doc_indices = (read_array(folder / f"{name}.npy", np.dtype(np.int64), 1, mmap)
                                for name in ("starts", "doc_indices"))  # fmt: skip
-        counts = ShardCounts.load(folder)
+        counts = ShardCounts.load(folder, mmap)
         if (
             starts.size != len(vocabulary) + 1
             or starts[-1] != doc_indices.size
@@ -269,49 +273,140 @@ def weigh_shard(
     :returns: The shard's index, and its counts in the index's posting order (to save beside it).
     :raises ValueError: If a term of the shard is missing from the corpus's statistics.
     """
+    ordered, corpus_ids = _in_corpus_order(counted, doc_offset, weights)
+    index = _weighed(ordered, corpus_ids, doc_offset, doc_fingerprint, weights, algorithm, parameters,
+                     tokenization_regex)  # fmt: skip
+    return index, ordered.counts
+
+
+def weigh_counted_shard(
+    folder: Path,
+    doc_offset: int,
+    doc_fingerprint: str,
+    weights: CorpusWeights,
+    algorithm: str,
+    parameters: dict[str, float],
+    tokenization_regex: str,
+) -> int:
+    """
+    `weigh_shard` of the counted shard in a folder (a shard counted, or weighed before and weighed again for a
+    grown corpus), its index written beside its counts. Only the files whose bytes change are written: the
+    weights and the header always, the files in term order (vocabulary, postings, term counts) only when the
+    shard's terms were put in another order. A shard weighed before keeps its order (a grown corpus numbers its
+    new terms after the old ones), so weighing it again reads its postings and counts memory-mapped and writes
+    its weights only.
+
+    :param folder: The shard's folder (`CountedShard.save`'s, or a weighed shard's).
+    :returns: The shard's vocabulary size.
+    :raises ValueError: As `weigh_shard`, or if the folder's files are missing or do not fit each other.
+    """
+    counted = CountedShard.load(folder, mmap=True)
+    ordered, corpus_ids = _in_corpus_order(counted, doc_offset, weights)
+    kept = {DOC_IDS_FILE}  # as counted: ids and lengths are in document order
+    if ordered is counted:
+        kept |= {VOCABULARY_FILE, "starts.npy", "doc_indices.npy"}
+    else:
+        del counted  # no array of it is read again: its files are written over below
+        ordered.counts.save(folder, names=["term_counts"])
+    index = _weighed(ordered, corpus_ids, doc_offset, doc_fingerprint, weights, algorithm, parameters,
+                     tokenization_regex)  # fmt: skip
+    index.save(folder, frozenset(kept))
+    return len(index.vocabulary)
+
+
+def _in_corpus_order(counted: CountedShard, doc_offset: int, weights: CorpusWeights) -> tuple[CountedShard, np.ndarray]:
+    """
+    The shard with its terms in the corpus's term order, each term's postings as they are (the shard itself when
+    they are in that order already), and its terms' corpus ids, ascending.
+
+    :raises ValueError: If a term of the shard is missing from the corpus's statistics.
+    """
     vocabulary = counted.vocabulary
     try:
         corpus_ids = np.fromiter(map(weights.term_ids.__getitem__, vocabulary), np.int64, len(vocabulary))
     except KeyError as error:
         raise ValueError(f"The term {error.args[0]!r} of shard {doc_offset} is not in the corpus statistics.") from None
+    if not np.any(np.diff(corpus_ids) < 0):
+        return counted, corpus_ids
     starts, doc_indices, term_counts = counted.starts, counted.doc_indices, counted.counts.term_counts
-    lengths = np.diff(starts)
-    if np.any(np.diff(corpus_ids) < 0):  # the terms into the corpus's order, each term's postings as they are
-        order = np.argsort(corpus_ids)
-        corpus_ids, lengths, vocabulary = corpus_ids[order], lengths[order], [vocabulary[i] for i in order.tolist()]
-        new_starts = np.zeros(lengths.size + 1, np.int64)
-        np.cumsum(lengths, out=new_starts[1:])
-        pairs = np.repeat(starts[:-1][order] - new_starts[:-1], lengths)  # each posting's shift from its old place
-        moved_docs, moved_counts = np.empty_like(doc_indices), np.empty_like(term_counts)
-        for first in range(0, pairs.size, _PAIRS_PER_STEP):  # then its old place, a step at a time
-            step = slice(first, first + _PAIRS_PER_STEP)
-            pairs[step] += np.arange(first, first + pairs[step].size)
-            moved_docs[step], moved_counts[step] = doc_indices[pairs[step]], term_counts[pairs[step]]
-        starts, doc_indices, term_counts = new_starts, moved_docs, moved_counts
-        del pairs
-    doc_lengths = counted.counts.doc_lengths
+    order = np.argsort(corpus_ids)
+    lengths = np.diff(starts)[order]
+    new_starts = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=new_starts[1:])
+    pairs = np.repeat(starts[:-1][order] - new_starts[:-1], lengths)  # each posting's shift from its old place
+    moved_docs, moved_counts = np.empty(pairs.size, doc_indices.dtype), np.empty(pairs.size, term_counts.dtype)
+    for first in range(0, pairs.size, _PAIRS_PER_STEP):  # then its old place, a step at a time
+        step = slice(first, first + _PAIRS_PER_STEP)
+        pairs[step] += np.arange(first, first + pairs[step].size)
+        moved_docs[step], moved_counts[step] = doc_indices[pairs[step]], term_counts[pairs[step]]
+    ordered = CountedShard([vocabulary[i] for i in order.tolist()], counted.doc_ids, new_starts, moved_docs,
+                           ShardCounts(moved_counts, counted.counts.doc_lengths))  # fmt: skip
+    return ordered, corpus_ids[order]
+
+
+def _tfc_lookup(
+    algorithm: str, parameters: dict[str, float], term_counts: np.ndarray, doc_lengths: np.ndarray, avg_doc_len: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """
+    The tfc of every (term count, document length) a shard's postings can hold, to look up rather than compute
+    per posting: the same value (the same operations on the same two numbers), in a fraction of the time where
+    the postings are many and the lengths few (passages: 29 counts by 101 lengths for 16M postings).
+
+    :returns: `(counts, lengths)` float64 tfc, row `c - 1` for a term count of `c`, and `(documents,)` int64 each
+        document's column; None where the table would hold more than `_TFC_TABLE_SHARE` of the postings' number.
+    """
+    lengths, columns = np.unique(doc_lengths, return_inverse=True)
+    rows = int(np.max(term_counts, initial=0))
+    if rows * lengths.size > _TFC_TABLE_SHARE * term_counts.size:
+        return None
+    counts = np.repeat(np.arange(1, rows + 1), lengths.size)
+    table = term_frequency_components(algorithm, parameters, counts, np.tile(lengths, rows), avg_doc_len)
+    return table.reshape(rows, lengths.size), columns.astype(np.int64)
+
+
+def _weighed(
+    ordered: CountedShard,
+    corpus_ids: np.ndarray,
+    doc_offset: int,
+    doc_fingerprint: str,
+    weights: CorpusWeights,
+    algorithm: str,
+    parameters: dict[str, float],
+    tokenization_regex: str,
+) -> BM25Index:
+    """The index of a counted shard whose terms (of corpus ids `corpus_ids`) are in the corpus's order."""
+    starts, doc_indices, term_counts = ordered.starts, ordered.doc_indices, ordered.counts.term_counts
+    doc_lengths = np.asarray(ordered.counts.doc_lengths)
+    lookup = _tfc_lookup(algorithm, parameters, term_counts, doc_lengths, weights.avg_doc_len)
     pair_weights = np.empty(doc_indices.size)  # filled a step of pairs at a time: the temporaries stay small
-    pair_terms = np.repeat(corpus_ids, lengths)
+    pair_idf = np.repeat(weights.idf[corpus_ids], np.diff(starts))
     for first in range(0, pair_weights.size, _PAIRS_PER_STEP):
         pairs = slice(first, first + _PAIRS_PER_STEP)
-        tfc = term_frequency_components(algorithm, parameters, np.asarray(term_counts[pairs]),
-                                        np.asarray(doc_lengths)[doc_indices[pairs]], weights.avg_doc_len)  # fmt: skip
-        pair_weights[pairs] = weights.idf[pair_terms[pairs]] * tfc
-    del pair_terms
-    n_docs = len(counted.doc_ids)
-    dense_terms, dense_weights = dense_rows(starts, doc_indices, pair_weights, n_docs)
-    index = BM25Index(
+        counts = np.asarray(term_counts[pairs])
+        if lookup is None:
+            tfc = term_frequency_components(algorithm, parameters, counts, doc_lengths[doc_indices[pairs]],
+                                            weights.avg_doc_len)  # fmt: skip
+        else:
+            table, columns = lookup
+            places = counts.astype(np.int64)  # (count - 1) * lengths + the document's column
+            places -= 1
+            places *= table.shape[1]
+            places += columns[doc_indices[pairs]]
+            tfc = table.ravel()[places]
+        np.multiply(pair_idf[pairs], tfc, out=pair_weights[pairs])
+    del pair_idf
+    dense_terms, dense_weights = dense_rows(starts, doc_indices, pair_weights, len(ordered.doc_ids))
+    return BM25Index(
         algorithm=algorithm,
         parameters=parameters,
         tokenization_regex=tokenization_regex,
-        vocabulary=vocabulary,
-        doc_ids=counted.doc_ids,
+        vocabulary=ordered.vocabulary,
+        doc_ids=ordered.doc_ids,
         doc_offset=doc_offset,
         fingerprint=doc_fingerprint,
         corpus=CorpusStats(weights.n_docs, weights.avg_doc_len, weights.fingerprint),
         postings=PostingLists(np.asarray(starts), np.asarray(doc_indices), pair_weights, dense_terms, dense_weights),
     )
-    return index, ShardCounts(term_counts, doc_lengths)
 
 
 def search_shards(

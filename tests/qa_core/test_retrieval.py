@@ -1,6 +1,8 @@
 """BM25 retrieval: parity with Haystack's InMemoryDocumentStore and InMemoryBM25Retriever, shards, files, bad input."""
 
 import json
+import math
+import os
 import pickle
 import re
 from pathlib import Path
@@ -33,10 +35,12 @@ from qa_core.retrieval.fingerprint import add_fingerprints, fingerprint_hex
 from qa_core.retrieval.scoring import resolve_parameters
 from qa_core.retrieval.sharding import (
     CountedShard,
+    ShardCounts,
     count_parts,
     count_shard,
     search_shards,
     shard_bounds,
+    weigh_counted_shard,
     weigh_shard,
 )
 from qa_core.retrieval.statistics import CorpusStatistics
@@ -223,16 +227,18 @@ def _assert_same_shard(shard: BM25Index, reference: BM25Index) -> None:
         assert np.asarray(getattr(shard.postings, name)).tobytes() == array.tobytes(), name
 
 
+@pytest.mark.parametrize("tfc_table_share", [0.0, math.inf], ids=["tfc per posting", "tfc looked up"])
 @pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L", "BM25Plus", "Lucene"])
 def test_shards_counted_apart_and_weighed_with_merged_statistics_equal_build_sharded(
-    algorithm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    algorithm: str, tfc_table_share: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """
     The distributed build's pieces: each shard tokenized once and saved as counts, the shards' statistics merged
     in order, then each shard weighed from its loaded counts (its terms put in the corpus's order), a few
-    postings at a time.
+    postings at a time, the tfc computed per posting or looked up in a table of the shard's (count, length).
     """
     monkeypatch.setattr(sharding_module, "_PAIRS_PER_STEP", 7)
+    monkeypatch.setattr(sharding_module, "_TFC_TABLE_SHARE", tfc_table_share)
     ids, texts, _ = _search_grid()
     parameters, tokenizer = resolve_parameters(algorithm, None), Tokenizer()
     expected = build_sharded(ids, texts, n_shards=3, algorithm=algorithm)
@@ -306,6 +312,36 @@ def test_shards_weighed_again_for_a_grown_corpus_equal_shards_built_with_its_sta
         _assert_same_shard(grown, expected)
     whole = build_sharded(ids, texts, n_shards=1, algorithm=algorithm)[0]
     assert whole.corpus == grown.corpus
+
+
+def test_a_shard_weighed_in_its_folder_writes_only_the_files_that_change(tmp_path: Path) -> None:
+    """
+    `weigh_counted_shard`: a counted shard's folder weighed (its terms put in the corpus's order: its files in term
+    order written again), then weighed again for a grown corpus: each time `weigh_shard`'s index bit for bit, and
+    the second time its weights and header written, its files in term order and its ids left as they were.
+    """
+    ids, texts, _ = _search_grid()
+    parameters, tokenizer = resolve_parameters("BM25L", None), Tokenizer()
+    parts = [count_shard(ids[start:stop], texts[start:stop], start, tokenizer)
+             for start, stop in ((0, 250), (250, 500), (500, len(texts)))]  # fmt: skip
+    counted, statistics = parts[1]
+    counted.save(tmp_path)
+    untouched = ["vocabulary.json", "doc_ids.json", "starts.npy", "doc_indices.npy", "term_counts.npy",
+                 "doc_lengths.npy"]  # fmt: skip
+    for corpus in (parts[:2], parts):  # the first two shards, then all three
+        weights = CorpusStatistics.merge(part for _, part in corpus).weights("BM25L", parameters)
+        for name in untouched:
+            os.utime(tmp_path / name, ns=(0, 0))
+        arguments = (250, fingerprint_hex(statistics.fingerprint), weights, "BM25L", parameters, tokenizer.regex)
+        terms = weigh_counted_shard(tmp_path, *arguments)
+        expected, counts = weigh_shard(counted, *arguments)
+        _assert_same_shard(BM25Index.load(tmp_path), expected)
+        assert terms == len(expected.vocabulary)
+        assert ShardCounts.load(tmp_path).term_counts.tobytes() == counts.term_counts.tobytes()
+        written = [name for name in untouched if (tmp_path / name).stat().st_mtime_ns]
+        assert written == ([] if len(corpus) == 3 else ["vocabulary.json", "starts.npy", "doc_indices.npy",
+                                                        "term_counts.npy"])  # fmt: skip
+    assert expected.vocabulary != counted.vocabulary and expected.corpus.n_docs == len(texts)
 
 
 @pytest.mark.parametrize("n_docs", [1, 7, 100, 5000])

@@ -4,6 +4,7 @@ bit for bit the single-process build's; `python -m jobs.index` builds it with a 
 """
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from jobs.bulk_qa.retrieval import (
     shard_locations,
     write_index,
 )
+from jobs.indexing.bm25 import ID_HASHES_FILE, id_hashes, read_doc_ids, shard_id_hashes
 from jobs.indexing.passages import _counts_in_footers, indexed_passages, passage_shards, read_shard
 from jobs.passages import PASSAGES_FILE, Passages
 from jobs.retrieval_settings import RetrievalSettings
@@ -155,7 +157,10 @@ def test_index_command_builds_shards_of_a_size_and_refuses_a_corpus_without_term
 def test_documents_added_as_shards_give_the_index_of_all_the_documents(
     local_ray, tmp_path: Path, documents: str
 ) -> None:
-    """`--add`: old shards weighed again from their term counts; the hits, scores and statistics of a build of all."""
+    """
+    `--add`: old shards weighed again from their term counts, only their weights and headers written again, their
+    ids checked from their stored hashes; the hits, scores and statistics of a build of all.
+    """
     old = tmp_path / "old"
     old.mkdir()
     for part in ("part-0.parquet", "part-1.parquet"):
@@ -163,7 +168,14 @@ def test_documents_added_as_shards_give_the_index_of_all_the_documents(
     grown, whole = tmp_path / "grown", tmp_path / "whole"
     size = ["--index-shard-size", "70", "--split-length", "12"]  # the old documents' last shard is not full
     assert index_command.main(["--documents", str(old), "--output", str(grown), *size]) == 0
+    first = Path(shard_locations(str(grown), json.loads((grown / BUILD_FILE).read_text())["shards"])[0])
+    assert shard_id_hashes(str(first)).tobytes() == id_hashes(read_doc_ids(str(first))).tobytes()
+    kept = ["vocabulary.json", "doc_ids.json", "starts.npy", "doc_indices.npy", "term_counts.npy", ID_HASHES_FILE]
+    for name in [*kept, "weights.npy"]:
+        os.utime(first / name, ns=(0, 0))
     assert index_command.main(["--add", str(Path(documents) / "part-2.parquet"), "--index", str(grown)]) == 0
+    assert [(first / name).stat().st_mtime_ns for name in kept] == [0] * len(kept)
+    assert (first / "weights.npy").stat().st_mtime_ns != 0
     assert index_command.main(["--documents", documents, "--output", str(whole), *size]) == 0
     record, expected = (json.loads((folder / BUILD_FILE).read_text()) for folder in (grown, whole))
     for key in ("documents", "source_documents", "vocabulary", "fingerprint", "split_length", "shard_size"):
