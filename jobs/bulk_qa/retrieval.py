@@ -605,8 +605,8 @@ def retrieved_questions(
     """
     The wave's questions, those without `document_ids` given their retrieved documents (see
     `workers.retrieve.RetrieveDocuments`), materialized: both the explode and the question stages read them.
-    Each shard of the index is memory-mapped by a retrieval actor of its own, the shards' stages chained (each
-    merges its hits into the earlier shards'); like the reader actors, the actors reserve a fraction of a CPU,
+    The index's shards are memory-mapped by retrieval actors, a run of consecutive shards each, their stages chained
+    (each merges its hits into the earlier stages'); like the reader actors, the actors reserve a fraction of a CPU,
     together at most a quarter of the cluster's, so that the tasks around them always find CPUs.
     """
     locations = plan.shard_locations
@@ -670,7 +670,7 @@ def shard_stages(
     """
     The shards split into consecutive runs, one retrieval stage each: `stages_per_cpu` per CPU of the cluster, at
     least one, at most one per shard, their sizes differing by at most one (the first stages the smaller: their
-    shards are searched with lower floors).
+    shards are searched with lower floors, or none, so each costs more).
     """
     n_stages = max(1, min(len(locations), round((cluster_cpus or 1) * stages_per_cpu)))
     bounds = shard_bounds(len(locations), n_stages)
