@@ -198,11 +198,12 @@ def search_report(measured: dict) -> str:
     )
 
 
-def search_index(index: str, n_queries: int, k: int, ray_queries: int = 0) -> None:
+def search_index(index: str, n_queries: int, k: int, ray_queries: int = 0, stages_per_cpu: list[float] = ()) -> None:
     """
     `--search`: the side by side search over an index folder's shards (`build.json` says how many); with
-    `ray_queries`, then that many queries retrieved by the job's stages (`search_with_ray`): more than the
-    one-process comparison needs, so that the pipeline of one stage per shard runs full for most of its time.
+    `ray_queries`, then that many queries retrieved by the job's stages (`search_with_ray`), for each number of
+    stages per CPU in `stages_per_cpu`: more than the one-process comparison needs, so that the pipeline of stages
+    runs full for most of its time.
     """
     from jobs.bulk_qa.retrieval import BUILD_FILE, shard_locations
 
@@ -210,39 +211,43 @@ def search_index(index: str, n_queries: int, k: int, ray_queries: int = 0) -> No
     shards = [BM25Index.load(location) for location in shard_locations(index, record["shards"])]
     passages = sum(shard.n_docs for shard in shards)
     print(f"{passages:,} passages in {len(shards)} shards, {n_queries:,} queries, top {k}", flush=True)
-    print(search_report(compare_search(shards, synthetic_texts(n_queries, 8, seed=1), k)), flush=True)
-    if ray_queries:
-        print(search_with_ray(index, shards, synthetic_texts(ray_queries, 8, seed=2), k), flush=True)
+    if n_queries:
+        print(search_report(compare_search(shards, synthetic_texts(n_queries, 8, seed=1), k)), flush=True)
+    for per_cpu in stages_per_cpu if ray_queries else ():
+        print(search_with_ray(index, shards, synthetic_texts(ray_queries, 8, seed=2), k, per_cpu), flush=True)
 
 
-def search_with_ray(index: str, shards: list[BM25Index], queries: list[str], k: int) -> str:
+def search_with_ray(index: str, shards: list[BM25Index], queries: list[str], k: int, stages_per_cpu: float) -> str:
     """
-    `--search INDEX --ray-queries N`: the queries retrieved as the job retrieves them (`bm25_shard_stages`: one
-    actor per shard, chained on Ray Data, every core of a Ray started here), timed from the dataset's start
-    (the actors' start-up included) to its last row, and from its first row out (every actor up) to its last (an
-    upper bound of the steady rate: when the first row leaves the last stage, the later batches are already part
-    of the way down the chain; it nears the steady rate only with many batches per shard stage);
-    the hits checked against `search_shards`'s.
+    `--search INDEX --ray-queries N`: the queries retrieved as the job retrieves them (`bm25_shard_stages`: stages
+    of consecutive shards, an actor each, chained on Ray Data, every core of a Ray started here), twice: the first
+    half of the queries, then all of them, each timed from the dataset's start (the actors' start-up included) to
+    its last row. The difference of the two runs cancels the start-up and the filling and draining of the
+    pipeline: the steady rate of a long run (noisy where the start-up varies as much as a run's search takes);
+    also the second run's rate from its first row out (every actor up), an upper bound of it. The hits of the
+    second are checked against `search_shards`'s.
     """
     import ray
 
     from jobs.bulk_qa.config import RunSettings
     from jobs.bulk_qa.driver import configure_ray_data, start_ray
-    from jobs.bulk_qa.retrieval import bm25_shard_stages, shard_locations
+    from jobs.bulk_qa.retrieval import bm25_shard_stages, shard_locations, shard_stages
     from jobs.engines import RayEngine
 
     cluster = start_ray(RunSettings(output=index, quiet=True))
     configure_ray_data(RunSettings(output=index))
     locations = shard_locations(index, len(shards))
     cpus = float(cluster["cpus"])
-    start = time.perf_counter()
-    questions = ray.data.from_items([{"id": str(row), "query": query} for row, query in enumerate(queries)])
-    retrieved = bm25_shard_stages(questions, locations, k, cpus, RayEngine())
-    rows, first = [], 0.0  # first: when the first row came out (every actor up)
-    for row in retrieved.iter_rows():
-        rows.append(row)
-        first = first or time.perf_counter()
-    end = time.perf_counter()
+    seconds = []
+    for some in (queries[: len(queries) // 2], queries):
+        start = time.perf_counter()
+        questions = ray.data.from_items([{"id": str(row), "query": query} for row, query in enumerate(some)])
+        rows, first = [], 0.0  # first: when the first row came out (every actor up)
+        for row in bm25_shard_stages(questions, locations, k, cpus, RayEngine(), stages_per_cpu).iter_rows():
+            rows.append(row)
+            first = first or time.perf_counter()
+        seconds.append(time.perf_counter() - start)
+    after_first = (len(rows) - 1) / (start + seconds[1] - first)
     rows.sort(key=lambda row: int(row["id"]))
     positions, scores = search_shards(shards, queries, k)
     for row, (row_positions, row_scores) in enumerate(zip(positions, scores, strict=True)):
@@ -250,11 +255,13 @@ def search_with_ray(index: str, shards: list[BM25Index], queries: list[str], k: 
         found = np.asarray(rows[row]["retrieved_positions"]), np.asarray(rows[row]["retrieval_scores"])
         if not (np.array_equal(found[0], row_positions[kept]) and np.array_equal(found[1], row_scores[kept])):
             raise AssertionError(f"Query {row}: the job's retrieval stages found other hits than search_shards.")
-    steady = (len(rows) - 1) / (end - first)
+    steady = (len(queries) - len(queries) // 2) / (seconds[1] - seconds[0])
+    n_stages = len(shard_stages(locations, cpus, stages_per_cpu))
     return (
-        f"queries/s over the shards, the job's retrieval stages on Ray ({cpus:g} CPUs): "
-        f"{len(rows) / (end - start):,.0f} from the start (the actors' start-up included), "
-        f"{steady:,.0f} after the first row out (an upper bound with few batches per stage)"
+        f"queries/s over the shards, the job's retrieval stages on Ray ({cpus:g} CPUs, {n_stages} stages): "
+        f"{len(queries) // 2:,} queries in {seconds[0]:.1f} s, {len(queries):,} in {seconds[1]:.1f} s "
+        f"(the actors' start-up included): steady {steady:,.0f} (the difference of the two runs), "
+        f"{after_first:,.0f} after the first row out (an upper bound)"
     )
 
 
@@ -346,6 +353,12 @@ def main() -> None:
     parser.add_argument(
         "--ray-queries", type=int, default=0, help="with --search: also this many queries by the job's stages on Ray"
     )
+    parser.add_argument(
+        "--ray-stages-per-cpu",
+        type=float,
+        nargs="+",
+        help="with --ray-queries: the job's retrieval stages per CPU, each value in turn (default: the job's)",
+    )
     # One build measured in this process (what --build runs, a process per build).
     parser.add_argument("--measure", choices=BUILDS, help=argparse.SUPPRESS)
     parser.add_argument("--documents", help=argparse.SUPPRESS)
@@ -364,7 +377,10 @@ def main() -> None:
         compare_builds(args)
         return
     if args.search:
-        search_index(args.search, args.queries, args.top_k, args.ray_queries)
+        from jobs.bulk_qa.retrieval import BM25_STAGES_PER_CPU
+
+        per_cpu = args.ray_stages_per_cpu or [BM25_STAGES_PER_CPU]
+        search_index(args.search, args.queries, args.top_k, args.ray_queries, per_cpu)
         return
 
     texts = synthetic_texts(args.passages, args.words, seed=0)

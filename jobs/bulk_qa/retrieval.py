@@ -59,6 +59,7 @@ from qa_core.retrieval.corpus import weigh_corpus
 from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.index_io import HEADER_FILE
+from qa_core.retrieval.sharding import shard_bounds
 from qa_core.retrieval.statistics import FREQUENCIES_FILE, STATISTICS_FILE, CorpusStatistics
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
@@ -66,6 +67,10 @@ INDEX_FOLDER = "_index"  # the run's index, inside its output folder
 BUILD_FILE = "build.json"  # written last into an index folder: a folder without it is incomplete
 # Questions one retrieval call searches for (one `BM25Index.search` call).
 QUESTIONS_PER_RETRIEVAL_BATCH = 256
+# BM25 retrieval stages chained per CPU of the cluster (`shard_stages`): each stage searches its shards one after
+# the other; more stages than CPUs add hand-overs between actors (Arrow tables through the object store) without
+# more cores to run them.
+BM25_STAGES_PER_CPU = 1
 # The CPUs a retrieval actor reserves at most (less on a small cluster, so that tasks always find some)
 RETRIEVAL_ACTOR_MAX_CPUS = 0.5
 # Documents read per batch when building the index or fingerprinting the corpus.
@@ -601,8 +606,8 @@ def retrieved_questions(
     """
     The wave's questions, those without `document_ids` given their retrieved documents (see
     `workers.retrieve.RetrieveDocuments`), materialized: both the explode and the question stages read them.
-    Each shard of the index is memory-mapped by a retrieval actor of its own, the shards' stages chained (each
-    merges its hits into the earlier shards'); like the reader actors, the actors reserve a fraction of a CPU,
+    The index's shards are memory-mapped by retrieval actors, a run of consecutive shards each, their stages chained
+    (each merges its hits into the earlier stages'); like the reader actors, the actors reserve a fraction of a CPU,
     together at most a quarter of the cluster's, so that the tasks around them always find CPUs.
     """
     locations = plan.shard_locations
@@ -633,22 +638,44 @@ def retrieved_questions(
     return retrieved.materialize()
 
 
-def bm25_shard_stages(questions: Any, locations: list[str], top_k: int, cluster_cpus: float, engine: Engine) -> Any:
+def bm25_shard_stages(
+    questions: Any,
+    locations: list[str],
+    top_k: int,
+    cluster_cpus: float,
+    engine: Engine,
+    stages_per_cpu: float = BM25_STAGES_PER_CPU,
+) -> Any:
     """
     `questions` (`id`, `query`, optional `document_ids`) through the BM25 shards' retrieval stages, chained in
-    corpus order: each shard memory-mapped by an actor of its own (`workers.retrieve.RetrieveDocuments`), which
-    merges its hits into the earlier shards'; the actors together reserve at most a quarter of the cluster's CPUs.
+    corpus order (`shard_stages`): each stage's consecutive shards memory-mapped by an actor of its own
+    (`workers.retrieve.RetrieveDocuments`), which merges its hits into the earlier stages'; the actors together
+    reserve at most a quarter of the cluster's CPUs.
     """
-    for location in locations:
+    stages = shard_stages(locations, cluster_cpus, stages_per_cpu)
+    for stage in stages:
         questions = questions.map_batches(
             RetrieveDocuments,
             batch_format="pyarrow",
             batch_size=QUESTIONS_PER_RETRIEVAL_BATCH,
             compute=engine.actor_pool(1),
-            fn_constructor_kwargs={"location": location, "retriever_top_k": top_k},
-            num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / (4 * len(locations))),
+            fn_constructor_kwargs={"locations": stage, "retriever_top_k": top_k},
+            num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / (4 * len(stages))),
         )
     return questions
+
+
+def shard_stages(
+    locations: list[str], cluster_cpus: float, stages_per_cpu: float = BM25_STAGES_PER_CPU
+) -> list[list[str]]:
+    """
+    The shards split into consecutive runs, one retrieval stage each: `stages_per_cpu` per CPU of the cluster, at
+    least one, at most one per shard, their sizes differing by at most one (the first stages the smaller: their
+    shards are searched with lower floors, or none, so each costs more).
+    """
+    n_stages = max(1, min(len(locations), round((cluster_cpus or 1) * stages_per_cpu)))
+    bounds = shard_bounds(len(locations), n_stages)
+    return [locations[start:stop] for start, stop in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _summary(record: dict[str, Any]) -> dict[str, Any]:

@@ -410,7 +410,11 @@ def _weighed(
 
 
 def search_shards(
-    shards: Sequence[BM25Index], queries: Sequence[str], k: int, prune: bool = True
+    shards: Sequence[BM25Index],
+    queries: Sequence[str],
+    k: int,
+    prune: bool = True,
+    best: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """
     Searches a corpus's shards one after the other, each with the k-th best score found so far as its floor
@@ -420,9 +424,10 @@ def search_shards(
     :param queries: Non-empty query strings.
     :param k: Most hits per query.
     :param prune: As in `BM25Index.search`.
-    :returns: As `merge_top_k` of every shard's `search`: the same positions and scores.
+    :param best: The hits of the shards before these (`(queries, k)` positions and scores, padded with -1 and
+        -inf), which the search starts from; None: these are the first.
+    :returns: As `merge_top_k` of every shard's `search` (and `best`): the same positions and scores.
     """
-    best = None
     for shard in shards:
         floors = None if best is None else best[1][:, k - 1]  # -inf where fewer than k so far
         found = shard.search(queries, k, floors=floors, prune=prune)

@@ -5,11 +5,12 @@ The retrieval stage, one instance per Ray actor: a wave's questions -> the same 
 index holds passages of the documents (`jobs.passages`): a retrieved passage is given as its source
 document's id, with the passage's id and its character range there, which is what the reader reads.
 
-Each actor memory-maps the index folder the driver saved (or `--index` named): the posting arrays are shared
-through the page cache, never copied per task. An index on a remote filesystem is first copied once per node
-into the local temporary folder.
+Each actor memory-maps the index folder the driver saved (or `--index` named), or some consecutive shards of it:
+the posting arrays are shared through the page cache, never copied per task. An index on a remote filesystem is
+first copied once per node into the local temporary folder.
 """
 
+from bisect import bisect_right
 from typing import NamedTuple
 
 import numpy as np
@@ -18,7 +19,8 @@ import pyarrow as pa
 from jobs.passages import Passages
 from jobs.storage import local_index_folder
 from qa_core.retrieval.index import BM25Index
-from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, merge_top_k
+from qa_core.retrieval.sharding import search_shards
+from qa_core.retrieval.topk import NO_POSITION, NO_SCORE
 
 # What the retrieval stage returns: the questions, with `document_ids` filled for the retrieved ones and their
 # scores (null for questions that named their documents or could not be asked).
@@ -50,29 +52,36 @@ class Hit(NamedTuple):
 
 class RetrieveDocuments:
     """
-    Holds one memory-mapped `BM25Index` (a whole corpus, or one shard of it) and retrieves for the questions of
-    each batch that have no `document_ids` (a null value, or no such column), in one `search` call. A question
-    with an empty query is left alone: it becomes an `error` row, as without retrieval; one whose query has no
-    indexed term gets no documents. An index of passages (`split_length`) gives each hit as its source document
-    with the passage's id and range (`HIT_COLUMNS`).
+    Holds memory-mapped `BM25Index`es (a whole corpus, or consecutive shards of one) and retrieves for the
+    questions of each batch that have no `document_ids` (a null value, or no such column), searching its shards
+    one after the other (`sharding.search_shards`). A question with an empty query is left alone: it becomes an
+    `error` row, as without retrieval; one whose query has no indexed term gets no documents. An index of
+    passages (`split_length`) gives each hit as its source document with the passage's id and range
+    (`HIT_COLUMNS`).
 
-    Shards are chained, one stage each: the first finds the questions to retrieve for, each later one searches
-    for what beats the k-th best hit carried in the rows (its floor: fewer documents to score) and merges its own
-    hits into those (`merge_top_k`: exact, ties in corpus order), so that after the last the rows hold the corpus's
-    top k.
+    Stages of shards are chained: the first finds the questions to retrieve for, each later one searches for what
+    beats the k-th best hit carried in the rows (its floor: fewer documents to score) and merges its own hits into
+    those (`merge_top_k`: exact, ties in corpus order), so that after the last the rows hold the corpus's top k.
+    Within a stage each shard's floor is likewise the k-th best of the shards before it.
     """
 
-    def __init__(self, location: str, retriever_top_k: int) -> None:
+    def __init__(self, locations: list[str], retriever_top_k: int) -> None:
         """
-        :param location: The index (or shard) folder, a local path or URI.
+        :param locations: The index folder, or consecutive shard folders of one in corpus order, local paths or
+            URIs.
         :param retriever_top_k: Documents to retrieve per question.
-        :raises ValueError: If the folder's passages do not match its index.
+        :raises ValueError: If a folder's passages do not match its index.
         """
-        folder = local_index_folder(location)
-        self.index = BM25Index.load(folder, mmap=True)
-        self.passages = Passages.load(folder)  # None: the index holds whole documents
-        if self.passages is not None and len(self.passages) != len(self.index.doc_ids):
-            raise ValueError(f"{location}: {len(self.passages)} passages for {len(self.index.doc_ids)} documents.")
+        self.shards: list[BM25Index] = []
+        self.passages: list[Passages | None] = []  # each shard's; None: the index holds whole documents
+        for location in locations:
+            folder = local_index_folder(location)
+            shard, passages = BM25Index.load(folder, mmap=True), Passages.load(folder)
+            if passages is not None and len(passages) != len(shard.doc_ids):
+                raise ValueError(f"{location}: {len(passages)} passages for {len(shard.doc_ids)} documents.")
+            self.shards.append(shard)
+            self.passages.append(passages)
+        self._offsets = [shard.doc_offset for shard in self.shards]
         self.top_k = retriever_top_k
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -91,25 +100,25 @@ class RetrieveDocuments:
                 np.array([_padded(carried[row] or [], NO_POSITION, self.top_k) for row in asked], np.int64),
                 np.array([_padded(scores[row] or [], NO_SCORE, self.top_k) for row in asked], np.float64),
             )
-            # (asked, k) positions, scores: only what beats the k-th best of the earlier shards (-inf with fewer)
-            found = self.index.search([queries[row] for row in asked], self.top_k, floors=before[1][:, -1])
-            positions, hit_scores = merge_top_k([before, found], self.top_k)  # (asked, k)
+            # (asked, k) positions, scores: the earlier stages' hits merged with what beats them here
+            asked_queries = [queries[row] for row in asked]
+            positions, hit_scores = search_shards(self.shards, asked_queries, self.top_k, best=before)
             for row, row_positions, row_scores in zip(asked, positions, hit_scores, strict=True):
                 known = dict(zip(carried[row] or [], row_hits(hits, row), strict=True))
                 kept = row_positions[row_positions != NO_POSITION].tolist()
                 found_hits = [known.get(position) or self._hit(position) for position in kept]
-                set_row_hits(hits, row, found_hits, self.passages is not None)
+                set_row_hits(hits, row, found_hits, self.passages[0] is not None)
                 scores[row] = row_scores[: len(kept)].tolist()
                 carried[row] = kept
         return retrieved_table(batch, scores, carried, hits)
 
     def _hit(self, position: int) -> Hit:
-        """The document (or passage) of this index at corpus `position`."""
-        index = position - self.index.doc_offset
-        if self.passages is None:
-            return Hit(self.index.doc_ids[index])
-        passages = self.passages
-        return Hit(passages.source_ids[index], self.index.doc_ids[index], passages.starts[index], passages.ends[index])
+        """The document (or passage) of these shards at corpus `position`."""
+        at = bisect_right(self._offsets, position) - 1
+        shard, passages, index = self.shards[at], self.passages[at], position - self._offsets[at]
+        if passages is None:
+            return Hit(shard.doc_ids[index])
+        return Hit(passages.source_ids[index], shard.doc_ids[index], passages.starts[index], passages.ends[index])
 
 
 def retrieved_table(

@@ -17,7 +17,14 @@ from jobs import index as index_command
 from jobs.bulk_qa import driver, main
 from jobs.bulk_qa.config import RunSettings
 from jobs.bulk_qa.output import OutputFolder
-from jobs.bulk_qa.retrieval import INDEX_FOLDER, build_index, prepare_index, shard_locations, write_index
+from jobs.bulk_qa.retrieval import (
+    INDEX_FOLDER,
+    build_index,
+    prepare_index,
+    shard_locations,
+    shard_stages,
+    write_index,
+)
 from jobs.bulk_qa.workers.retrieve import RetrieveDocuments
 from jobs.engines import Engine, RayEngine
 from jobs.ray_logs import RayLogFilter
@@ -211,11 +218,15 @@ def test_sharded_retrieval_stages_equal_one_index(tmp_path: Path) -> None:
         settings = RetrievalSettings(index_shards=n_shards)
         location = str(tmp_path / f"index{n_shards}")
         write_index(build_index_from(tmp_path / f"docs{n_shards}.parquet", ids, texts, settings), location)
-        rows = batch
-        for shard_location in shard_locations(location, n_shards):
-            rows = RetrieveDocuments(shard_location, retriever_top_k=5)(rows)
-        results.append(rows.drop_columns(["retrieved_positions"]).to_pylist())
-    assert results[0] == results[1]
+        locations = shard_locations(location, n_shards)
+        # a stage per shard; then (3 shards) a stage of one and a stage of two, as `shard_stages` splits them
+        for stages in {len(locations): [[shard] for shard in locations], 2: shard_stages(locations, 2)}.values():
+            rows = batch
+            for stage in stages:
+                rows = RetrieveDocuments(stage, retriever_top_k=5)(rows)
+            results.append(rows.drop_columns(["retrieved_positions"]).to_pylist())
+    assert shard_stages(["a", "b", "c"], 2) == [["a"], ["b", "c"]]
+    assert all(result == results[0] for result in results[1:])
     by_query = {row["query"]: row for row in results[0]}
     assert by_query["tie"]["document_ids"][:2] == ["p40", "p41"]  # equal scores: corpus order
     assert by_query["zzzqqq"]["document_ids"] == [] and by_query["   "]["document_ids"] is None

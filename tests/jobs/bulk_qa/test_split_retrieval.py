@@ -18,7 +18,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from jobs import index as index_command
 from jobs.bulk_qa import main
-from jobs.bulk_qa.retrieval import INDEX_FOLDER, build_index, shard_locations, write_index
+from jobs.bulk_qa.retrieval import INDEX_FOLDER, build_index, shard_locations, shard_stages, write_index
 from jobs.bulk_qa.workers.aggregate import RefusalSettings, question_result
 from jobs.bulk_qa.workers.retrieve import RetrieveDocuments
 from jobs.bulk_qa.workers.rows import AGGREGATION_SCHEMA, CANDIDATE, PAIR, SEQUENCE
@@ -258,8 +258,8 @@ def test_sharded_passage_retrieval_equals_one_index(tmp_path: Path, corpus: dict
         location = str(tmp_path / f"index{n_shards}")
         write_index(build_index(settings, corpus["paths"]["documents"]), location)
         rows = batch
-        for shard_location in shard_locations(location, n_shards):
-            rows = RetrieveDocuments(shard_location, retriever_top_k=TOP_K)(rows)
+        for stage in shard_stages(shard_locations(location, n_shards), 2):  # 3 shards: a stage of one, one of two
+            rows = RetrieveDocuments(stage, retriever_top_k=TOP_K)(rows)
         results.append(rows.drop_columns(["retrieved_positions"]).to_pylist())
     assert results[0] == results[1]
     for row in results[0]:
