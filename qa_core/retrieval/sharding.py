@@ -270,7 +270,8 @@ def weigh_shard(
     :param algorithm: The algorithm `weights` was made for.
     :param parameters: Its parameters (`scoring.resolve_parameters`).
     :param tokenization_regex: The regex the shard was counted with.
-    :returns: The shard's index, and its counts in the index's posting order (to save beside it).
+    :returns: The shard's index, and its counts in the index's posting order (to save beside it; `counted.counts`
+        itself where its terms were in the corpus's order already).
     :raises ValueError: If a term of the shard is missing from the corpus's statistics.
     """
     ordered, corpus_ids = _in_corpus_order(counted, doc_offset, weights)
@@ -301,15 +302,14 @@ def weigh_counted_shard(
     :raises ValueError: As `weigh_shard`, or if the folder's files are missing or do not fit each other.
     """
     counted = CountedShard.load(folder, mmap=True)
-    ordered, corpus_ids = _in_corpus_order(counted, doc_offset, weights)
+    index, counts = weigh_shard(counted, doc_offset, doc_fingerprint, weights, algorithm, parameters,
+                                tokenization_regex)  # fmt: skip
     kept = {DOC_IDS_FILE}  # as counted: ids and lengths are in document order
-    if ordered is counted:
+    if counts is counted.counts:  # the terms were in the corpus's order: postings and counts as they are
         kept |= {VOCABULARY_FILE, "starts.npy", "doc_indices.npy"}
     else:
         del counted  # no array of it is read again: its files are written over below
-        ordered.counts.save(folder, names=["term_counts"])
-    index = _weighed(ordered, corpus_ids, doc_offset, doc_fingerprint, weights, algorithm, parameters,
-                     tokenization_regex)  # fmt: skip
+        counts.save(folder, names=["term_counts"])
     index.save(folder, frozenset(kept))
     return len(index.vocabulary)
 
