@@ -312,7 +312,7 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
         documents file.
     """
     started = time.time()
-    passages, n_docs = passage_shards(documents, settings)
+    passages, n_docs = passage_shards(documents, settings, cpus=_cluster_cpus())
     _check_shards(settings, n_docs)
     size = settings.shard_size(n_docs)
     n_shards = len(range(0, n_docs, size))
@@ -324,10 +324,10 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
     locations = shard_locations(folder, n_shards)
     try:
         problem = f"{redact(documents)}: cannot build the BM25 index of the documents"
-        counted = _count_shards(passages, locations, size, 0, settings, problem)
+        counted = _count_shards(passages, locations, settings, problem)
         statistics = counted.statistics
-        weigh_shards(list(zip(locations, range(0, n_docs, size), counted.fingerprints, strict=True)), statistics,
-                     settings)  # fmt: skip
+        weigh_shards(list(zip(locations, range(0, n_docs, size), counted.fingerprints, counted.parts, strict=True)),
+                     statistics, settings)  # fmt: skip
         save_files(folder, statistics.save)  # what `add_documents_with_ray` grows the index from
     except BaseException:
         if local:
@@ -349,28 +349,32 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
 def _count_shards(
     passages: Any,
     locations: list[str],
-    size: int,
-    first_position: int,
     settings: RetrievalSettings,
     problem: str,
     old_shards: list[tuple[str, int]] = (),
 ) -> CountedPassages:
     """
-    `count_shards` of passages numbered from `first_position` into `locations`, then the corpus's checks: it has
-    terms, and no id twice among these passages and the documents of an index's `old_shards` (folder, offset).
+    `count_shards` of passages into `locations`, then the corpus's checks: it has terms, and no id twice among
+    these passages and the documents of an index's `old_shards` (folder, offset).
 
     :raises InputError: `problem`, then what is wrong.
     """
     try:
-        counted = count_shards(passages, locations, size, first_position, settings.split_length is not None)
+        counted = count_shards(passages, locations, settings.split_length is not None)
         counted.statistics.check(DEFAULT_TOKENIZATION_REGEX)
         hashes = np.concatenate([*(shard_id_hashes(location) for location, _ in old_shards), counted.id_hashes])
-        offsets = [offset for _, offset in old_shards]
-        offsets += range(first_position, first_position + len(counted.id_hashes), size)
-        check_unique_ids(hashes, [location for location, _ in old_shards] + locations, offsets)
+        folders = [*old_shards, *counted.folders]
+        check_unique_ids(hashes, [folder for folder, _ in folders], [offset for _, offset in folders])
     except ValueError as error:
         raise InputError(f"{problem}: {error}") from None
     return counted
+
+
+def _cluster_cpus() -> int:
+    """The CPUs of the running Ray cluster (at least 1)."""
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
 def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
@@ -412,11 +416,11 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
     )  # fmt: skip
     old_shards, size = record["shards"], record["shard_size"]
     headers = {shard: _read_json(shard, HEADER_FILE) for shard in shard_locations(str(folder), old_shards)}
-    passages, n_added = passage_shards(documents, settings, first_position=before.n_docs)
+    passages, n_added = passage_shards(documents, settings, first_position=before.n_docs, cpus=_cluster_cpus())
     locations = shard_locations(str(folder), old_shards + len(range(0, n_added, size)))
     old = [(shard, header["doc_offset"]) for shard, header in headers.items()]
     try:
-        added = _count_shards(passages, locations[old_shards:], size, before.n_docs, settings,
+        added = _count_shards(passages, locations[old_shards:], settings,
                               f"{redact(documents)}: cannot add the documents to the index", old)  # fmt: skip
     except BaseException:
         for shard in locations[old_shards:]:
@@ -431,8 +435,8 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
                 path.rename(Path(locations[0]) / path.name)
     # The added shards first: theirs are the longer tasks (their terms put in order, all their files written).
     shards = list(zip(locations[old_shards:], range(before.n_docs, statistics.n_docs, size), added.fingerprints,
-                      strict=True))  # fmt: skip
-    shards += [(location, header["doc_offset"], header["fingerprint"])
+                      added.parts, strict=True))  # fmt: skip
+    shards += [(location, header["doc_offset"], header["fingerprint"], 1)
                for location, header in zip(locations, headers.values(), strict=False)]  # fmt: skip
     weigh_shards(shards, statistics, settings)
     statistics.save(folder)

@@ -2,16 +2,17 @@
 The BM25 index of `numbered_passages` built by Ray Data, each passage tokenized once, the driver holding the corpus
 statistics only:
 
-1. count (`count_shards`): a Ray Data task per shard (`passage_shards`) reads its passages itself (`read_shard`:
-   no regrouping of blocks, a shard is counted as soon as it is read, and its texts never pass through the object
-   store) and tokenizes them once, in parts of `sharding.COUNT_PART_DOCS` passages whose compact counts it merges
-   (so a task holds one part's tokens, not its shard's), writes its term counts and ids into the shard's folder
-   (`sharding.CountedShard`, with `passages.json` when split) and returns only the shard's statistics; the
-   driver merges them in corpus order (`CorpusStatistics.merge`: the single-process build's vocabulary order,
-   so the same idf sums) and checks that no id occurs twice in the corpus (from a 64-bit hash of each id that
-   the tasks return);
-2. weigh (`weigh_shards`): a task per shard weighs its stored counts with the corpus's statistics
-   (`sharding.weigh_counted_shard`: counts are read, not texts) and writes the shard's index beside them.
+1. count (`count_shards`): a Ray Data task per shard (`passage_shards`; per part of a shard where the shards are
+   fewer than the CPUs) reads its passages itself (`read_shard`: no regrouping of blocks, a shard is counted as
+   soon as it is read, and its texts never pass through the object store) and tokenizes them once, in parts of
+   `sharding.COUNT_PART_DOCS` passages whose compact counts it merges (so a task holds one part's tokens, not its
+   shard's), writes its term counts and ids into its folder (`counted_folder`: `sharding.CountedShard`, with
+   `passages.json` when split) and returns only their statistics; the driver merges them in corpus order
+   (`CorpusStatistics.merge`: the single-process build's vocabulary order, so the same idf sums) and checks that
+   no id occurs twice in the corpus (from a 64-bit hash of each id that the tasks return);
+2. weigh (`weigh_shards`): a task per shard weighs its stored counts (its parts' put together) with the corpus's
+   statistics (`sharding.weigh_counted_shard`: counts are read, not texts) and writes the shard's index beside
+   them.
 
 No text is kept past the first pass, and none goes through the object store.
 A corpus that grows goes the same way: the added passages are counted as new shards, and every shard, old and
@@ -35,6 +36,7 @@ import pyarrow.fs as pafs
 from jobs.indexing.passages import read_shard
 from jobs.passages import Passages
 from jobs.storage import resolve_path
+from qa_core.retrieval.fingerprint import fingerprint_hex
 from qa_core.retrieval.index_io import DOC_IDS_FILE
 from qa_core.retrieval.sharding import COUNT_PART_DOCS, CountedShard, count_parts, weigh_counted_shard
 from qa_core.retrieval.statistics import CorpusStatistics
@@ -50,6 +52,10 @@ ID_HASHES_FILE = "id_hashes.npy"
 _COUNTED_SCHEMA = pa.schema(
     [
         ("shard", pa.int64()),
+        ("part", pa.int64()),  # of the shard's `parts`
+        ("parts", pa.int64()),
+        ("first", pa.int64()),  # the part's first corpus position
+        ("folder", pa.string()),  # where it was counted (`counted_folder`)
         ("vocabulary", pa.list_(pa.string())),
         ("doc_frequencies", pa.list_(pa.int64())),
         ("n_docs", pa.int64()),
@@ -73,70 +79,84 @@ class CountedPassages:
     :param statistics: Their statistics, merged in corpus order.
     :param sources: How many source documents they come from.
     :param fingerprints: Each shard's fingerprint (hex), in order.
+    :param parts: How many parts each shard was counted in, in order (1: counted whole).
     :param id_hashes: `(passages,)` uint64 `id_hashes` of their ids, in corpus order.
+    :param folders: Each counted folder (a shard's, or a part's: `counted_folder`) and its first corpus position,
+        in corpus order.
     """
 
     statistics: CorpusStatistics
     sources: int
     fingerprints: list[str]
+    parts: list[int]
     id_hashes: np.ndarray
+    folders: list[tuple[str, int]]
 
 
-def count_shards(
-    shards: Any, locations: list[str], shard_size: int, first_position: int, split: bool
-) -> CountedPassages:
+def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassages:
     """
-    Counts the passages (from corpus position `first_position` on) shard by shard: a Ray Data task per shard
-    reads it, writes its counted shard into its folder of `locations` and returns its statistics.
+    Counts passages shard by shard: a Ray Data task per shard (or part of a shard) reads it, writes its counted
+    shard into its folder (`counted_folder`) and returns its statistics, merged in corpus order by the driver.
 
-    :param shards: `passage_shards`' dataset (of shards of `shard_size`).
+    :param shards: `passage_shards`' dataset.
     :param locations: The folders of the shards these passages make, in order.
-    :param shard_size: Passages per shard.
-    :param first_position: Corpus position of the first passage.
     :param split: Whether the passages are split documents (each shard then keeps `passages.json`).
-    :returns: The passages' statistics, sources, shard fingerprints and id hashes.
+    :returns: The passages' statistics, sources, shard fingerprints and parts, id hashes and counted folders.
     :raises ValueError: If a shard's passages cannot be indexed (ids invalid, or one twice in the shard).
     """
     counted = _all_cores_at_once(shards).map_batches(
         _count_shard,
         batch_format="pyarrow",
-        batch_size=1,  # one shard
-        fn_kwargs={
-            "locations": locations,
-            "shard_size": shard_size,
-            "first_position": first_position,
-            "tokenization_regex": DEFAULT_TOKENIZATION_REGEX,
-            "split": split,
-        },
+        batch_size=1,  # one shard, or part
+        fn_kwargs={"locations": locations, "tokenization_regex": DEFAULT_TOKENIZATION_REGEX, "split": split},
     )
-    fingerprints: list[str] = []
+    fingerprints: list[int] = []
+    parts: list[int] = []
     hashes: list[np.ndarray] = []
+    folders: list[tuple[str, int]] = []
     errors: list[str] = []
     sources = _SourceCount()
 
-    def shards() -> Iterator[CorpusStatistics]:  # merged in corpus order as soon as the shards before have come
-        waiting: dict[int, dict[str, Any]] = {}
+    def shards() -> Iterator[CorpusStatistics]:  # merged in corpus order as soon as the parts before have come
+        waiting: dict[tuple[int, int], dict[str, Any]] = {}
+        following = (0, 0)  # the (shard, part) merged next
         for table in counted.iter_batches(batch_size=None, batch_format="pyarrow"):
             for row in table.to_pylist():
                 if row["error"] is not None:
                     errors.append(row["error"])
                 if errors:  # every task runs to its end before the driver raises
                     continue
-                waiting[row["shard"]] = row
-                while (row := waiting.pop(len(fingerprints), None)) is not None:
+                waiting[row["shard"], row["part"]] = row
+                while (row := waiting.pop(following, None)) is not None:
+                    if row["part"] == 0:
+                        fingerprints.append(0)
+                        parts.append(row["parts"])
+                    fingerprints[-1] += int(row["fingerprint"], 16)  # a sum: the shard's is its parts'
                     sources.add(row["sources"], row["first_source"], row["last_source"])
-                    fingerprints.append(row["fingerprint"])
                     hashes.append(np.frombuffer(row["id_hashes"], np.uint64))
+                    folders.append((row["folder"], row["first"]))
+                    last = row["part"] + 1 == row["parts"]
+                    following = (row["shard"] + 1, 0) if last else (row["shard"], row["part"] + 1)
                     yield _statistics(row)
         if waiting and not errors:
-            raise RuntimeError(f"Shards {sorted(waiting)} were counted, but not shard {len(fingerprints)}.")
+            raise RuntimeError(f"Shards' parts {sorted(waiting)} were counted, but not {following}.")
 
     statistics = CorpusStatistics.merge(shards())
     if errors:
         raise ValueError(errors[0])
     return CountedPassages(
-        statistics, sources.total, fingerprints, np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+        statistics,
+        sources.total,
+        [fingerprint_hex(fingerprint) for fingerprint in fingerprints],
+        parts,
+        np.concatenate(hashes) if hashes else np.zeros(0, np.uint64),
+        folders,
     )
+
+
+def counted_folder(location: str, part: int, parts: int) -> str:
+    """The folder a shard's part is counted into: the shard's own where it is counted whole (`parts` 1)."""
+    return location if parts == 1 else f"{location.rstrip('/')}/part-{part:05d}"
 
 
 def id_hashes(ids: list[str]) -> np.ndarray:
@@ -173,7 +193,7 @@ def check_unique_ids(hashes: np.ndarray, locations: list[str], offsets: list[int
     dismissed, for a collision) from the shards' `doc_ids.json`.
 
     :param hashes: `(passages,)` `id_hashes` of the corpus's ids, in corpus order.
-    :param locations: The shard folders.
+    :param locations: The folders holding their `doc_ids.json`: shards', or parts' (`counted_folder`).
     :param offsets: Their first corpus positions.
     :raises ValueError: Naming the first id found twice and its positions.
     """
@@ -189,7 +209,7 @@ def check_unique_ids(hashes: np.ndarray, locations: list[str], offsets: list[int
 
 
 def _doc_id(position: int, locations: list[str], offsets: list[int]) -> str:
-    """The id at a corpus position, read from its shard's folder."""
+    """The id at a corpus position, read from its folder."""
     shard = int(np.searchsorted(offsets, position, side="right")) - 1
     return read_doc_ids(locations[shard])[position - offsets[shard]]
 
@@ -216,32 +236,35 @@ def _statistics(row: dict[str, Any]) -> CorpusStatistics:
     )
 
 
-def _count_shard(
-    item: pa.Table, locations: list[str], shard_size: int, first_position: int, tokenization_regex: str, split: bool
-) -> pa.Table:
-    """A shard (a row of `passage_shards`) -> its counted shard written into its folder; its statistics, one row."""
-    batch = read_shard(item.to_pylist()[0])
+def _count_shard(item: pa.Table, locations: list[str], tokenization_regex: str, split: bool) -> pa.Table:
+    """
+    A shard or part (a row of `passage_shards`) -> its counted shard written into its folder (`counted_folder`);
+    its statistics, one row.
+    """
+    shard = item.to_pylist()[0]
+    batch = read_shard(shard)
+    first, stop = shard["first"], shard["stop"]
     positions = batch["position"].to_numpy()
-    doc_offset = int(positions[0])
-    shard, within = divmod(doc_offset - first_position, shard_size)
-    if within or positions[-1] - doc_offset != positions.size - 1 or positions.size > shard_size:
-        raise ValueError(f"The block of passages from position {doc_offset} is not one whole shard of {shard_size}.")
-    location = locations[shard]
+    if positions.size != stop - first or positions[0] != first:
+        raise ValueError(f"The passages read for positions {first} to {stop} are not those positions.")
+    folder = counted_folder(locations[shard["shard"]], shard["part"], shard["parts"])
+    where = {"shard": [shard["shard"]], "part": [shard["part"]], "parts": [shard["parts"]], "first": [first],
+             "folder": [folder]}  # fmt: skip
     parts = ((batch["id"][start : start + COUNT_PART_DOCS].to_pylist(),
               batch["content"][start : start + COUNT_PART_DOCS].to_pylist())
              for start in range(0, batch.num_rows, COUNT_PART_DOCS))  # fmt: skip
     try:  # a part's strings at a time
-        counted, statistics = count_parts(parts, doc_offset, Tokenizer(tokenization_regex))
+        counted, statistics = count_parts(parts, first, Tokenizer(tokenization_regex))
     except ValueError as error:  # bad input: the driver raises it
         columns = {name: [None] for name in _COUNTED_SCHEMA.names}
-        return pa.table({**columns, "shard": [shard], "error": [str(error)]}, schema=_COUNTED_SCHEMA)
+        return pa.table({**columns, **where, "error": [str(error)]}, schema=_COUNTED_SCHEMA)
     passages = None
     if split:
         passages = Passages(batch["source_id"].to_pylist(), batch["start"].to_pylist(), batch["end"].to_pylist())
     hashes = id_hashes(counted.doc_ids)
-    save_files(location, lambda folder: _save_counted(counted, passages, hashes, folder))
+    save_files(folder, lambda local: _save_counted(counted, passages, hashes, local))
     row = {
-        "shard": [shard],
+        **where,
         "vocabulary": [statistics.vocabulary],
         "doc_frequencies": [statistics.doc_frequencies],
         "n_docs": [statistics.n_docs],
@@ -264,13 +287,15 @@ def _save_counted(counted: CountedShard, passages: Passages | None, hashes: np.n
 
 
 def weigh_shards(
-    shards: list[tuple[str, int, str]], statistics: CorpusStatistics, settings: "RetrievalSettings"
+    shards: list[tuple[str, int, str, int]], statistics: CorpusStatistics, settings: "RetrievalSettings"
 ) -> list[int]:
     """
     Weighs counted shards with their corpus's statistics (`sharding.weigh_counted_shard`, from their stored
-    counts, without tokenizing), a Ray Data task per shard, each writing its shard's index into its folder.
+    counts, without tokenizing), a Ray Data task per shard, each writing its shard's index into its folder; a
+    shard counted in parts is first put together from them (`CountedShard.concatenate`), and the parts removed.
 
-    :param shards: Each shard's folder, first corpus position and fingerprint (hex), in the order to start them.
+    :param shards: Each shard's folder, first corpus position, fingerprint (hex) and the parts it was counted in
+        (`counted_folder`), in the order to start them.
     :param statistics: The corpus's statistics.
     :param settings: The algorithm and its parameters.
     :returns: Each shard's vocabulary size, in corpus order.
@@ -281,7 +306,8 @@ def weigh_shards(
 
     algorithm, parameters = settings.bm25_algorithm, settings.parameters()
     weights = ray.put(statistics.weights(algorithm, parameters))
-    items = [{"location": location, "doc_offset": offset, "fingerprint": fp} for location, offset, fp in shards]
+    items = [{"location": location, "doc_offset": offset, "fingerprint": fp, "parts": parts}
+             for location, offset, fp, parts in shards]  # fmt: skip
     weighed = _all_cores_at_once(ray.data.from_items(items, override_num_blocks=len(items))).map_batches(
         _weigh,
         batch_size=1,
@@ -294,13 +320,30 @@ def _weigh(batch: dict[str, Any], weights: Any, algorithm: str, parameters: dict
     """One counted shard weighed and its index written into its folder (`sharding.weigh_counted_shard`)."""
     import ray
 
-    location, offset = str(batch["location"][0]), int(batch["doc_offset"][0])
+    location, offset, n_parts = str(batch["location"][0]), int(batch["doc_offset"][0]), int(batch["parts"][0])
+    parts = [counted_folder(location, part, n_parts) for part in range(n_parts)] if n_parts > 1 else []
 
     def weigh(folder: Path) -> int:
+        local_parts = [folder / Path(part).name for part in parts]
+        if local_parts:
+            _gather_parts(local_parts, folder)
         return weigh_counted_shard(folder, offset, str(batch["fingerprint"][0]), ray.get(weights), algorithm,
-                                   parameters, DEFAULT_TOKENIZATION_REGEX)  # fmt: skip
+                                   parameters, DEFAULT_TOKENIZATION_REGEX, local_parts)  # fmt: skip
 
-    return {"doc_offset": [offset], "terms": [in_folder(location, weigh)]}
+    terms = in_folder(location, weigh)
+    filesystem, _ = resolve_path(location)
+    for part in parts:  # after the shard's own files are written (and copied, to a remote folder)
+        filesystem.delete_dir(resolve_path(part)[1])
+    return {"doc_offset": [offset], "terms": [terms]}
+
+
+def _gather_parts(parts: list[Path], folder: Path) -> None:
+    """A shard's own files besides its counts (`_save_counted`'s: its ids' hashes, its passages), from its parts."""
+    hashes = [np.load(part / ID_HASHES_FILE, allow_pickle=False) for part in parts]
+    np.save(folder / ID_HASHES_FILE, np.concatenate(hashes), allow_pickle=False)
+    passages = [Passages.load(part) for part in parts]
+    if passages[0] is not None:
+        Passages.concat(passages).save(folder)
 
 
 def _all_cores_at_once(dataset: Any) -> Any:

@@ -3,6 +3,7 @@ The passages an index holds, as a Ray Dataset read and split by Ray Data tasks: 
 table order (or, with `split_length`, their passages), numbered by corpus position.
 """
 
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ import pyarrow.parquet as pq
 
 from jobs.passages import split_batch
 from jobs.storage import parquet_dataset, resolve_path
+from qa_core.retrieval.sharding import COUNT_PART_DOCS
 
 if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
     from jobs.retrieval_settings import RetrievalSettings
@@ -31,6 +33,9 @@ PASSAGE_SCHEMA = pa.schema(
 
 _SPLIT_SCHEMA = pa.schema([field for field in PASSAGE_SCHEMA if field.name != "position"])  # before numbering
 _READ_BATCH = 65536  # documents read at a time from a row group
+# Passages a shard's part holds at least, where shards are cut into parts counted by tasks of their own
+# (`shard_parts`): as many as one count holds at a time (`sharding.COUNT_PART_DOCS`), so a part is one such count.
+LEAST_PART = COUNT_PART_DOCS
 
 
 def indexed_passages(documents: str, settings: "RetrievalSettings") -> Any:
@@ -65,18 +70,28 @@ def numbered_passages(documents: str, settings: "RetrievalSettings", first_posit
     return items.map_batches(_row_group_passages, batch_size=1, batch_format="pyarrow", fn_kwargs=options), sum(counts)
 
 
-def passage_shards(documents: str, settings: "RetrievalSettings", first_position: int = 0) -> tuple[Any, int]:
+def passage_shards(
+    documents: str, settings: "RetrievalSettings", first_position: int = 0, cpus: int = 1
+) -> tuple[Any, int]:
     """
     The shards of `numbered_passages` (`settings.shard_size` passages each, from `first_position` on), as what
     each reads (`_shard_items`), for a Ray Data task per shard that reads its passages itself (`read_shard`):
     a shard is then handled as soon as it is read, by the task that reads it, with no regrouping of blocks.
+    Where the shards are fewer than `cpus` (a small corpus, or a small addition), each is cut into parts of at
+    least `LEAST_PART` passages (`shard_parts`), a task each, so that every CPU counts.
 
-    :returns: A Ray Dataset of one row per shard, in corpus order, and how many passages in all.
+    :returns: A Ray Dataset of one row per shard (or part of a shard), in corpus order, and how many passages in all.
     """
     import ray.data
 
     groups, counts = _row_groups(documents, settings, first_position)
-    shards = _shard_items(groups, counts, first_position, settings.shard_size(sum(counts)))
+    size, end = settings.shard_size(sum(counts)), first_position + sum(counts)
+    firsts = range(first_position, end, size)
+    shards = []
+    for shard, first in enumerate(firsts):
+        bounds = shard_parts(first, min(first + size, end), math.ceil(cpus / len(firsts)))
+        shards += [{**item, "shard": shard, "part": part, "parts": len(bounds) - 1}
+                   for part, item in enumerate(_shard_items(groups, counts, bounds))]  # fmt: skip
     for shard in shards:
         shard.update(documents=documents, split_length=settings.split_length, split_overlap=settings.split_overlap)
     if not shards:
@@ -84,8 +99,20 @@ def passage_shards(documents: str, settings: "RetrievalSettings", first_position
     return ray.data.from_items(shards, override_num_blocks=len(shards)), sum(counts)
 
 
+def shard_parts(first: int, stop: int, parts: int) -> list[int]:
+    """
+    The bounds of a shard's passages `[first, stop)` cut into at most `parts` parts of nearly equal sizes, none
+    under `LEAST_PART` passages (one part, the shard, where it holds fewer than twice as many).
+    """
+    parts = max(1, min(parts, (stop - first) // LEAST_PART))
+    return [first + part * (stop - first) // parts for part in range(parts + 1)]
+
+
 def read_shard(shard: dict[str, Any]) -> pa.Table:
-    """A shard's passages (`PASSAGE_SCHEMA`, in corpus order), read from its row groups: a row of `passage_shards`."""
+    """
+    A shard's (or part's) passages (`PASSAGE_SCHEMA`, in corpus order), read from its row groups: a row of
+    `passage_shards`.
+    """
     first, stop = shard["first"], shard["stop"]
     options = (shard["documents"], shard["split_length"], shard["split_overlap"])
     tables = []
@@ -131,24 +158,20 @@ def _row_groups(
     return [{**group, "first": first} for group, first in zip(groups, firsts, strict=True)], counts
 
 
-def _shard_items(
-    row_groups: list[dict[str, Any]], counts: list[int], first_position: int, shard_size: int
-) -> list[dict[str, Any]]:
+def _shard_items(row_groups: list[dict[str, Any]], counts: list[int], bounds: list[int]) -> list[dict[str, Any]]:
     """
-    What each shard reads: its corpus positions `[first, stop)` and the row groups they lie in (`paths`,
-    `row_groups` and their first positions, `firsts`), from `_row_groups`.
+    What each range of corpus positions `[bounds[i], bounds[i + 1])` reads: its `first` and `stop` positions and
+    the row groups they lie in (`paths`, `row_groups` and their first positions, `firsts`), from `_row_groups`.
     """
-    end = first_position + sum(counts)
-    shards = []
-    for first in range(first_position, end, shard_size):
-        stop = min(first + shard_size, end)
+    items = []
+    for first, stop in zip(bounds[:-1], bounds[1:], strict=True):
         inside = [group for group, count in zip(row_groups, counts, strict=True)
                   if count and group["first"] < stop and group["first"] + count > first]  # fmt: skip
-        shards.append({
+        items.append({
             "first": first, "stop": stop, "paths": [group["path"] for group in inside],
             "row_groups": [group["row_group"] for group in inside], "firsts": [group["first"] for group in inside],
         })  # fmt: skip
-    return shards
+    return items
 
 
 def _counts_in_footers(row_groups: list[pq.RowGroupMetaData]) -> list[int] | None:

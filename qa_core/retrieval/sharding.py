@@ -289,6 +289,7 @@ def weigh_counted_shard(
     algorithm: str,
     parameters: dict[str, float],
     tokenization_regex: str,
+    parts: Sequence[Path] = (),
 ) -> int:
     """
     `weigh_shard` of the counted shard in a folder (a shard counted, or weighed before and weighed again for a
@@ -299,19 +300,26 @@ def weigh_counted_shard(
     its weights only.
 
     :param folder: The shard's folder (`CountedShard.save`'s, or a weighed shard's).
+    :param parts: The folders of the shard's consecutive parts, where it was counted in parts rather than into
+        `folder`: put together (`CountedShard.concatenate`), and every file of the shard written into `folder`.
     :returns: The shard's vocabulary size.
     :raises ValueError: As `weigh_shard`, or if the folder's files are missing or do not fit each other.
     """
-    counted = CountedShard.load(folder, mmap=True)
+    if parts:
+        counted = CountedShard.concatenate([CountedShard.load(part) for part in parts])
+    else:
+        counted = CountedShard.load(folder, mmap=True)
     index, counts = weigh_shard(counted, doc_offset, doc_fingerprint, weights, algorithm, parameters,
                                 tokenization_regex)  # fmt: skip
-    kept = {DOC_IDS_FILE}  # as counted: ids and lengths are in document order
-    if counts is counted.counts:  # the terms were in the corpus's order: postings and counts as they are
-        kept |= {VOCABULARY_FILE, "starts.npy", "doc_indices.npy"}
-    else:
+    if parts:  # nothing of the shard is in its folder yet
+        kept, written = frozenset(), list(COUNT_FILES)
+    elif counts is counted.counts:  # the terms were in the corpus's order: postings and counts as they are
+        kept, written = frozenset({DOC_IDS_FILE, VOCABULARY_FILE, "starts.npy", "doc_indices.npy"}), []
+    else:  # as counted, ids and lengths are in document order
+        kept, written = frozenset({DOC_IDS_FILE}), ["term_counts"]
         del counted  # no array of it is read again: its files are written over below
-        counts.save(folder, names=["term_counts"])
-    index.save(folder, frozenset(kept))
+    counts.save(folder, names=written)
+    index.save(folder, kept)
     return len(index.vocabulary)
 
 

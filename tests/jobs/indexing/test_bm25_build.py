@@ -22,6 +22,7 @@ from jobs.bulk_qa.retrieval import (
     shard_locations,
     write_index,
 )
+from jobs.indexing import passages as passages_module
 from jobs.indexing.bm25 import ID_HASHES_FILE, id_hashes, read_doc_ids, shard_id_hashes
 from jobs.indexing.passages import _counts_in_footers, indexed_passages, passage_shards, read_shard
 from jobs.passages import PASSAGES_FILE, Passages
@@ -72,30 +73,59 @@ def test_indexed_passages_are_the_drivers_in_corpus_order(local_ray, documents: 
 
 
 @pytest.mark.parametrize("split_length", [None, 12])
-def test_each_shard_reads_its_passages_across_row_groups_and_files(local_ray, documents: str, split_length) -> None:
-    """Shards of 30 passages from position 7 (row groups of 25 documents, files of 80): the corpus's, renumbered."""
-    settings = RetrievalSettings(split_length=split_length, split_overlap=3 if split_length else 0, index_shard_size=30)
-    everything = indexed_passages(documents, settings).take_all()
-    shards, n_passages = passage_shards(documents, settings, first_position=7)
-    items = pa.Table.from_pylist(shards.take_all()).to_pylist()
-    assert n_passages == len(everything) and [item["first"] for item in items] == list(range(7, 7 + n_passages, 30))
-    read = [read_shard(item).to_pylist() for item in items]
-    assert [len(passages) for passages in read[:-1]] == [30] * (len(items) - 1)
-    assert [passage for passages in read for passage in passages] == [
-        {**passage, "position": passage["position"] + 7} for passage in everything
-    ]
+def test_each_shard_or_part_reads_its_passages_across_row_groups_and_files(
+    local_ray, documents: str, split_length, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    Shards of 30 passages from position 7 (row groups of 25 documents, files of 80), then one shard cut into a
+    part per CPU, none under `LEAST_PART` passages: the corpus's, renumbered.
+    """
+    monkeypatch.setattr(passages_module, "LEAST_PART", 70)
+    options = {"split_length": split_length, "split_overlap": 3 if split_length else 0}
+    everything = indexed_passages(documents, RetrievalSettings(**options)).take_all()
+    renumbered = [{**passage, "position": passage["position"] + 7} for passage in everything]
+    n = len(everything)
+    for shard_size, cpus, parts in [(30, 3, 1), (n, 3, 3), (n, 8, min(8, n // 70))]:  # 218 passages, or 1,039
+        settings = RetrievalSettings(**options, index_shard_size=shard_size)
+        shards, n_passages = passage_shards(documents, settings, first_position=7, cpus=cpus)
+        items = pa.Table.from_pylist(shards.take_all()).to_pylist()
+        assert n_passages == len(everything)
+        assert [(item["shard"], item["part"], item["parts"]) for item in items] == [
+            (shard, part, parts) for shard in range(len(range(0, n_passages, shard_size))) for part in range(parts)
+        ]
+        read = [read_shard(item).to_pylist() for item in items]
+        sizes = [len(passages) for passages in read]
+        if parts == 1:
+            assert [item["first"] for item in items] == list(range(7, 7 + n_passages, 30))
+            assert sizes[:-1] == [30] * (len(items) - 1)
+        else:
+            assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 70
+        assert [passage for passages in read for passage in passages] == renumbered
 
 
 @pytest.mark.parametrize(
-    ("algorithm", "shard_options", "split_length"),
-    [("BM25L", {"index_shards": 3}, None), ("BM25Okapi", {"index_shard_size": 150}, 12)],
+    ("algorithm", "shard_options", "split_length", "parts"),
+    [
+        ("BM25L", {"index_shards": 3}, None, 1),
+        ("BM25Okapi", {"index_shard_size": 150}, 12, 1),
+        ("BM25Plus", {"index_shards": 1}, 12, 2),  # one shard counted in a part per CPU
+    ],
 )
 def test_ray_build_equals_the_single_process_build_bit_for_bit(
-    local_ray, tmp_path: Path, documents: str, algorithm: str, shard_options: dict, split_length
+    local_ray,
+    tmp_path: Path,
+    documents: str,
+    algorithm: str,
+    shard_options: dict,
+    split_length,
+    parts: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(passages_module, "LEAST_PART", 100)
     settings = RetrievalSettings(
         bm25_algorithm=algorithm, split_length=split_length, split_overlap=3 if split_length else 0, **shard_options
     )
+    assert {row["parts"] for row in passage_shards(documents, settings, cpus=2)[0].take_all()} == {parts}
     single = tmp_path / "single"
     built = build_index(settings, documents)
     write_index(built, str(single))
@@ -103,13 +133,15 @@ def test_ray_build_equals_the_single_process_build_bit_for_bit(
     single_record = json.loads((single / BUILD_FILE).read_text())
     assert {**record, "build_s": 0} == {**single_record, "build_s": 0}
     n_shards = record["shards"]
-    assert n_shards == len(built.shards) > 2 and record["documents"] == sum(len(s.doc_ids) for s in built.shards)
+    assert n_shards == len(built.shards) and record["documents"] == sum(len(s.doc_ids) for s in built.shards)
+    assert not list((tmp_path / "ray").rglob("part-*"))  # the parts put together and removed
     folders = [shard_locations(str(tmp_path / name), n_shards) for name in ("ray", "single")]
     for ours, theirs in zip(*folders, strict=True):
         for name in ["index.json", "vocabulary.json", "doc_ids.json"] + [f"{array}.npy" for array in ARRAY_SHAPES]:
             assert (Path(ours) / name).read_bytes() == (Path(theirs) / name).read_bytes(), name
         assert Passages.load(Path(ours)) == Passages.load(Path(theirs))
         assert (Path(ours) / PASSAGES_FILE).exists() == (split_length is not None)
+        assert shard_id_hashes(ours).tobytes() == id_hashes(read_doc_ids(ours)).tobytes()  # kept for an addition
     # The same hits and scores as one index of the whole corpus, bit for bit.
     ids = [doc_id for shard in built.shards for doc_id in shard.doc_ids]
     texts = [text for _, batch_texts, _ in _indexed_texts(documents, settings) for text in batch_texts]
@@ -155,18 +187,23 @@ def test_index_command_builds_shards_of_a_size_and_refuses_a_corpus_without_term
 
 
 def test_documents_added_as_shards_give_the_index_of_all_the_documents(
-    local_ray, tmp_path: Path, documents: str
+    local_ray, tmp_path: Path, documents: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """
     `--add`: old shards weighed again from their term counts, only their weights and headers written again, their
-    ids checked from their stored hashes; the hits, scores and statistics of a build of all.
+    ids checked from their stored hashes; the added shard counted in a part per CPU; the hits, scores and
+    statistics of a build of all.
     """
+    monkeypatch.setattr(passages_module, "LEAST_PART", 100)
     old = tmp_path / "old"
     old.mkdir()
     for part in ("part-0.parquet", "part-1.parquet"):
         (old / part).write_bytes((Path(documents) / part).read_bytes())
     grown, whole = tmp_path / "grown", tmp_path / "whole"
-    size = ["--index-shard-size", "70", "--split-length", "12"]  # the old documents' last shard is not full
+    size = ["--index-shard-size", "400", "--split-length", "12"]  # 537 passages: the old last shard is not full
+    settings = RetrievalSettings(index_shard_size=400, split_length=12)
+    added = passage_shards(str(Path(documents) / "part-2.parquet"), settings, first_position=537, cpus=2)[0]
+    assert [(row["shard"], row["part"], row["parts"]) for row in added.take_all()] == [(0, 0, 2), (0, 1, 2)]
     assert index_command.main(["--documents", str(old), "--output", str(grown), *size]) == 0
     first = Path(shard_locations(str(grown), json.loads((grown / BUILD_FILE).read_text())["shards"])[0])
     assert shard_id_hashes(str(first)).tobytes() == id_hashes(read_doc_ids(str(first))).tobytes()
@@ -181,7 +218,10 @@ def test_documents_added_as_shards_give_the_index_of_all_the_documents(
     for key in ("documents", "source_documents", "vocabulary", "fingerprint", "split_length", "shard_size"):
         assert record[key] == expected[key], key
     offsets = [BM25Index.load(shard).doc_offset for shard in shard_locations(str(grown), record["shards"])]
-    assert any(offset % 70 for offset in offsets)  # the added documents' shards start after a partial one
+    assert offsets == [0, 400, 537]  # the added documents' shard starts after a partial one
+    assert not list(grown.rglob("part-*"))  # the added shard's parts put together and removed
+    assert shard_id_hashes(shard_locations(str(grown), 3)[2]).tobytes() == id_hashes(read_doc_ids(
+        shard_locations(str(grown), 3)[2])).tobytes()  # fmt: skip
     found, wanted = (
         merge_top_k(
             [BM25Index.load(location).search(QUERIES, 7) for location in shard_locations(str(folder), count)], 7
