@@ -236,19 +236,19 @@ def _statistics(row: dict[str, Any]) -> CorpusStatistics:
     )
 
 
-def _count_shard(item: pa.Table, locations: list[str], tokenization_regex: str, split: bool) -> pa.Table:
+def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, split: bool) -> pa.Table:
     """
     A shard or part (a row of `passage_shards`) -> its counted shard written into its folder (`counted_folder`);
     its statistics, one row.
     """
-    shard = item.to_pylist()[0]
-    batch = read_shard(shard)
-    first, stop = shard["first"], shard["stop"]
+    item = rows.to_pylist()[0]
+    batch = read_shard(item)
+    first, stop = item["first"], item["stop"]
     positions = batch["position"].to_numpy()
     if positions.size != stop - first or positions[0] != first:
         raise ValueError(f"The passages read for positions {first} to {stop} are not those positions.")
-    folder = counted_folder(locations[shard["shard"]], shard["part"], shard["parts"])
-    where = {"shard": [shard["shard"]], "part": [shard["part"]], "parts": [shard["parts"]], "first": [first],
+    folder = counted_folder(locations[item["shard"]], item["part"], item["parts"])
+    where = {"shard": [item["shard"]], "part": [item["part"]], "parts": [item["parts"]], "first": [first],
              "folder": [folder]}  # fmt: skip
     parts = ((batch["id"][start : start + COUNT_PART_DOCS].to_pylist(),
               batch["content"][start : start + COUNT_PART_DOCS].to_pylist())
@@ -331,9 +331,9 @@ def _weigh(batch: dict[str, Any], weights: Any, algorithm: str, parameters: dict
                                    parameters, DEFAULT_TOKENIZATION_REGEX, local_parts)  # fmt: skip
 
     terms = in_folder(location, weigh)
-    filesystem, _ = resolve_path(location)
     for part in parts:  # after the shard's own files are written (and copied, to a remote folder)
-        filesystem.delete_dir(resolve_path(part)[1])
+        filesystem, inner = resolve_path(part)
+        filesystem.delete_dir(inner)
     return {"doc_offset": [offset], "terms": [terms]}
 
 
