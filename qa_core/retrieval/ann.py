@@ -7,12 +7,13 @@ as the index build writes them, 123 at 1M, would multiply a search's cost by the
 - `hnsw`: a graph (`IndexHNSWFlat`); a search walks it keeping `ef_search` candidates.
 - `ivf`: the vectors turned onto their leading principal directions (`ivf_rotation`: the fewest holding
   `IVF_KEPT_ENERGY` of their energy, 188 of 384 for MiniLM-like vectors, then a random rotation that spreads the
-  variance evenly over them), clustered by k-means into lists (`ivf_lists`) and each held as a 4-bit
-  product-quantization code of 2 of those dimensions per sub-quantizer (`IndexIVFPQFastScan` behind FAISS's
-  `IndexPreTransform`, about 1/32 of the float32 vectors' bytes); a search scans the codes of the `nprobe` lists
-  nearest the query and keeps its best `candidates`. Trained on a seeded sample, it builds in a minute or two where
-  the graph takes tens of minutes; the codes rank only roughly, so many more candidates than k are kept and rescored
-  exactly. Fewer dimensions make fewer code bytes to scan per vector, the search's main cost.
+  variance evenly over them), clustered by k-means into lists (`ivf_lists`) and each held, less its list's centroid
+  (the residual: finer codes than of the vector itself), as a 4-bit product-quantization code of 2 of those
+  dimensions per sub-quantizer (`IndexIVFPQFastScan` behind FAISS's `IndexPreTransform`, about 1/32 of the float32
+  vectors' bytes); a search scans the codes of the `nprobe` lists nearest the query and keeps its best
+  `candidates`. Trained on a seeded sample, it builds in a minute or two where the graph takes tens of minutes; the
+  codes rank only roughly, so many more candidates than k are kept and rescored exactly. Fewer dimensions make fewer
+  code bytes to scan per vector, the search's main cost.
 
 Either index's hits are rescored exactly (float64, `DenseIndex.exact_scores`, from the dense shards, not from a
 copy in the index) and ordered as exact search orders them, so a hit's score is the one exact search gives it;
@@ -48,7 +49,7 @@ class AnnSearch:
 
     ef_search: int = 128  # hnsw: candidates kept while walking the graph (FAISS's default, 16, finds too few at 1M)
     nprobe: int = 160  # ivf: lists scanned per query (of `ivf_lists`, 1,000 at 1M)
-    candidates: int = 300  # ivf: the codes' best hits rescored exactly per query (at least k)
+    candidates: int = 200  # ivf: the codes' best hits rescored exactly per query (at least k)
 
 
 DEFAULT_SEARCH = AnnSearch()
@@ -144,6 +145,7 @@ def build_ann_index(kind: str, shards: Sequence[DenseIndex]) -> Any:
         lists = faiss.IndexIVFPQFastScan(faiss.IndexFlatIP(reduced), reduced, ivf_lists(n), reduced // 2,
                                          IVF_CODE_BITS, faiss.METRIC_INNER_PRODUCT)  # fmt: skip
         lists.cp.seed = 0  # k-means's seed: the same lists on every build (FAISS's default too, stated)
+        lists.by_residual = True  # codes of each vector less its list's centroid: finer, so fewer candidates needed
         index = faiss.IndexPreTransform(rotation, lists)
         index.train(training)  # the lists and the codes, in the rotation's dimensions (the rotation is trained)
     for shard in shards:
@@ -184,7 +186,14 @@ def search_ann(
     if shards[0].similarity == "cosine":
         exact = unit_rows(exact)
     _, found = index.search(exact.astype(np.float32), kept)  # (queries, kept) positions, -1 where fewer
-    return merge_top_k([(found.astype(np.int64), rescore(shards, exact, found, k))], k)
+    scores = rescore(shards, exact, found, k)
+    # Only the rescored candidates (and -inf fillers) are merged: the others are all -inf, and are left out only
+    # where at least k were rescored.
+    width = max(k, int((scores > NO_SCORE).sum(axis=1).max(initial=0)))
+    if width < found.shape[1]:
+        rescored = np.argpartition(-scores, width - 1, axis=1)[:, :width]
+        found, scores = np.take_along_axis(found, rescored, axis=1), np.take_along_axis(scores, rescored, axis=1)
+    return merge_top_k([(found.astype(np.int64), scores)], k)
 
 
 def rescore(shards: Sequence[DenseIndex], queries: np.ndarray, found: np.ndarray, k: int) -> np.ndarray:
