@@ -136,7 +136,8 @@ def ann_search(shards: list[DenseIndex], queries: np.ndarray, runs: dict[str, di
                searches: list[AnnSearch]) -> None:  # fmt: skip
     """
     Builds the job's approximate index of `kind` over the shards (FAISS's threads: the machine's) and prints its
-    recall@10 of exact search and its speed for each search, against each exact search's, then exact fp32's again.
+    recall@10 of exact search and its speed for each search, against each exact search's, then exact fp32's again;
+    after one small warm-up search, timed apart (it makes what the shards keep for the ivf index's screen).
     """
     import faiss
 
@@ -147,6 +148,9 @@ def ann_search(shards: list[DenseIndex], queries: np.ndarray, runs: dict[str, di
         shape = f" ({ivf_lists_of(index).nlist:,} lists, codes of {ivf_lists_of(index).d} dimensions)"
     print(f"{kind} index{shape} built in {time.perf_counter() - started:.1f} s with {faiss.omp_get_max_threads()} "
           f"threads, load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+    started = time.perf_counter()
+    search_ann(index, shards, queries[:1], TOP_K, searches[0])  # as exact search's: what the shards keep is made
+    print(f"  warm-up (the vectors' lengths the screen keeps): {time.perf_counter() - started:.1f} s")
     for search in searches:
         started = time.perf_counter()
         found = [search_ann(index, shards, queries[start : start + QUERIES_PER_BATCH], TOP_K, search)[0]

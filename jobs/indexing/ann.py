@@ -95,7 +95,8 @@ def build_ann(location: str, dense: dict[str, Any], kind: str, search: AnnSearch
     else:
         lists = ivf_lists_of(index)
         built = {"lists": lists.nlist, "dimensions": lists.d, "code_bits": IVF_CODE_BITS,
-                 "nprobe": min(search.nprobe, lists.nlist), "candidates": search.candidates}  # fmt: skip
+                 "residual_codes": bool(lists.by_residual), "nprobe": min(search.nprobe, lists.nlist),
+                 "candidates": search.candidates}  # fmt: skip
     return {
         "kind": kind,
         "file": ann_file(kind),

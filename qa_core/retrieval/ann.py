@@ -7,12 +7,13 @@ as the index build writes them, 123 at 1M, would multiply a search's cost by the
 - `hnsw`: a graph (`IndexHNSWFlat`); a search walks it keeping `ef_search` candidates.
 - `ivf`: the vectors turned onto their leading principal directions (`ivf_rotation`: the fewest holding
   `IVF_KEPT_ENERGY` of their energy, 188 of 384 for MiniLM-like vectors, then a random rotation that spreads the
-  variance evenly over them), clustered by k-means into lists (`ivf_lists`) and each held as a 4-bit
-  product-quantization code of 2 of those dimensions per sub-quantizer (`IndexIVFPQFastScan` behind FAISS's
-  `IndexPreTransform`, about 1/32 of the float32 vectors' bytes); a search scans the codes of the `nprobe` lists
-  nearest the query and keeps its best `candidates`. Trained on a seeded sample, it builds in a minute or two where
-  the graph takes tens of minutes; the codes rank only roughly, so many more candidates than k are kept and rescored
-  exactly. Fewer dimensions make fewer code bytes to scan per vector, the search's main cost.
+  variance evenly over them), clustered by k-means into lists (`ivf_lists`) and each held, less its list's centroid
+  (the residual: finer codes than of the vector itself), as a 4-bit product-quantization code of 2 of those
+  dimensions per sub-quantizer (`IndexIVFPQFastScan` behind FAISS's `IndexPreTransform`, about 1/32 of the float32
+  vectors' bytes); a search scans the codes of the `nprobe` lists nearest the query and keeps its best
+  `candidates`. Trained on a seeded sample, it builds in a minute or two where the graph takes tens of minutes; the
+  codes rank only roughly, so many more candidates than k are kept and rescored exactly. Fewer dimensions make fewer
+  code bytes to scan per vector, the search's main cost.
 
 Either index's hits are rescored exactly (float64, `DenseIndex.exact_scores`, from the dense shards, not from a
 copy in the index) and ordered as exact search orders them, so a hit's score is the one exact search gives it;
@@ -48,7 +49,7 @@ class AnnSearch:
 
     ef_search: int = 128  # hnsw: candidates kept while walking the graph (FAISS's default, 16, finds too few at 1M)
     nprobe: int = 160  # ivf: lists scanned per query (of `ivf_lists`, 1,000 at 1M)
-    candidates: int = 300  # ivf: the codes' best hits rescored exactly per query (at least k)
+    candidates: int = 200  # ivf: the codes' best hits rescored exactly per query (at least k)
 
 
 DEFAULT_SEARCH = AnnSearch()
@@ -144,6 +145,7 @@ def build_ann_index(kind: str, shards: Sequence[DenseIndex]) -> Any:
         lists = faiss.IndexIVFPQFastScan(faiss.IndexFlatIP(reduced), reduced, ivf_lists(n), reduced // 2,
                                          IVF_CODE_BITS, faiss.METRIC_INNER_PRODUCT)  # fmt: skip
         lists.cp.seed = 0  # k-means's seed: the same lists on every build (FAISS's default too, stated)
+        lists.by_residual = True  # codes of each vector less its list's centroid: finer, so fewer candidates needed
         index = faiss.IndexPreTransform(rotation, lists)
         index.train(training)  # the lists and the codes, in the rotation's dimensions (the rotation is trained)
     for shard in shards:
@@ -184,7 +186,14 @@ def search_ann(
     if shards[0].similarity == "cosine":
         exact = unit_rows(exact)
     _, found = index.search(exact.astype(np.float32), kept)  # (queries, kept) positions, -1 where fewer
-    return merge_top_k([(found.astype(np.int64), rescore(shards, exact, found, k))], k)
+    scores = rescore(shards, exact, found, k)
+    # Only the rescored candidates (and -inf fillers) are merged: the others are all -inf, and are left out only
+    # where at least k were rescored.
+    width = max(k, int((scores > NO_SCORE).sum(axis=1).max(initial=0)))
+    if width < found.shape[1]:
+        rescored = np.argpartition(-scores, width - 1, axis=1)[:, :width]
+        found, scores = np.take_along_axis(found, rescored, axis=1), np.take_along_axis(scores, rescored, axis=1)
+    return merge_top_k([(found.astype(np.int64), scores)], k)
 
 
 def rescore(shards: Sequence[DenseIndex], queries: np.ndarray, found: np.ndarray, k: int) -> np.ndarray:
@@ -213,26 +222,61 @@ def screen(shards: Sequence[DenseIndex], queries: np.ndarray, found: np.ndarray)
     float32 scores of `queries` (float64, unit rows for cosine) with the corpus positions `found` (`(queries, m)`,
     -1 for none, scored -inf), and a bound on each one's distance from the exact float64 score.
 
-    The bound: a float32 sum of d products, in any order, is within d * u * |query| * |vector| of the exact sum
-    (u = 2^-24, the float32 rounding unit, d << 1/u); rounding the query adds u, and for cosine (the vector taken
-    as its float32 products over its float32 length, |vector| = 1) the length's sum and root add (d/2 + 2) * u.
-    The exact score's own float64 rounding is below u. Twice (d + 4) * u * |query| * |vector| covers them all.
+    The products are FAISS's (`fvec_inner_products_by_idx`: each query's float32 dot products with its candidates'
+    rows, read where they lie, without gathering them), the lengths the shards' (`DenseIndex.lengths`, float32).
+    The bound: a float32 sum of d products, in any order (fused multiply-adds included), is within d * u * |query| *
+    |vector| of the exact sum (u = 2^-24, the float32 rounding unit, d << 1/u); rounding the query adds u, and for
+    cosine (the vector taken as its float32 products over its float32 length, |vector| = 1) the length's sum and
+    root add (d/2 + 2) * u. The exact score's own float64 rounding is below u. Twice (d + 4) * u * |query| *
+    |vector| covers them all.
     """
-    queries32 = queries.astype(np.float32)
+    queries32 = np.ascontiguousarray(queries, np.float32)
     scale = 2.0 * (queries.shape[1] + 4) * 2.0**-24 * np.linalg.norm(queries, axis=1)
-    scores = np.full(found.shape, NO_SCORE, np.float64)
-    bounds = np.zeros(found.shape, np.float64)
-    for shard, rows, columns, local in _by_shard(shards, found, found != NO_POSITION):
-        vectors = np.take(np.asarray(shard.vectors), local, axis=0)  # a memory map's plain view, np.take: faster
-        products = np.einsum("ij,ij->i", queries32[rows], vectors)
-        lengths = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
-        if shard.similarity == "cosine":
-            scores[rows, columns] = products / np.where(lengths == 0.0, np.float32(1.0), lengths)
-            bounds[rows, columns] = scale[rows]
-        else:
-            scores[rows, columns] = products
-            bounds[rows, columns] = scale[rows] * (lengths * 1.001)  # over the float32 lengths' error (d/2 + 2) * u
-    return scores, bounds
+    products, lengths = _products(shards, queries32, found)
+    scores = products.astype(np.float64)
+    if shards[0].similarity == "cosine":
+        scores /= np.where(lengths == 0.0, np.float32(1.0), lengths)
+        bounds = np.broadcast_to(scale[:, None], found.shape)
+    else:
+        bounds = scale[:, None] * (lengths * 1.001)  # over the float32 lengths' error (d/2 + 2) * u
+    return np.where(found == NO_POSITION, NO_SCORE, scores), np.where(found == NO_POSITION, 0.0, bounds)
+
+
+def _products(shards: Sequence[DenseIndex], queries32: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """
+    `(queries, m)` float32 dot products of the float32 queries with the vectors at the corpus positions `found`
+    (-1 for none: any value), and those vectors' float32 lengths.
+
+    Each query's positions are sorted, so that those of one shard are contiguous in its row; each shard's are then
+    laid out as a `(queries, most of a query in a shard)` table of its own rows (-1 padding), which FAISS's
+    `fvec_inner_products_by_idx` reads its vectors by, one call per shard holding any.
+    """
+    faiss = require_faiss()
+    order = np.argsort(found, axis=1)
+    ordered = np.take_along_axis(found, order, axis=1)
+    offsets = np.array([shard.doc_offset for shard in shards])
+    owners = np.searchsorted(offsets, ordered, side="right") - 1  # -1 for none (position -1 < offsets[0] = 0)
+    columns = np.arange(found.shape[1])
+    firsts = np.maximum.accumulate(np.where(np.diff(owners, axis=1, prepend=-2) != 0, columns, 0), axis=1)
+    entries = np.flatnonzero(ordered != NO_POSITION)  # into the flat (queries, m) arrays
+    rows, positions, mine = entries // found.shape[1], ordered.ravel()[entries], owners.ravel()[entries]
+    slots = (columns - firsts).ravel()[entries]
+    width = int(slots.max(initial=0)) + 1
+    at = (mine * len(found) + rows) * width + slots  # into the flat (shards, queries, width) table
+    table = np.full(len(shards) * len(found) * width, NO_POSITION, np.int64)
+    table[at] = positions - offsets[mine]
+    table = table.reshape(len(shards), len(found), width)
+    products, lengths = np.empty(table.shape, np.float32), np.empty(table.shape, np.float32)
+    for owner in np.flatnonzero(np.bincount(mine, minlength=len(shards))):
+        vectors = np.ascontiguousarray(shards[owner].vectors, np.float32)  # a memory map is read where it lies
+        faiss.fvec_inner_products_by_idx(faiss.swig_ptr(products[owner]), faiss.swig_ptr(queries32),
+                                         faiss.swig_ptr(vectors), faiss.swig_ptr(table[owner]), vectors.shape[1],
+                                         len(found), width)  # fmt: skip
+        lengths[owner] = np.take(shards[owner].lengths(), table[owner])  # the padding's (-1) left out below
+    back = rows * found.shape[1] + order.ravel()[entries]  # into the flat (queries, m) arrays, in found's order
+    gathered = np.zeros((2, found.size), np.float32)
+    gathered[0, back], gathered[1, back] = products.ravel()[at], lengths.ravel()[at]
+    return gathered[0].reshape(found.shape), gathered[1].reshape(found.shape)
 
 
 def _by_shard(

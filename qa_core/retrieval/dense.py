@@ -254,6 +254,7 @@ class DenseIndex:
     # its reduced rows as the screening multiplies them.
     _blocks: dict[tuple[int, str], tuple[Rotation, Screened]] = field(default_factory=dict, init=False, repr=False)
     _rotation: Rotation | None = field(default=None, init=False, repr=False)
+    _lengths: np.ndarray | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_similarity(self.similarity)
@@ -287,6 +288,16 @@ class DenseIndex:
         if self.similarity == "cosine":
             vectors = unit_rows(np.asarray(vectors, np.float64))
         return np.einsum("ij,ij->i", queries, vectors, dtype=np.float64)  # float32 rows taken as float64
+
+    def lengths(self) -> np.ndarray:
+        """
+        `(n,)` float32 lengths of the vectors, computed in float32 (within `(dimension / 2 + 2)` float32 rounding
+        units of the exact lengths, relative), kept after the first call.
+        """
+        if self._lengths is None:
+            vectors = np.asarray(self.vectors, np.float32)  # a memory map's plain view
+            self._lengths = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
+        return self._lengths
 
     def rotation(self) -> Rotation:
         """The principal axes of this index's first `ROWS_PER_PRODUCT` vectors (unit rows for cosine), kept."""

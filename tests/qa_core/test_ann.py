@@ -17,6 +17,7 @@ from qa_core.retrieval.ann import (
     recall_at_k,
     require_faiss,
     rescore,
+    screen,
     search_ann,
     vectors_fingerprint,
 )
@@ -98,6 +99,15 @@ def test_the_float32_screen_keeps_the_best_k_of_rescoring_every_candidate_exactl
         positions, scores = merge_top_k([(found, rescore(shards, queries, found, k))], k)
         np.testing.assert_array_equal(positions, expected[0])
         np.testing.assert_array_equal(scores, expected[1])
+    # The screen (FAISS's products of the candidates' rows where they lie, the shards' lengths): every candidate's
+    # float32 score within its bound of the exact one, the bound no wider than float32's error needs; none: -inf.
+    screened, bounds = screen(shards, queries, found)
+    valid = found != -1
+    errors = np.abs(screened[valid] - everything[valid])
+    lengths = 1.0 if similarity == "cosine" else np.linalg.norm(vectors[found[valid]], axis=1)
+    assert (errors <= bounds[valid]).all() and (errors > 0).any()  # float32's error is there: the bound is needed
+    assert (bounds[valid] <= 1e-5 * np.linalg.norm(queries, axis=1)[np.nonzero(valid)[0]] * lengths).all()
+    assert (screened[~valid] == -np.inf).all() and (bounds[~valid] == 0).all()
 
 
 def test_the_ivf_index_keeps_the_fewest_dimensions_holding_the_energy_asked_for_in_any_basis() -> None:
