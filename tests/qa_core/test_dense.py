@@ -5,10 +5,12 @@ Dense and hybrid retrieval against Haystack's own components on the same model a
 """
 
 import json
+import re
 from functools import cache
 
 import numpy as np
 import pytest
+import torch
 from haystack import Document as HaystackDocument
 from haystack.components.joiners import DocumentJoiner
 from haystack.components.preprocessors import DocumentSplitter
@@ -198,6 +200,19 @@ def test_model_folder_without_pooling_is_refused(tmp_path) -> None:
         EmbeddingModelConfig.read(tmp_path)
     with pytest.raises(ValueError, match="modules.json: missing"):
         EmbeddingModelConfig.read(tmp_path / "nothing")
+
+
+def test_an_embedding_holding_nan_is_an_error_naming_its_passages() -> None:
+    """A passage whose vector holds NaN (here: one token's input embedding made NaN) is named, by the ids given."""
+    embedder = SentenceEmbedder(MODEL, device="cpu", batch_tokens=2048)
+    embedder.warm_up()
+    token = embedder._tokenizer.convert_tokens_to_ids("zebra")
+    with torch.no_grad():
+        embedder._encoder.get_input_embeddings().weight[token] = float("nan")
+    texts = ["a zebra runs", "plain words", "the zebra again", "more plain words"]
+    assert not np.isnan(embedder.embed([texts[1], texts[3]])).any()
+    with pytest.raises(ValueError, match=re.escape("The embeddings of 2 of 4 texts hold NaN: ['p0', 'p2'].")):
+        embedder.embed(texts, names=["p0", "p1", "p2", "p3"])
 
 
 def test_model_config_is_read_from_the_folder() -> None:
