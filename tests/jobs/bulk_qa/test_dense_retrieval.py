@@ -6,6 +6,8 @@ pipeline (`DocumentSplitter` -> `SentenceTransformersDocumentEmbedder` -> `InMem
 embedded by the actor pool) and one in-process run (dense, on an index from `python -m jobs.index`).
 """
 
+import contextlib
+import io
 import json
 import shutil
 from pathlib import Path
@@ -83,12 +85,15 @@ def _haystack(documents: dict, split_length: int | None, join_mode: str | None) 
 def hybrid_output(local_ray, corpus: dict, tiny_bert_model: Path) -> Path:
     output = corpus["root"] / "hybrid"
     paths = corpus["paths"]
-    status = run_job(
-        "--questions", paths["questions"], "--documents", paths["documents"], "--output", output,
-        "--model", tiny_bert_model, "--engine", "ray", "--retrieval", "hybrid", "--embedding-model", EMBEDDER,
-        "--split-length", SPLIT_LENGTH, *READER,
-    )  # fmt: skip
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = run_job(
+            "--questions", paths["questions"], "--documents", paths["documents"], "--output", output,
+            "--model", tiny_bert_model, "--engine", "ray", "--retrieval", "hybrid", "--embedding-model", EMBEDDER,
+            "--split-length", SPLIT_LENGTH, *READER,
+        )  # fmt: skip
     assert status == 0
+    (corpus["root"] / "hybrid-stdout.txt").write_text(printed.getvalue())  # the run's summary among it
     return output
 
 
@@ -117,16 +122,18 @@ def test_hybrid_retrieval_equals_haystacks_joiner_over_bm25_and_embeddings(hybri
     assert manifest["index"]["dense"]["pooling"] == "mean_tokens"
 
 
-def test_recall_and_mrr_against_relevant_document_ids(hybrid_output: Path) -> None:
+def test_recall_and_mrr_against_relevant_document_ids(hybrid_output: Path, corpus: dict) -> None:
+    """In `evaluation.json`, the manifest, the summary printed and `report.html`."""
     questions = read_output(hybrid_output, "questions")
     retrieved = {row["question_id"]: row["retrieved_document_ids"] for row in questions if row["retrieval_scores"]}
     expected = retrieval_quality(retrieved, RELEVANT)
     assert expected["questions"] == 3  # g1 named its document: not retrieved for
     assert json.loads((hybrid_output / "evaluation.json").read_text()) == {"retrieval": expected}
     assert json.loads((hybrid_output / "manifest.json").read_text())["retrieval_quality"] == expected
-    report = hybrid_output / "report.html"
-    if report.exists():  # matplotlib installed
-        assert 'data-metric="retrieval.mrr"' in report.read_text()
+    recalls = ", ".join(f"recall@{k} {expected[f'recall@{k}']:.3f}" for k in (1, 3, 5, 10))
+    summary = f"  retrieval   {recalls}, mrr {expected['mrr']:.3f} over 3 questions: evaluation.json\n"
+    assert summary in (corpus["root"] / "hybrid-stdout.txt").read_text()
+    assert 'data-metric="retrieval.mrr"' in (hybrid_output / "report.html").read_text()  # the test extra draws it
 
 
 def test_dense_retrieval_on_a_built_index_with_hnsw_equals_haystacks_embedding_retriever(
