@@ -1,0 +1,35 @@
+"""
+The index build at scale (`python -m jobs.bench.retrieval --build both`) on 3,000 passages: each build in a process
+of its own, measured from outside, the Ray build grown by 10%, their figures printed.
+"""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from jobs.bulk_qa.retrieval import BUILD_FILE
+
+
+def test_both_builds_and_the_addition_are_measured_and_printed(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "jobs.bench.retrieval", "--build", "both", "--passages", "3000",
+               "--shard-size", "1000", "--add-share", "0.1", "--queries", "20", "--work", str(tmp_path)]  # fmt: skip
+    printed = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True).stdout
+    lines = printed.splitlines()
+    assert lines[0] == "3,000 passages of 100 words, shards of 1,000"
+    number = r"[\d,]+(?:\.\d)?"
+    search = rf"queries/s over the shards: every document {number}, pruned {number}, pruned, floors {number} "
+    assert re.fullmatch(
+        rf"ray: build {number} s \(4 shards; Ray Data started before it in {number} s\), driver peak RSS {number} "
+        rf"MiB, machine peak {number} MiB above idle, command {number} s; {search}.*",
+        lines[1],
+    ), lines[1]
+    assert re.fullmatch(rf"ray: 10% more passages added in {number} s, {number}% of the build .*", lines[2]), lines[2]
+    assert re.fullmatch(
+        rf"single: build {number} s \(3 shards\), driver peak RSS {number} MiB, machine peak {number} MiB above "
+        rf"idle, command {number} s; {search}.*",
+        lines[3],
+    ), lines[3]
+    grown, single = (json.loads((tmp_path / f"index-{kind}" / BUILD_FILE).read_text()) for kind in ("ray", "single"))
+    assert (grown["documents"], grown["shards"], single["documents"], single["shards"]) == (3300, 4, 3000, 3)
