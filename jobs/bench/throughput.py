@@ -565,10 +565,11 @@ def machine(device: str) -> dict[str, Any]:
 
 
 def onednn_isa() -> str | None:
-    """The instruction set oneDNN (torch's CPU matrix kernels) dispatches to here, from the verbose start-up line of a
-    bf16 matrix product (oneDNN's path for it), in a subprocess so that this process's output stays clean; None
-    where it says nothing."""
-    code = "import torch; a = torch.ones(64, 64, dtype=torch.bfloat16); torch.nn.functional.linear(a, a)"
+    """The instruction set oneDNN (torch's CPU matrix kernels) dispatches to here, from the verbose start-up line of its
+    first primitive, in a subprocess so that this process's output stays clean; None where it says nothing. The
+    primitive is a float32 convolution, which torch hands to oneDNN on every x86 CPU (a bf16 matrix product goes to
+    oneDNN only where the CPU has fast bf16, so it says nothing on an AVX2 machine)."""
+    code = "import torch; torch.nn.functional.conv2d(torch.ones(16, 3, 32, 32), torch.ones(8, 3, 3, 3))"
     env = {**os.environ, "ONEDNN_VERBOSE": "1"}
     found = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     for line in found.stdout.splitlines():

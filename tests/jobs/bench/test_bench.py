@@ -89,6 +89,12 @@ def test_every_row_and_column(result: dict) -> None:
     assert bench.describe_machine(result["machine"]).startswith(f"bench: CPU {cpu['model']} ({cpu['capability']};")
 
 
+def test_onednn_names_its_isa_on_a_cpu_without_fast_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    # oneDNN capped at AVX2 stands in for a CPU without AVX-512: its ISA is still read, not left unknown.
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert bench.onednn_isa() == "Intel AVX2"
+
+
 def test_ratios_follow_from_the_measured_numbers(result: dict) -> None:
     rows = {row["row"]: row for row in result["rows"]}
     for row in rows.values():
