@@ -30,7 +30,8 @@ POOLING_MODULE = "sentence_transformers.models.Pooling"
 NORMALIZE_MODULE = "sentence_transformers.models.Normalize"
 # The pooling modes handled here, as 1_Pooling/config.json names them (`pooling_mode_<name>`).
 POOLING_MODES = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
-# Padded tokens per forward pass by device type (as `inference.DEFAULT_BATCH_TOKENS` for the reader).
+# Padded tokens per forward pass by device type (the reader's are `inference.CPU_BATCH_TOKENS` and
+# `inference.ACCELERATOR_BATCH_TOKENS`).
 DEFAULT_EMBEDDING_BATCH_TOKENS = {"cpu": 8192, "cuda": 65536}
 
 

@@ -11,10 +11,13 @@ from qa_core.tokenization import Sequence
 
 DEFAULT_BATCH_SIZE = 32
 DEFAULT_ANSWERS_PER_SEQ = 20
-# Padded tokens per forward pass when `max_batch_tokens` is None, by device type: on the CPU one of the two fastest
-# budgets of `python -m jobs.bench`'s limit rows (BENCHMARK.md, "Batch shapes, precision and other levers on the
-# CPU"); on a GPU (and any other accelerator), where larger passes keep it busy, 128 sequences of 384 tokens.
-DEFAULT_BATCH_TOKENS = {"cpu": 4096, "cuda": 49152}
+# Padded tokens per forward pass when `max_batch_tokens` is None. On the CPU, by the model's dtype, the fastest
+# budgets of `python -m jobs.bench`'s limit rows on both CPUs measured, an AMD EPYC with AVX-512 BF16 and an Intel
+# Xeon with AMX (BENCHMARK.md, "Batch shapes, precision and other levers on the CPU" and "bf16 on an AMX CPU"):
+# 2,048 in fp32, 4,096 in bf16; any other dtype takes fp32's. On a GPU (and any other accelerator), where larger
+# passes keep it busy, 128 sequences of 384 tokens.
+CPU_BATCH_TOKENS = {torch.float32: 2048, torch.bfloat16: 4096}
+ACCELERATOR_BATCH_TOKENS = 49152
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -29,16 +32,21 @@ class InferenceSettings(Settings):
     """How sequences go through the model and how spans are decoded from its logits."""
 
     max_batch_size: int | None = None  # most sequences per forward pass (None: only the token budget bounds it)
-    max_batch_tokens: int | None = None  # most padded tokens per forward pass (None: the device's default)
+    max_batch_tokens: int | None = None  # most padded tokens per forward pass (None: by device and dtype)
     answers_per_seq: int | None = None  # candidate spans per sequence (None: 20)
     calibration_factor: float = 0.1  # multiplies start + end logits before the sigmoid
     max_answer_length: int | None = None  # longest answer in tokens; None: no limit
 
-    def batch_tokens(self, device: torch.device | str) -> int:
-        """`max_batch_tokens`, or the device type's default (`DEFAULT_BATCH_TOKENS`) when it is None."""
+    def batch_tokens(self, device: torch.device | str, dtype: torch.dtype = torch.float32) -> int:
+        """
+        `max_batch_tokens`, or when it is None the default for the device and the model's dtype:
+        `CPU_BATCH_TOKENS` on the CPU, `ACCELERATOR_BATCH_TOKENS` elsewhere.
+        """
         if self.max_batch_tokens is not None:
             return self.max_batch_tokens
-        return DEFAULT_BATCH_TOKENS.get(torch.device(device).type, DEFAULT_BATCH_TOKENS["cuda"])
+        if torch.device(device).type != "cpu":
+            return ACCELERATOR_BATCH_TOKENS
+        return CPU_BATCH_TOKENS.get(dtype, CPU_BATCH_TOKENS[torch.float32])
 
     @property
     def spans_per_sequence(self) -> int:
@@ -74,6 +82,12 @@ def pad_batch(sequences: list[Sequence], pad_token_id: int) -> dict[str, torch.T
         "attention_mask": torch.from_numpy(attention_mask),
         "context_mask": torch.from_numpy(context_mask),
     }
+
+
+def model_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype of the model's first parameter (its matrix products' dtype; fp32 for a dynamically quantized
+    model, whose first parameter is its fp32 embedding table); fp32 for a model without parameters."""
+    return next(model.parameters(), torch.empty(0)).dtype
 
 
 def length_sorted_batches(
@@ -121,7 +135,8 @@ def predict_spans(
     device = torch.device(device)
     pin = device.type == "cuda"
     results: list[SequenceSpans | None] = [None] * len(sequences)
-    batches = length_sorted_batches(sequences, settings.batch_tokens(device), settings.max_batch_size)
+    budget = settings.batch_tokens(device, model_dtype(model))
+    batches = length_sorted_batches(sequences, budget, settings.max_batch_size)
     for indices in batches:
         batch = [sequences[index] for index in indices]
         tensors = pad_batch(batch, pad_token_id)

@@ -136,8 +136,8 @@ class ExtractiveReader:
         :param quantization: `"int8"` quantizes the model's Linear layers to int8 dynamically (CPU only, opt-in:
             faster, and answers may differ slightly from fp32); `None` keeps the model's weights as loaded.
         :param max_batch_tokens: Most padded tokens in one forward pass (sequences of similar length are batched
-            until their count times the longest reaches it); `None`: the device's default
-            (`qa_core.inference.DEFAULT_BATCH_TOKENS`).
+            until their count times the longest reaches it); `None`: the default for the device and the model's dtype
+            (`qa_core.inference.InferenceSettings.batch_tokens`: on a CPU 2,048 in fp32, 4,096 in bf16).
         :param precision: `"fp32"`; `"bf16"`: the model's weights and matrix products in bfloat16, spans decoded in
             fp32 (faster where the device has bf16 units, best spans nearly always the same); `"auto"`: bf16 where
             `qa_core.hardware.fast_bf16` finds such units on the device, else fp32 (`precision_used` says what ran).

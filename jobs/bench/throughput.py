@@ -22,7 +22,8 @@ Rows, all on the same questions, documents and weights:
   spans of long sequences, ranking many candidates) weighs most.
 
 In-process rows run interleaved, over `--rounds` chunks of the questions and in a rotating order, so that a
-machine shared with other work slows all of them alike: the ratios between rows are the numbers to read.
+machine shared with other work slows all of them alike: the ratios between rows are the numbers to read. Each
+in-process row first reads a few questions untimed, so that the process's first passes weigh on no row.
 Peak memory is the RSS of this process for in-process rows, and the PSS summed over this process and its
 descendants (Ray's processes and object store) for `ray`.
 """
@@ -59,7 +60,7 @@ from jobs.bench.data import (
 )
 from jobs.bulk_qa.config import add_options, with_values
 from qa_core.hardware import PRECISION_DTYPES, cpu_description, resolve_precision
-from qa_core.inference import InferenceSettings, length_sorted_batches, pad_batch
+from qa_core.inference import InferenceSettings, length_sorted_batches, model_dtype, pad_batch
 from qa_core.models import ModelSettings, load_tokenizer
 from qa_core.reader import ExtractiveReader
 from qa_core.selection import SelectionSettings
@@ -74,6 +75,10 @@ LIMIT_SHAPES = {
     "cuda": (("sequences", 32), ("sequences", 64), ("sequences", 128), ("sequences", 256),
              ("tokens", 16384), ("tokens", 49152), ("tokens", 131072)),
 }  # fmt: skip
+# Questions each in-process row reads untimed before its rounds: enough to fill the largest shape's batches of the
+# default set (a first run_batch over 67 questions after one question of warm-up took 7.2-7.3 s, after 16 questions
+# 6.6 s, as its later runs; BENCHMARK.md, "bf16 on an AMX CPU").
+WARM_UP_QUESTIONS = 16
 # How often the Ray row samples every Ray process's PSS: never where its speed is compared with run_batch's (even
 # every 10 s the samples cost the job 5 to 9% of its wall time on two cores), every second where its peak
 # memory is the figure (`--scale`).
@@ -118,10 +123,12 @@ class Settings:
         settings = ModelSettings(model=str(model), **model_settings)
         return ExtractiveReader.from_settings(settings, *self.phases().values(), device=self.device)
 
-    def batches(self, sequences: list[Sequence]) -> list[list[int]]:
-        """The length-sorted batches `qa_core.inference.predict_spans` makes of the sequences with these settings."""
+    def batches(self, sequences: list[Sequence], dtype: torch.dtype) -> list[list[int]]:
+        """The length-sorted batches `qa_core.inference.predict_spans` makes of the sequences with these settings,
+        for a model whose parameters are in `dtype`."""
         inference = self.inference
-        return length_sorted_batches(sequences, inference.batch_tokens(self.device), inference.max_batch_size)
+        budget = inference.batch_tokens(self.device, dtype)
+        return length_sorted_batches(sequences, budget, inference.max_batch_size)
 
     def as_dict(self) -> dict[str, Any]:
         """Every option of the reader's phases, and the device."""
@@ -251,7 +258,8 @@ class RunBatchRow:
 
     def prepare(self, work: Workload) -> tuple[Any, Counts]:
         sequences = tokenize_workload(self.reader._tokenizer, work, self.settings)
-        return (work.queries, work.documents), batch_counts(sequences, self.settings.batches(sequences))
+        batches = self.settings.batches(sequences, model_dtype(self.reader._model))
+        return (work.queries, work.documents), batch_counts(sequences, batches)
 
     def run(self, prepared: Any) -> list[list[Any]]:
         queries, documents = prepared
@@ -325,7 +333,9 @@ def measure_in_process(
     rows: list[Any], workload: Workload, rounds: int, config: Any, suffix: str = ""
 ) -> tuple[dict, dict]:
     """
-    Runs the rows interleaved: the questions in `rounds` chunks, every row on each chunk, the order rotating.
+    Runs the rows interleaved: the questions in `rounds` chunks, every row on each chunk, the order rotating. Each
+    row first reads the first `WARM_UP_QUESTIONS` questions once, untimed, so that no row pays the process's first
+    passes (kernel selection, the allocator's growth to full batches) in its measurement.
 
     :param suffix: Appended to each row's name in the results (`"@mixed"` for the mixed-length set).
     :returns: Measurements and answers (`AnswerKey` lists, one per question) by row name.
@@ -333,6 +343,8 @@ def measure_in_process(
     sampler = MemorySampler(tree=False)
     measurements = {row.name: Measurement(row.name + suffix) for row in rows}
     answers: dict[str, list] = {row.name: [] for row in rows}
+    for row in rows:
+        row.run(row.prepare(workload.chunk(0, min(WARM_UP_QUESTIONS, len(workload))))[0])
     bounds = [(len(workload) * i // rounds, len(workload) * (i + 1) // rounds) for i in range(rounds)]
     for round_index, (start, stop) in enumerate(bounds):
         for row in rows[round_index % len(rows) :] + rows[: round_index % len(rows)]:

@@ -17,7 +17,8 @@ import qa_core.reader
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
 from qa_core.inference import (
-    DEFAULT_BATCH_TOKENS,
+    ACCELERATOR_BATCH_TOKENS,
+    CPU_BATCH_TOKENS,
     InferenceSettings,
     length_sorted_batches,
     pad_batch,
@@ -73,6 +74,9 @@ class CountingModel:
     def __call__(self, **inputs):
         self.batch_sizes.append(inputs["input_ids"].shape[0])
         return self.model(**inputs)
+
+    def parameters(self):
+        return self.model.parameters()
 
 
 def answer(score: float, start: int, end: int, document: Document | None, query: str = "q") -> ExtractedAnswer:
@@ -593,10 +597,22 @@ def test_batches_are_bounded_by_padded_tokens_in_length_order(readers, monkeypat
     assert [len(batch) for batch in recording.lengths] == [2] * 27 + [1]
 
 
-def test_max_batch_tokens_none_is_the_devices_default_budget():
-    assert InferenceSettings().batch_tokens("cpu") == DEFAULT_BATCH_TOKENS["cpu"] == 4096
-    assert InferenceSettings().batch_tokens("cuda:1") == DEFAULT_BATCH_TOKENS["cuda"]
-    assert InferenceSettings(max_batch_tokens=100).batch_tokens("cpu") == 100
+@pytest.mark.parametrize("precision, batch_sizes", [("fp32", [32, 23]), ("bf16", [55])])
+def test_the_default_budget_follows_the_models_dtype(readers, monkeypatch, precision, batch_sizes):
+    # 55 windows of at most 64 tokens: 2,048 padded tokens (fp32) take 32 of them a pass, 4,096 (bf16) all.
+    reader = readers(max_seq_length=64, stride=16, precision=precision)
+    recording = LengthRecordingModel(reader._model)
+    monkeypatch.setattr(reader, "_model", recording)
+    reader.run("What is re?", [Document(content=content) for content in [LONG, SHORT, LONG[:2000]]])
+    assert recording.batch_sizes == batch_sizes
+
+
+def test_max_batch_tokens_none_is_the_default_budget_of_the_device_and_dtype():
+    assert InferenceSettings().batch_tokens("cpu") == CPU_BATCH_TOKENS[torch.float32] == 2048
+    assert InferenceSettings().batch_tokens("cpu", torch.bfloat16) == CPU_BATCH_TOKENS[torch.bfloat16] == 4096
+    assert InferenceSettings().batch_tokens("cpu", torch.float16) == 2048  # not measured: fp32's
+    assert InferenceSettings().batch_tokens("cuda:1", torch.bfloat16) == ACCELERATOR_BATCH_TOKENS == 49152
+    assert InferenceSettings(max_batch_tokens=100).batch_tokens("cpu", torch.bfloat16) == 100
 
 
 def test_a_sequence_longer_than_the_token_budget_is_read_alone():

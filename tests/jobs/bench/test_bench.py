@@ -246,3 +246,27 @@ def test_scale_mode_compares_peak_memory_at_n_and_10n(tiny_bert_model: Path, tmp
     assert [row["memory_every_s"] for row in found["rows"][1:]] == [bench.SCALE_MEMORY_EVERY_S] * 2
     [target] = found["targets"]
     assert (target["value"], target["met"]) == (1.35, True)
+
+
+class RecordingRow:
+    """A stand-in row that records the question ids of every `run`, and times nothing but a list append."""
+
+    def __init__(self, name: str, runs: list) -> None:
+        self.name, self.runs = name, runs
+
+    def prepare(self, work):
+        return work.question_ids, bench.Counts(len(work), 1, 1, [])
+
+    def run(self, prepared) -> None:
+        self.runs.append((self.name, prepared))
+
+
+def test_each_row_reads_the_first_questions_untimed_then_every_round_in_rotating_order():
+    workload = make_workload(40, 1, seed=0)
+    runs: list = []
+    rows = [RecordingRow("a", runs), RecordingRow("b", runs)]
+    measurements, _ = bench.measure_in_process(rows, workload, rounds=2, config=None)
+    ids = workload.question_ids
+    warm = ids[: bench.WARM_UP_QUESTIONS]
+    assert runs == [("a", warm), ("b", warm), ("a", ids[:20]), ("b", ids[:20]), ("b", ids[20:]), ("a", ids[20:])]
+    assert measurements["a"].questions == measurements["b"].questions == 40  # the warm-up is not counted
