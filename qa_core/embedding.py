@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from qa_core.hardware import PRECISION_DTYPES, resolve_precision
-from qa_core.inference import length_sorted_batches, resolve_device
+from qa_core.inference import default_batch_tokens, length_sorted_batches, resolve_device
 from qa_core.models import DEFAULT_TOKEN, ModelSettings, model_fingerprint, resolve_token
 
 MODULES_FILE = "modules.json"
@@ -30,9 +30,6 @@ POOLING_MODULE = "sentence_transformers.models.Pooling"
 NORMALIZE_MODULE = "sentence_transformers.models.Normalize"
 # The pooling modes handled here, as 1_Pooling/config.json names them (`pooling_mode_<name>`).
 POOLING_MODES = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
-# Padded tokens per forward pass by device type (the reader's are `inference.CPU_BATCH_TOKENS` and
-# `inference.ACCELERATOR_BATCH_TOKENS`).
-DEFAULT_EMBEDDING_BATCH_TOKENS = {"cpu": 8192, "cuda": 65536}
 
 
 @dataclass(frozen=True)
@@ -143,13 +140,15 @@ class SentenceEmbedder:
         """
         :param model: A sentence-transformers model folder or hub id.
         :param precision: `fp32`, `bf16` (the encoder in bfloat16, pooling in fp32) or `auto` (bf16 where fast).
-        :param batch_tokens: Most padded tokens per forward pass; None: `DEFAULT_EMBEDDING_BATCH_TOKENS`.
+        :param batch_tokens: Most padded tokens per forward pass; None: the reader's default for the device and
+            precision (`qa_core.inference.default_batch_tokens`: on a CPU 2,048 in fp32, 4,096 in bf16).
         :param device: Where the model runs; None: the first GPU, else the CPU.
         """
         self.model = model
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
-        self.batch_tokens = batch_tokens or DEFAULT_EMBEDDING_BATCH_TOKENS.get(self.device.type, 65536)
+        dtype = PRECISION_DTYPES[self.precision]
+        self.batch_tokens = batch_tokens or default_batch_tokens(self.device, dtype)
         self.config: EmbeddingModelConfig | None = None
         self._encoder: Any = None
         self._tokenizer: Any = None

@@ -11,11 +11,12 @@ from qa_core.tokenization import Sequence
 
 DEFAULT_BATCH_SIZE = 32
 DEFAULT_ANSWERS_PER_SEQ = 20
-# Padded tokens per forward pass when `max_batch_tokens` is None. On the CPU, by the model's dtype, the fastest
-# budgets of `python -m jobs.bench`'s limit rows on both CPUs measured, an AMD EPYC with AVX-512 BF16 and an Intel
-# Xeon with AMX (BENCHMARK.md, "Batch shapes, precision and other levers on the CPU" and "bf16 on an AMX CPU"):
-# 2,048 in fp32, 4,096 in bf16; any other dtype takes fp32's. On a GPU (and any other accelerator), where larger
-# passes keep it busy, 128 sequences of 384 tokens.
+# Padded tokens per forward pass by default, for the reader and the embedder. On the CPU, by the model's dtype, the
+# fastest budgets of `python -m jobs.bench`'s limit rows on both CPUs measured, an AMD EPYC with AVX-512 BF16 and an
+# Intel Xeon with AMX, and of the embedder's on the Xeon (BENCHMARK.md, "Batch shapes, precision and other levers on
+# the CPU", "bf16 on an AMX CPU", "Embedding throughput and precision"): 2,048 in fp32, 4,096 in bf16; any other
+# dtype takes fp32's. On a GPU (and any other accelerator), where larger passes keep it busy, 128 sequences of 384
+# tokens.
 CPU_BATCH_TOKENS = {torch.float32: 2048, torch.bfloat16: 4096}
 ACCELERATOR_BATCH_TOKENS = 49152
 
@@ -25,6 +26,14 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None:
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def default_batch_tokens(device: torch.device | str, dtype: torch.dtype = torch.float32) -> int:
+    """Padded tokens per forward pass for a model in `dtype` on `device`: `CPU_BATCH_TOKENS` on the CPU,
+    `ACCELERATOR_BATCH_TOKENS` elsewhere."""
+    if torch.device(device).type != "cpu":
+        return ACCELERATOR_BATCH_TOKENS
+    return CPU_BATCH_TOKENS.get(dtype, CPU_BATCH_TOKENS[torch.float32])
 
 
 @dataclass(frozen=True)
@@ -38,15 +47,10 @@ class InferenceSettings(Settings):
     max_answer_length: int | None = None  # longest answer in tokens; None: no limit
 
     def batch_tokens(self, device: torch.device | str, dtype: torch.dtype = torch.float32) -> int:
-        """
-        `max_batch_tokens`, or when it is None the default for the device and the model's dtype:
-        `CPU_BATCH_TOKENS` on the CPU, `ACCELERATOR_BATCH_TOKENS` elsewhere.
-        """
+        """`max_batch_tokens`, or when it is None `default_batch_tokens(device, dtype)`."""
         if self.max_batch_tokens is not None:
             return self.max_batch_tokens
-        if torch.device(device).type != "cpu":
-            return ACCELERATOR_BATCH_TOKENS
-        return CPU_BATCH_TOKENS.get(dtype, CPU_BATCH_TOKENS[torch.float32])
+        return default_batch_tokens(device, dtype)
 
     @property
     def spans_per_sequence(self) -> int:

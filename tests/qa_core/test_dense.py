@@ -215,6 +215,14 @@ def test_an_embedding_holding_nan_is_an_error_naming_its_passages() -> None:
         embedder.embed(texts, names=["p0", "p1", "p2", "p3"])
 
 
+def test_the_embedders_default_budget_is_the_readers_for_its_device_and_precision() -> None:
+    """No model is loaded: the budget is settled when the embedder is made."""
+    assert SentenceEmbedder(MODEL, device="cpu").batch_tokens == 2048
+    assert SentenceEmbedder(MODEL, precision="bf16", device="cpu").batch_tokens == 4096
+    assert SentenceEmbedder(MODEL, precision="bf16", device="cuda:0").batch_tokens == 49152
+    assert SentenceEmbedder(MODEL, precision="bf16", batch_tokens=100, device="cpu").batch_tokens == 100
+
+
 def test_model_config_is_read_from_the_folder() -> None:
     config = EmbeddingModelConfig.read(MODEL)
     assert (config.pooling, config.normalize, config.max_seq_length, config.dimension) == (
