@@ -73,6 +73,9 @@ class RunSettings(Settings):
     # same command resumes): the time an autoscaler or a replaced node has to bring what is missing; 0: never
     stall_exit_s: float = 300.0
     quiet: bool = False  # print only the summary and errors (no progress)
+    # questions in label_studio.json: the N the model is least sure of (its answer's score, a refusal's no-answer
+    # probability, 0 when nothing was read), least sure first; the others are left out. None: every question
+    review: int | None = None
 
     def problems(self) -> list[str]:
         problems = [] if self.output else ["--output is required"]
@@ -93,6 +96,7 @@ class RunSettings(Settings):
         if not self.stall_warning_s > 0:
             problems.append(f"stall_warning_s must be > 0, not {self.stall_warning_s}")
         problems += at_least("stall_exit_s", self.stall_exit_s, 0)
+        problems += at_least("review", self.review, 1, optional=True)
         return problems + at_least("shards_per_wave", self.shards_per_wave, 1)
 
 
