@@ -306,7 +306,7 @@ class _Review:
     """One counted review of a question: its answer spans (start, end, text or None), or none for "No answer"."""
 
     spans: list[tuple[int, int, str | None]]
-    where: str
+    annotation_id: Any  # Label Studio's id of the annotation: gold answers follow it, whatever the export's order
 
 
 @dataclass
@@ -403,7 +403,8 @@ def _read_task(index: int, item: Any, problems: list[str]) -> _Task | None:
     task = _Task(where, item.get("id"), data)
     if json_min:
         if item.get("annotation_id") is not None:
-            _add_review(task, item.get(ANSWER_CONTROL), item.get(NO_ANSWER_CONTROL), where, "", problems)
+            spans, choice = item.get(ANSWER_CONTROL), item.get(NO_ANSWER_CONTROL)
+            _add_review(task, spans, choice, item["annotation_id"], where, problems)
         return task
     annotations = item.get("annotations", [])
     if not isinstance(annotations, list):
@@ -422,22 +423,28 @@ def _read_task(index: int, item: Any, problems: list[str]) -> _Task | None:
                     spans.append((value, f"{at}.result[{r}].value"))
                 elif kind == "choices":
                     choices.append((value.get("choices") if isinstance(value, dict) else None, f"{at}.result[{r}]"))
-            _add_checked_review(task, spans, choices, where, at, problems)
+            _add_checked_review(task, spans, choices, annotation.get("id"), where, at, problems)
     return task
 
 
-def _add_review(task: _Task, spans: Any, choice: Any, where: str, at: str, problems: list[str]) -> None:
+def _add_review(task: _Task, spans: Any, choice: Any, annotation_id: Any, where: str, problems: list[str]) -> None:
     """A JSON-MIN row's review: `spans` the answer control's regions, `choice` the no-answer control's value."""
     if spans is not None and not isinstance(spans, list):
         problems.append(f"{where}: '{ANSWER_CONTROL}' must be a list of spans")
         return
     regions = [(span, f"{ANSWER_CONTROL}[{i}]") for i, span in enumerate(spans or [])]
     choices = [] if choice is None else [([choice] if isinstance(choice, str) else choice, NO_ANSWER_CONTROL)]
-    _add_checked_review(task, regions, choices, where, at, problems)
+    _add_checked_review(task, regions, choices, annotation_id, where, "", problems)
 
 
 def _add_checked_review(
-    task: _Task, regions: list[tuple[Any, str]], choices: list[tuple[Any, str]], where: str, at: str, problems: list
+    task: _Task,
+    regions: list[tuple[Any, str]],
+    choices: list[tuple[Any, str]],
+    annotation_id: Any,
+    where: str,
+    at: str,
+    problems: list[str],
 ) -> None:
     found = len(problems)
     spans = []
@@ -464,13 +471,15 @@ def _add_checked_review(
     if no_answer and spans:
         problems.append(f"{where}: {at or 'a review'} has both answer spans and {NO_ANSWER_CHOICE!r}")
     elif no_answer or spans:
-        task.reviews.append(_Review(spans, at))
+        task.reviews.append(_Review(spans, annotation_id))
 
 
 def _gold(qid: str, task: _Task, misaligned: list[MisalignedAnswer]) -> list[GoldAnswer]:
     context = task.data["context"]
     answers = []
-    for review in task.reviews:
+    # By annotation id (JSON-MIN lists a task's annotations newest first, JSON oldest first); stable for ids missing.
+    ordered = sorted(task.reviews, key=lambda r: (0, r.annotation_id) if isinstance(r.annotation_id, int) else (1, 0))
+    for review in ordered:
         for start, end, text in review.spans:
             if text is not None and context[start:end] != text:
                 misaligned.append(MisalignedAnswer(qid, text, start))

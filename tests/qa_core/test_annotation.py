@@ -142,8 +142,10 @@ def reviewed_export() -> list[dict]:
                                {"d": PREDICTIONS["c"]})  # fmt: skip
     by_id = {task["data"]["question_id"]: task for task in tasks + extra}
 
+    ids = iter(range(1, 100))
+
     def annotation(result: list, cancelled: bool = False) -> dict:
-        return {"id": 1, "completed_by": 1, "result": result, "was_cancelled": cancelled}
+        return {"id": next(ids), "completed_by": 1, "result": result, "was_cancelled": cancelled}
 
     def span(start: int, end: int, text: str) -> dict:
         value = {"start": start, "end": end, "text": text, "labels": ["Answer"]}
@@ -161,10 +163,11 @@ def reviewed_export() -> list[dict]:
 
 
 def json_min(export: list[dict]) -> list[dict]:
-    """The same export in JSON-MIN, as Label Studio's converter makes it: a row per annotation not cancelled."""
+    """The same export in JSON-MIN, as Label Studio's converter makes it: a row per annotation not cancelled, newest
+    first."""
     rows = []
     for task in export:
-        kept = [a for a in task["annotations"] if not a["was_cancelled"]]
+        kept = [a for a in reversed(task["annotations"]) if not a["was_cancelled"]]
         for annotation in kept or [{}]:
             row = {**task["data"], "id": task["id"], "annotation_id": annotation.get("id"), "annotator": 1}
             for region in annotation.get("result", []):

@@ -343,3 +343,25 @@ def test_pooled_contexts_on_ray_answer_as_in_process_and_label_only_answers_from
             assert example.is_impossible, example.id
         labelled["own" if own else "elsewhere"] += row["status"] == "answered"
     assert labelled["own"] and labelled["elsewhere"]
+
+
+def test_bulk_qa_reads_an_export_s_reviewed_tasks_as_questions_with_gold(
+    output: Path, tiny_bert_model: Path, tmp_path: Path, capsys
+) -> None:
+    tasks = load(output, "label_studio.json")
+    export = reviewed(tasks, {})
+    for task in export[3:]:
+        task["annotations"][0]["was_cancelled"] = True  # skipped: not reviewed
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(export, ensure_ascii=False), encoding="utf-8")
+    rerun = tmp_path / "out"
+    args = ["--questions", path, "--output", rerun, "--model", tiny_bert_model, *FLAGS, "--engine", "in-process"]
+    assert run_job(*args, "--review", "2") == 0
+    assert "9 task(s) of the Label Studio export have no review and are left out" in capsys.readouterr().err
+    manifest = load(rerun, "manifest.json")
+    assert manifest["gold"] == {"version": "2.0", "has_gold": True, "questions": 3, "misaligned": []}
+    assert load(rerun, "evaluation.json")["exact"] == 100.0  # the same model gives the answers it was accepted for
+    assert [task["data"]["question_id"] for task in load(rerun, "label_studio.json")] == [
+        task["data"]["question_id"]
+        for task in tasks[:2]  # --review 2: the two least sure, as in the first run
+    ]
