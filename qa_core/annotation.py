@@ -1,8 +1,10 @@
 """
 A reader's results over a SQuAD dataset in the formats other tools read: the official SQuAD prediction files
 (`predictions.json`, `na_probs.json`), the dataset annotated with its predicted spans (SQuAD JSON, with silver
-labels for unlabelled questions) and Label Studio tasks for review. Pure functions over plain records: they know
-nothing of the reader or of the engine that ran it.
+labels for unlabelled questions) and Label Studio tasks for review; and the one converter back: a Label Studio
+export of the reviewed tasks as SQuAD questions with gold answers (`label_studio_dataset`, which
+`qa_core.squad.read_squad` calls for a `.json` list, so every reader of SQuAD files reads exports). Pure functions
+over plain records: they know nothing of the reader or of the engine that ran it.
 
 Usage example:
 ```python
@@ -167,10 +169,11 @@ def annotated_squad_json(dataset: SquadDataset, predictions: Mapping[str, Predic
 
 # Label Studio: the review loop's two ends. `label_studio_tasks` writes the tasks a reviewer checks in a project
 # labelled with `LABEL_STUDIO_CONFIG`; `label_studio_dataset` reads the project's export (JSON or JSON-MIN) back as
-# SQuAD questions with gold answers. Offsets are Python string indices (Unicode code points) on both ends: Label
-# Studio's Text tag counts its `start` / `end` in code points too (its editor's RichText model documents its global
-# offsets "in codepoints", and splits text with `[...text]`), so emoji and other characters outside the BMP need no
-# conversion; tests/jobs/test_label_studio_server.py checks it against a real server.
+# SQuAD questions with gold answers. Offsets are Python string indices (Unicode code points) on both ends, with no
+# conversion: Label Studio's Text tag counts `start` / `end` in code points too (its editor's RichText model splits
+# the text with `[...text]` and documents its global offsets "in codepoints"), not in UTF-16 units as JavaScript
+# strings do. tests/jobs/test_label_studio_server.py checks it in Label Studio 1.23's own interface, in Chromium:
+# a prediction after emoji highlights its text, and a span selected there comes back with Python's offsets.
 
 ANSWER_CONTROL = "answer"  # the span-labelling control: a span labelled `ANSWER_LABEL` is an answer
 ANSWER_LABEL = "Answer"

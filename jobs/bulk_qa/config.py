@@ -73,9 +73,9 @@ class RunSettings(Settings):
     # same command resumes): the time an autoscaler or a replaced node has to bring what is missing; 0: never
     stall_exit_s: float = 300.0
     quiet: bool = False  # print only the summary and errors (no progress)
-    # questions in label_studio.json: the N the model is least sure of (its answer's score, a refusal's no-answer
-    # probability, 0 when nothing was read), least sure first; the others are left out. None: every question
-    review: int | None = None
+    # Least sure = lowest qa_core.annotation.review_score: the answer's score, a refusal's no-answer probability, 0 when
+    # nothing was read. Tasks are written least sure first either way.
+    review: int | None = None  # label_studio.json keeps only the N questions the model is least sure of; None: all
 
     def problems(self) -> list[str]:
         problems = [] if self.output else ["--output is required"]

@@ -6,13 +6,17 @@ annotators), pulled as JSON and JSON-MIN and read back by `qa_core.annotation` o
 characters outside the BMP.
 """
 
+import asyncio
 import dataclasses
+import http.cookiejar
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +28,12 @@ from jobs.label_studio import LabelStudio, pull, push
 from qa_core.annotation import PredictedSpan, Prediction, label_studio_tasks, squad_predictions
 from qa_core.evaluation import evaluate
 from qa_core.squad import GoldAnswer, SquadDataset, SquadExample, read_squad, squad_json
+from tests.jobs.browser import CHROMIUM, Page, browser_page
 from tests.qa_core.reference import squad_v2_official
 
 LABEL_STUDIO = Path(__file__).resolve().parents[2] / ".venv-ls" / "bin" / "label-studio"
 TOKEN = "loop-test-token-0123456789"  # the admin's legacy API token, set at start-up
+EMAIL, PASSWORD = "reviewer@example.com", "review-loop-password"  # the admin's, to log in with a browser
 START_TIMEOUT_S = 600  # a first start migrates a new database: about 100 s on the 2-core machine
 
 
@@ -56,8 +62,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Server:
     env = {
         **os.environ,
         "LABEL_STUDIO_BASE_DATA_DIR": str(data),
-        "LABEL_STUDIO_USERNAME": "reviewer@example.com",
-        "LABEL_STUDIO_PASSWORD": "review-loop-password",
+        "LABEL_STUDIO_USERNAME": EMAIL,
+        "LABEL_STUDIO_PASSWORD": PASSWORD,
         "LABEL_STUDIO_USER_TOKEN": TOKEN,
         "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
         # Invalid predictions fail the import instead of being logged.
@@ -247,3 +253,82 @@ def test_the_command_line_never_shows_the_token(server: Server, reviewed: dict, 
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"jobs.label_studio: error: GET {server.url}/api/projects: HTTP 401")
     assert TOKEN not in line and "wrong-token" not in line
+
+
+def session_cookies(url: str) -> dict[str, str]:
+    """The admin's session cookies, logged in through the login form as a browser does."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    form = opener.open(f"{url}/user/login/").read().decode()
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
+    fields = urllib.parse.urlencode({"csrfmiddlewaretoken": csrf, "email": EMAIL, "password": PASSWORD}).encode()
+    opener.open(urllib.request.Request(f"{url}/user/login/", data=fields, headers={"Referer": f"{url}/user/login/"}))
+    return {cookie.name: cookie.value for cookie in jar}
+
+
+# The viewport points of the first and the last character of TEXT in the labelling interface's copy of the context
+# (its last text node holding TEXT: the Data Manager's column, which shows the context too, comes first): where a
+# person starts and ends a drag to select it.
+SPAN_ENDS = """((TEXT) => {
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  let node, last = null;
+  while ((node = walker.nextNode()))
+    if (node.textContent.includes(TEXT)) last = node;
+  if (!last) return null;
+  const at = (i) => { const r = document.createRange(); r.setStart(last, i); r.setEnd(last, i + 1);
+                      return r.getBoundingClientRect(); };
+  const i = last.textContent.indexOf(TEXT), a = at(i), b = at(i + TEXT.length - 1);
+  return [a.left + 1, (a.top + a.bottom) / 2, b.right - 1, (b.top + b.bottom) / 2];
+})"""
+HIGHLIGHTS = "Array.from(document.querySelectorAll('.htx-highlight')).map(e => e.textContent)"
+SUBMIT = "Array.from(document.querySelectorAll('button')).find(b => b.innerText.trim() === 'Submit').click()"
+
+
+async def review_in_browser(page: Page, task_url: str, text: str) -> list[str]:
+    """Opens the task, reads the highlighted prediction, selects `text` with the Answer label and submits."""
+    await page.command("Page.navigate", url=task_url)
+    shown = await page.wait_for(f"(() => {{ const h = {HIGHLIGHTS}; return h.length ? h : null; }})()")
+    await page.wait_for(SUBMIT.replace(".click()", " !== undefined"))
+    await asyncio.sleep(2)  # the interface binds its hotkeys once loaded
+    await page.press("1", "Digit1", 49)  # the Answer label's hotkey: the next selection is an answer
+    await asyncio.sleep(0.5)
+    x0, y0, x1, y1 = await page.wait_for(f"{SPAN_ENDS}({json.dumps(text)})")
+    await page.drag((x0, y0), (x1, y1))
+    await page.wait_for(f"{HIGHLIGHTS}.includes({json.dumps(text)})")
+    await page.evaluate(
+        "Array.from(document.querySelectorAll('button')).find(b => b.innerText.trim() === 'Submit').click()"
+    )
+    return shown
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine (apt-get install chromium-headless-shell)")
+def test_the_labelling_interface_counts_offsets_in_code_points(server: Server, tmp_path: Path) -> None:
+    """In Label Studio's own interface: the prediction's offsets highlight its text, and a span a person selects
+    after emoji and other characters outside the BMP comes back with Python's offsets (UTF-16 would count 7 more)."""
+    dataset = SquadDataset([SquadExample("ui", None, "What lives in it?", NILE)], "2.0", False)
+    path = tmp_path / "label_studio.json"
+    path.write_text(json.dumps(label_studio_tasks(dataset, {"ui": answered(NILE, "𝔘nicode", 0.6)}), ensure_ascii=False))
+    client = LabelStudio(server.url, TOKEN)
+    project = push(client, path, "Offsets in the interface")["project"]
+    [task] = client.request("GET", f"/api/tasks?project={project}&fields=task_only&include=id,data")["tasks"]
+
+    async def session() -> list[str]:
+        async with browser_page(session_cookies(server.url), server.url) as page:
+            return await review_in_browser(
+                page, f"{server.url}/projects/{project}/data?task={task['id']}", "live in it"
+            )
+
+    assert asyncio.run(session()) == ["𝔘nicode"]
+    for _ in range(40):  # the submission is saved asynchronously
+        annotations = client.request("GET", f"/api/tasks/{task['id']}/annotations")
+        if annotations:
+            break
+        time.sleep(0.5)
+    [annotation] = annotations
+    spans = sorted((r["value"]["start"], r["value"]["end"], r["value"]["text"]) for r in annotation["result"])
+    assert NILE.index("live in it") == 41 and len(NILE[:41].encode("utf-16-le")) // 2 == 48
+    assert spans == [(30, 37, "𝔘nicode"), (41, 51, "live in it")]
+    export = tmp_path / "export.json"
+    pull(client, "Offsets in the interface", export, "JSON")
+    [example] = read_squad(export).examples
+    assert example.answers == [GoldAnswer("𝔘nicode", 30), GoldAnswer("live in it", 41)]
