@@ -264,3 +264,13 @@ def test_spans_that_miss_their_context_are_refused_by_id() -> None:
         annotated_squad_json(dataset(True), wrong)
     with pytest.raises(ValueError, match=r"No prediction for 1 question\(s\): \['c'\]"):
         label_studio_tasks(dataset(True), {"a": PREDICTIONS["a"], "b": PREDICTIONS["b"]})
+
+
+def test_an_answer_from_another_document_is_noted_and_not_predicted() -> None:
+    elsewhere = {**PREDICTIONS, "a": Prediction("answered", "Lyon", 0.2, [PredictedSpan("Paris", 50, 0.4)], 0.7)}
+    task = next(t for t in label_studio_tasks(dataset(True), elsewhere) if t["data"]["question_id"] == "a")
+    assert (task["predictions"][0]["result"], task["predictions"][0]["score"]) == ([], 0.7)
+    assert task["data"]["model_note"] == (
+        "Model: answered, no-answer probability 0.20; its answer 'Lyon' is from another document; "
+        "other spans (not its prediction): 'Paris' 0.40"
+    )
