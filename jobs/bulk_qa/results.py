@@ -3,7 +3,8 @@ The run's results in other tools' formats, written at the end of a run from the 
 run writes them complete): `predictions.json` and `na_probs.json` (the official SQuAD v2.0 evaluation script's
 inputs), with gold answers `evaluation.json` (the official script's metrics) and `evaluation/` (per question
 `exact` and `f1`), and for review `annotated.squad.json`, `label_studio.json` (least sure first, only the
-`--review` N least sure with it; `qa_core.annotation.label_studio_tasks`) and its labelling config `label_studio.xml`. The questions and answers tables are left as they are.
+`--review` N least sure with it; `qa_core.annotation.label_studio_tasks`) and its labelling config
+`label_studio.xml`. The questions and answers tables are left as they are.
 
 For a SQuAD input the annotated dataset is the input dataset; for Parquet questions and documents it is a SQuAD
 v2.0 dataset built from them: each question with, as its context, the document of its best span (else its first
