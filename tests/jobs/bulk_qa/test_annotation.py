@@ -188,6 +188,9 @@ def test_annotated_dataset_round_trips_with_the_job_answers(output: Path, tiny_b
             row["no_answer_score"],
         )
         [region] = prediction["result"]  # the answer given, alone: every question is answered here
+        given = next(a for a in answers[row["question_id"]] if a["answer"] == row["best_answer"])
+        where = (given["document_id"], given["file_path"], given["answer_page_number"])
+        assert (task["data"]["document_id"], task["data"]["file_path"], task["data"]["page"]) == where
         assert (region["value"]["text"], prediction["score"]) == (row["best_answer"], row["best_score"])
         context = contexts[task["data"]["question_id"]]
         assert context[region["value"]["start"] : region["value"]["end"]] == region["value"]["text"]
