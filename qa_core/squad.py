@@ -74,23 +74,34 @@ class SquadDataset:
     :param has_gold: False for unlabelled data (no `answers` field at all).
     :param misaligned: Gold answers left out because they do not match their context
         (only with `read_squad(..., allow_misaligned_gold=True)`).
+    :param unreviewed: From a Label Studio export: the question ids of tasks left out for want of a review.
     """
 
     examples: list[SquadExample]
     version: str
     has_gold: bool
     misaligned: list[MisalignedAnswer] = field(default_factory=list)
+    unreviewed: list[str] = field(default_factory=list)
 
 
 class SquadFormatError(ValueError):
-    """SQuAD data that cannot be read; `problems` lists every problem found, each naming its question id or row."""
+    """
+    Data that cannot be read as SQuAD questions; `problems` lists every problem found, each naming its question id,
+    row or task. The message is one line: the file, the count and the first problems.
+    """
 
-    def __init__(self, path: Path, problems: list[str]):
+    def __init__(self, path: Path, problems: list[str], what: str = "the SQuAD data"):
         self.path = path
         self.problems = problems
-        listed = "\n".join(f"  - {problem}" for problem in problems[:_LISTED_PROBLEMS])
-        more = f"\n  ... and {len(problems) - _LISTED_PROBLEMS} more" if len(problems) > _LISTED_PROBLEMS else ""
-        super().__init__(f"{path}: {len(problems)} problem(s) in the SQuAD data:\n{listed}{more}")
+        listed = "; ".join(problems[:_LISTED_PROBLEMS])
+        more = f" ... and {len(problems) - _LISTED_PROBLEMS} more" if len(problems) > _LISTED_PROBLEMS else ""
+        super().__init__(f"{path}: {len(problems)} problem(s) in {what}: {listed}{more}")
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """`repr(value)` cut to `limit` characters, for error messages that name a bad value without echoing the file."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 @dataclass
@@ -113,6 +124,8 @@ def read_squad(path: str | Path, allow_misaligned_gold: bool = False) -> SquadDa
     Reads SQuAD questions from the official JSON layout or from Hugging Face's `squad` / `squad_v2` layout.
 
     Layouts, by file name:
+    - `.json` holding a list: a Label Studio export (JSON or JSON-MIN) of reviewed tasks, read by
+      `qa_core.annotation.label_studio_dataset` (see there for its rules).
     - `.json`: the official layout (`{"version": ..., "data": [{"title", "paragraphs": [{"context", "qas"}]}]}`),
       or Hugging Face rows in its `data` list (`{"version": ..., "data": [{"id", "question", "context", ...}]}`),
       or JSON Lines of Hugging Face rows when the file is not one JSON object with a `data` field.
@@ -140,7 +153,16 @@ def read_squad(path: str | Path, allow_misaligned_gold: bool = False) -> SquadDa
     :raises FileNotFoundError: When `path` does not exist.
     """
     path = Path(path)
-    raw, declared_version = _read_raw(path)
+    if path.suffix == ".json" and path.is_file():
+        text = path.read_text(encoding="utf-8")
+        document = _json_or_none(text)
+        if isinstance(document, list):  # a Label Studio export (JSON or JSON-MIN): a list of tasks
+            from qa_core.annotation import label_studio_dataset  # qa_core.annotation builds on this module
+
+            return label_studio_dataset(path, document, allow_misaligned_gold)
+        raw, declared_version = _read_json(path, text, document)
+    else:
+        raw, declared_version = _read_raw(path)
     return _build_dataset(path, raw, declared_version, allow_misaligned_gold)
 
 
@@ -158,14 +180,19 @@ def _read_raw(path: Path) -> tuple[list[_RawQuestion], Any]:
         raise SquadFormatError(path, [f"unknown file type {path.suffix!r}: expected .json, .jsonl or .parquet"])
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".json":
-        document = _json_or_none(text)
-        if isinstance(document, dict) and "data" in document:
-            if _hugging_face_rows(document["data"]):
-                rows = [_hf_question(row, f"data[{i}]") for i, row in enumerate(document["data"])]
-                return rows, document.get("version")
-            return _official_questions(path, document), document.get("version")
-        if document is not None and len(text.strip().splitlines()) > 1:
-            raise SquadFormatError(path, ["a JSON document without the official layout's 'data' list of articles"])
+        return _read_json(path, text, _json_or_none(text))
+    return [_hf_question(row, f"line {number}") for number, row in _json_lines(path, text)], None
+
+
+def _read_json(path: Path, text: str, document: Any) -> tuple[list[_RawQuestion], Any]:
+    """A `.json` file's questions: `document` is its text parsed, `None` when it is not one JSON value."""
+    if isinstance(document, dict) and "data" in document:
+        if _hugging_face_rows(document["data"]):
+            rows = [_hf_question(row, f"data[{i}]") for i, row in enumerate(document["data"])]
+            return rows, document.get("version")
+        return _official_questions(path, document), document.get("version")
+    if document is not None and len(text.strip().splitlines()) > 1:
+        raise SquadFormatError(path, ["a JSON document without the official layout's 'data' list of articles"])
     return [_hf_question(row, f"line {number}") for number, row in _json_lines(path, text)], None
 
 
@@ -208,7 +235,7 @@ _HF_COLUMNS = {"id", "question", "context"}
 
 def _hf_question(row: Any, where: str) -> _RawQuestion:
     if not isinstance(row, dict):
-        return _RawQuestion(where, None, None, None, None, None, error=f"not an object: {row!r}")
+        return _RawQuestion(where, None, None, None, None, None, error=f"not an object: {shown(row)}")
     answers, pairs, error = row.get("answers"), None, None
     if answers is not None:
         texts = answers.get("text") if isinstance(answers, dict) else None
@@ -217,7 +244,7 @@ def _hf_question(row: Any, where: str) -> _RawQuestion:
             pairs = list(zip(texts, starts, strict=True))
         else:
             pairs = []
-            error = f"'answers' must be {{'text': [...], 'answer_start': [...]}} of equal lengths, not {answers!r}"
+            error = f"'answers' must be {{'text': [...], 'answer_start': [...]}} of equal lengths, not {shown(answers)}"
     return _RawQuestion(
         where, row.get("id"), row.get("title"), row.get("question"), row.get("context"), pairs, error=error
     )
@@ -239,7 +266,9 @@ def _official_questions(path: Path, document: dict[str, Any]) -> list[_RawQuesti
             for q, qa in enumerate(qas):
                 where = f"data[{a}].paragraphs[{p}].qas[{q}]"
                 if not isinstance(qa, dict):
-                    questions.append(_RawQuestion(where, None, None, None, None, None, error=f"not an object: {qa!r}"))
+                    questions.append(
+                        _RawQuestion(where, None, None, None, None, None, error=f"not an object: {shown(qa)}")
+                    )
                     continue
                 answers, plausible = qa.get("answers", _ABSENT), qa.get("plausible_answers", [])
                 malformed = [
@@ -331,17 +360,17 @@ def _check_question(
     if question.id is None:
         problems.append(f"{question.where}: missing 'id'")
     elif not isinstance(question.id, str) or not question.id:
-        problems.append(f"{question.where}: 'id' must be a non-empty string, not {question.id!r}")
+        problems.append(f"{question.where}: 'id' must be a non-empty string, not {shown(question.id)}")
     for name in ("question", "context"):
         value = getattr(question, name)
         if value is None:
             problems.append(f"{_label(question)}: missing '{name}'")
         elif not isinstance(value, str):
-            problems.append(f"{_label(question)}: '{name}' must be a string, not {value!r}")
+            problems.append(f"{_label(question)}: '{name}' must be a string, not {shown(value)}")
         elif not value.strip():
             problems.append(f"{_label(question)}: empty {name}")
     if question.title is not None and not isinstance(question.title, str):
-        problems.append(f"{_label(question)}: 'title' must be a string, not {question.title!r}")
+        problems.append(f"{_label(question)}: 'title' must be a string, not {shown(question.title)}")
     if len(problems) > found:
         return None
     answers = _check_answers(question, question.answers or [], problems, misaligned)
@@ -350,7 +379,7 @@ def _check_question(
     if is_impossible is None:
         is_impossible = version == "2.0" and question.answers == []
     if not isinstance(is_impossible, bool):
-        problems.append(f"{_label(question)}: 'is_impossible' must be true or false, not {is_impossible!r}")
+        problems.append(f"{_label(question)}: 'is_impossible' must be true or false, not {shown(is_impossible)}")
     elif is_impossible and question.answers:
         problems.append(f"{_label(question)}: 'is_impossible' is true but it has gold answers")
     elif not is_impossible and question.answers == []:
@@ -380,7 +409,7 @@ def _check_answers(
         if not isinstance(text, str) or not isinstance(start, int) or isinstance(start, bool):
             problems.append(
                 f"{_label(question)}: an answer needs a string 'text' and an integer 'answer_start', "
-                f"not {text!r} and {start!r}"
+                f"not {shown(text)} and {shown(start)}"
             )
         elif start < 0 or question.context[start : start + len(text)] != text:
             misaligned.append(MisalignedAnswer(question.id, text, start))
@@ -462,6 +491,7 @@ __all__ = [
     "SquadExample",
     "SquadFormatError",
     "read_squad",
+    "shown",
     "squad_json",
     "write_squad_json",
 ]

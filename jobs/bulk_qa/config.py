@@ -73,6 +73,9 @@ class RunSettings(Settings):
     # same command resumes): the time an autoscaler or a replaced node has to bring what is missing; 0: never
     stall_exit_s: float = 300.0
     quiet: bool = False  # print only the summary and errors (no progress)
+    # Least sure = lowest qa_core.annotation.review_score: the answer's score, a refusal's no-answer probability, 0 when
+    # nothing was read. Tasks are written least sure first either way.
+    review: int | None = None  # label_studio.json keeps only the N questions the model is least sure of; None: all
 
     def problems(self) -> list[str]:
         problems = [] if self.output else ["--output is required"]
@@ -93,6 +96,7 @@ class RunSettings(Settings):
         if not self.stall_warning_s > 0:
             problems.append(f"stall_warning_s must be > 0, not {self.stall_warning_s}")
         problems += at_least("stall_exit_s", self.stall_exit_s, 0)
+        problems += at_least("review", self.review, 1, optional=True)
         return problems + at_least("shards_per_wave", self.shards_per_wave, 1)
 
 

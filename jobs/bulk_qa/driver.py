@@ -48,7 +48,7 @@ from jobs.bulk_qa.pooled_contexts import (
     write_pooled_contexts,
 )
 from jobs.bulk_qa.progress import Progress, RunStalled, StallWatch
-from jobs.bulk_qa.results import write_results
+from jobs.bulk_qa.results import model_version, write_results
 from jobs.bulk_qa.retrieval import complete_index, needs_retrieval, prepare_index
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
 from jobs.bulk_qa.waves import (
@@ -216,7 +216,16 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         manifest["timings"]["document_parts_s"] = round(parts_s, 3) if partitioned else None
     if manifest["reconciled"]:
         manifest.update(
-            write_results(output, sorted(markers), squad, tables.work, config.refusal.no_answer_source, pooled)
+            write_results(
+                output,
+                sorted(markers),
+                squad,
+                tables.work,
+                config.refusal.no_answer_source,
+                pooled,
+                model_version(config.model.model, identity["model"]),
+                config.run.review,
+            )
         )
         manifest["result_files"] += write_report(output, manifest)  # report.html; none without matplotlib
         output.write_manifest(manifest)

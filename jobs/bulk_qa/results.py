@@ -2,7 +2,8 @@
 The run's results in other tools' formats, written at the end of a run from the committed shards (so a resumed
 run writes them complete): `predictions.json` and `na_probs.json` (the official SQuAD v2.0 evaluation script's
 inputs), with gold answers `evaluation.json` (the official script's metrics) and `evaluation/` (per question
-`exact` and `f1`), and for review `annotated.squad.json`, `label_studio.json` and its labelling config
+`exact` and `f1`), and for review `annotated.squad.json`, `label_studio.json` (least sure first, only the
+`--review` N least sure with it; `qa_core.annotation.label_studio_tasks`) and its labelling config
 `label_studio.xml`. The questions and answers tables are left as they are.
 
 For a SQuAD input the annotated dataset is the input dataset; for Parquet questions and documents it is a SQuAD
@@ -17,8 +18,10 @@ and Label Studio tasks keep each question's own context, with the spans found in
 """
 
 import dataclasses
+import hashlib
 import json
 from collections import defaultdict
+from pathlib import PurePath
 from typing import Any
 
 import pyarrow as pa
@@ -65,8 +68,18 @@ EVALUATION_SCHEMA = pa.schema(
 
 # Each no-answer source's column in the questions table.
 NO_ANSWER_COLUMNS = {"haystack": "no_answer_score", "model": "model_no_answer_score"}
-_QUESTION_COLUMNS = ["question_id", "status", "best_answer", *NO_ANSWER_COLUMNS.values()]
-_ANSWER_COLUMNS = ["question_id", "rank", "answer", "score", "is_no_answer", "document_id", "document_start"]
+_QUESTION_COLUMNS = ["question_id", "status", "best_answer", "best_score", *NO_ANSWER_COLUMNS.values()]
+_ANSWER_COLUMNS = [
+    "question_id",
+    "rank",
+    "answer",
+    "score",
+    "is_no_answer",
+    "document_id",
+    "document_start",
+    "file_path",
+    "answer_page_number",
+]
 
 
 def read_predictions(
@@ -85,24 +98,30 @@ def read_predictions(
     spans: dict[str, list[PredictedSpan]] = defaultdict(list)
     documents: dict[str, list[str]] = defaultdict(list)
     columns = answers.to_pydict()
-    for qid, text, start, score, document_id in zip(
+    for qid, text, start, score, document_id, file_path, page in zip(
         columns["question_id"],
         columns["answer"],
         columns["document_start"],
         columns["score"],
         columns["document_id"],
+        columns["file_path"],
+        columns["answer_page_number"],
         strict=True,
     ):
-        spans[qid].append(PredictedSpan(text, start, score))
+        spans[qid].append(PredictedSpan(text, start, score, document_id, file_path, page))
         documents[qid].append(document_id)
     no_answer = {
         source: dict(zip(questions["question_id"], questions[column], strict=True))
         for source, column in NO_ANSWER_COLUMNS.items()
     }
     predictions = {
-        qid: Prediction(status, answer, no_answer[no_answer_source][qid], spans.get(qid, []))
-        for qid, status, answer in zip(
-            questions["question_id"], questions["status"], questions["best_answer"], strict=True
+        qid: Prediction(status, answer, no_answer[no_answer_source][qid], spans.get(qid, []), answer_score)
+        for qid, status, answer, answer_score in zip(
+            questions["question_id"],
+            questions["status"],
+            questions["best_answer"],
+            questions["best_score"],
+            strict=True,
         )
     }
     return predictions, documents, no_answer
@@ -115,12 +134,16 @@ def write_results(
     work: WorkSettings,
     no_answer_source: str,
     pooled: PooledContexts | None = None,
+    model_version: str = "bulk-qa",
+    review: int | None = None,
 ) -> dict[str, Any]:
     """
     Writes the run's result files (see the module's documentation); `na_probs.json` holds the no-answer scores of
     `no_answer_source`.
 
     :param pooled: The corpus of a `--pool-contexts` run: each question's own context is its relevant document.
+    :param model_version: The Label Studio predictions' `model_version`: the model's fingerprint.
+    :param review: `label_studio.json` holds only the `review` least sure questions (all when `None`).
     :returns: What the manifest records of them: the files written, with gold the dataset's summary and the
         official metrics (`evaluation`), with gold for retrieval its recall and MRR (`retrieval_quality`).
     """
@@ -158,11 +181,22 @@ def write_results(
         output.write_file(_json(metrics, indent=2), "evaluation.json")
         written.append("evaluation.json")
     output.write_file(_json(annotated_squad_json(dataset, predictions)), "annotated.squad.json")
-    output.write_file(_json(label_studio_tasks(dataset, predictions)), "label_studio.json")
+    tasks = label_studio_tasks(dataset, predictions, model_version, review)
+    output.write_file(_json(tasks), "label_studio.json")
     output.write_file(LABEL_STUDIO_CONFIG.encode("utf-8"), "label_studio.xml")
     written += ["annotated.squad.json", "label_studio.json", "label_studio.xml"]
     results["result_files"] = written
     return results
+
+
+def model_version(model: str, fingerprint: dict[str, Any]) -> str:
+    """
+    The Label Studio predictions' `model_version`: the model's name (a folder's own name, or the hub id) and the
+    first 12 hex digits of the sha256 of its fingerprint (`qa_core.models.model_fingerprint`, as canonical JSON),
+    so that predictions of changed weights are told apart.
+    """
+    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode("utf-8")).hexdigest()
+    return f"{PurePath(model).name or model}@{digest[:12]}"
 
 
 def compare_no_answer_sources(

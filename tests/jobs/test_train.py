@@ -10,8 +10,9 @@ from safetensors.torch import load_file
 
 from jobs.train.cli import build_parser, main, recipe
 from qa_core import Document, ExtractiveReader
+from qa_core.annotation import PredictedSpan, Prediction, label_studio_tasks
 from qa_core.local_models import TEXT_FILE
-from qa_core.squad import GoldAnswer, SquadExample, write_squad_json
+from qa_core.squad import GoldAnswer, SquadDataset, SquadExample, write_squad_json
 from qa_core.training.cloze import ClozeConfig, generate_cloze, read_paragraphs
 from qa_core.training.loop import TrainConfig
 
@@ -141,3 +142,29 @@ def test_two_ray_workers_follow_the_loss_curve_of_one(local_ray, no_dropout_mode
         "rng-rank0.pt",
         "rng-rank1.pt",
     ]
+
+
+def test_a_label_studio_export_trains_on_its_reviewed_tasks(tiny_bert_model, tmp_path, capsys):
+    context = "Mappings are stored in a list. 🗺️ Keys are hashed."
+    examples = [SquadExample(f"q{i}", None, question, context) for i, question in enumerate(
+        ["What is stored?", "Where are they stored?", "What is hashed?", "What is sorted?"], start=1)]  # fmt: skip
+    predictions = {e.id: Prediction("answered", "a list", 0.1, [PredictedSpan("a list", 23, 0.9)]) for e in examples}
+    tasks = label_studio_tasks(SquadDataset(examples, "2.0", False), predictions)
+    keys = {"start": 34, "end": 38, "text": "Keys", "labels": ["Answer"]}  # after the emoji: code point offsets
+    results = [tasks[0]["predictions"][0]["result"], [{"type": "labels", "value": keys}],
+               [{"type": "choices", "value": {"choices": ["No answer"]}}]]  # fmt: skip
+    export = [{"id": i, **task, "annotations": [{"result": result}] if result else []}
+              for i, (task, result) in enumerate(zip(tasks, [*results, None], strict=True))]  # fmt: skip
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(export, ensure_ascii=False), encoding="utf-8")
+    args = ["--train", path, "--output", tmp_path / "out", "--model", tiny_bert_model, "--epochs", "1",
+            "--batch-size", "2", *RECIPE]  # fmt: skip
+    assert main([str(arg) for arg in args]) == 0
+    assert "1 task(s) of the Label Studio export have no review and are left out: 'q4'" in capsys.readouterr().err
+    assert summary(tmp_path / "out")["global_step"] == 2  # 3 reviewed questions, one window each, 2 a batch
+
+    export[1]["annotations"][0]["result"][0]["value"]["end"] = 99
+    path.write_text(json.dumps(export, ensure_ascii=False), encoding="utf-8")
+    assert main([str(arg) for arg in [*args[:3], tmp_path / "out2", *args[4:]]]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith("(question 'q2'): 'annotations[0].result[0].value' offsets 34..99 are outside the context")

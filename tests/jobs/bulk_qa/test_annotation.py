@@ -17,6 +17,7 @@ from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
 from jobs import evaluate as evaluate_cli
 from jobs.bulk_qa.config import load_config
+from jobs.bulk_qa.results import model_version
 from jobs.bulk_qa.workers.tables import QUESTIONS_SCHEMA
 from qa_core import Document, ExtractiveReader
 from qa_core.evaluation import evaluate, fit_calibration_factor, get_raw_scores
@@ -157,7 +158,7 @@ def test_model_no_answer_source_refuses_by_the_null_span(output: Path, tiny_bert
     assert load(model_run, "manifest.json")["config"]["no_answer_source"] == "model"
 
 
-def test_annotated_dataset_round_trips_with_the_job_answers(output: Path) -> None:
+def test_annotated_dataset_round_trips_with_the_job_answers(output: Path, tiny_bert_model: Path) -> None:
     back = read_squad(output / "annotated.squad.json")
     assert back == read_squad(SAMPLE)  # same questions, contexts and gold
     answers = by_question(read_output(output, "answers"))
@@ -173,14 +174,77 @@ def test_annotated_dataset_round_trips_with_the_job_answers(output: Path) -> Non
         for span in qa["predicted_answers"]:
             assert context[span["answer_start"] : span["answer_start"] + len(span["text"])] == span["text"]
     tasks = load(output, "label_studio.json")
-    assert [task["data"]["id"] for task in tasks] == [qa["id"] for _, qa in qas]
-    for task, (context, qa) in zip(tasks, qas, strict=True):
-        values = [region["value"] for region in task["predictions"][0]["result"]]
-        assert [(v["start"], v["text"]) for v in values] == [
-            (a["answer_start"], a["text"]) for a in qa["predicted_answers"]
-        ]
-        assert all(context[v["start"] : v["end"]] == v["text"] for v in values)
+    questions = by_question(read_output(output, "questions"))
+    scores = [task["predictions"][0]["score"] for task in tasks]
+    assert scores == sorted(scores) and len(tasks) == 12  # least sure first
+    fingerprint = load(output, "manifest.json")["model"]
+    contexts = {qa["id"]: context for context, qa in qas}
+    for task in tasks:
+        [prediction] = task["predictions"]
+        row = questions[task["data"]["question_id"]][0]
+        assert prediction["model_version"] == model_version(str(tiny_bert_model), fingerprint)
+        assert (task["data"]["status"], task["data"]["no_answer_probability"]) == (
+            row["status"],
+            row["no_answer_score"],
+        )
+        [region] = prediction["result"]  # the answer given, alone: every question is answered here
+        given = next(a for a in answers[row["question_id"]] if a["answer"] == row["best_answer"])
+        where = (given["document_id"], given["file_path"], given["answer_page_number"])
+        assert (task["data"]["document_id"], task["data"]["file_path"], task["data"]["page"]) == where
+        assert (region["value"]["text"], prediction["score"]) == (row["best_answer"], row["best_score"])
+        context = contexts[task["data"]["question_id"]]
+        assert context[region["value"]["start"] : region["value"]["end"]] == region["value"]["text"]
     assert (output / "label_studio.xml").read_text().startswith("<View>")
+
+
+def reviewed(tasks: list[dict], reviews: dict[str, list[dict]]) -> list[dict]:
+    """The tasks as Label Studio exports them (JSON) after review: each prediction accepted as it is, unless
+    `reviews` gives a question's annotation results."""
+    return [
+        {"id": number, **task, "annotations": [{"id": number, "was_cancelled": False,
+         "result": reviews.get(task["data"]["question_id"], task["predictions"][0]["result"])}]}
+        for number, task in enumerate(tasks, start=1)
+    ]  # fmt: skip
+
+
+def predictions_of(tasks: list[dict]) -> dict[str, dict]:
+    """Each task's predicted answer region's value, by question id."""
+    return {task["data"]["question_id"]: task["predictions"][0]["result"][0]["value"] for task in tasks}
+
+
+def test_evaluate_reads_a_label_studio_export_as_gold(output: Path, tmp_path: Path) -> None:
+    tasks = load(output, "label_studio.json")
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps(reviewed(tasks, {}), ensure_ascii=False), encoding="utf-8")
+    assert evaluate_cli.main([str(output), "--gold", str(export), "--to", str(tmp_path / "accepted")]) == 0
+    accepted = load(tmp_path / "accepted", "evaluation.json")
+    assert (accepted["exact"], accepted["f1"], accepted["total"]) == (100.0, 100.0, 12)
+    # A corrected answer and a "No answer" review score as the official script scores the same SQuAD gold.
+    first, second = tasks[0]["data"], tasks[1]["data"]
+    value = {"start": 0, "end": 3, "text": first["context"][:3], "labels": ["Answer"]}
+    corrected = [{"from_name": "answer", "to_name": "context", "type": "labels", "value": value}]
+    no_answer = [
+        {"from_name": "no_answer", "to_name": "context", "type": "choices", "value": {"choices": ["No answer"]}}
+    ]
+    export.write_text(json.dumps(reviewed(tasks, {first["question_id"]: corrected, second["question_id"]: no_answer})))
+    assert evaluate_cli.main([str(output), "--gold", str(export), "--to", str(tmp_path / "reviewed")]) == 0
+    assert predictions_of(tasks)[first["question_id"]]["text"] != value["text"]
+    given = predictions_of(tasks)
+    squad_gold = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    for article in squad_gold["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                answer = given[qa["id"]]
+                qa["answers"] = [{"text": answer["text"], "answer_start": answer["start"]}]
+                if qa["id"] == first["question_id"]:
+                    qa["answers"] = [{"text": value["text"], "answer_start": 0}]
+                qa["is_impossible"] = qa["id"] == second["question_id"]
+                qa["answers"] = [] if qa["is_impossible"] else qa["answers"]
+    predictions, na_probs = load(output, "predictions.json"), load(output, "na_probs.json")
+    official, _, _ = squad_v2_official.official_eval(squad_gold["data"], predictions, na_probs)
+    scored = load(tmp_path / "reviewed", "evaluation.json")
+    assert (scored["exact"], scored["f1"]) == pytest.approx((official["exact"], official["f1"]), abs=TOLERANCE)
+    assert scored["exact"] == pytest.approx(100 * 10 / 12)  # the corrected and the "No answer" question missed
 
 
 def test_evaluate_command_tunes_refusal_and_calibration(output: Path, gold_file: Path, tiny_bert_model: Path) -> None:
@@ -282,3 +346,25 @@ def test_pooled_contexts_on_ray_answer_as_in_process_and_label_only_answers_from
             assert example.is_impossible, example.id
         labelled["own" if own else "elsewhere"] += row["status"] == "answered"
     assert labelled["own"] and labelled["elsewhere"]
+
+
+def test_bulk_qa_reads_an_export_s_reviewed_tasks_as_questions_with_gold(
+    output: Path, tiny_bert_model: Path, tmp_path: Path, capsys
+) -> None:
+    tasks = load(output, "label_studio.json")
+    export = reviewed(tasks, {})
+    for task in export[3:]:
+        task["annotations"][0]["was_cancelled"] = True  # skipped: not reviewed
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(export, ensure_ascii=False), encoding="utf-8")
+    rerun = tmp_path / "out"
+    args = ["--questions", path, "--output", rerun, "--model", tiny_bert_model, *FLAGS, "--engine", "in-process"]
+    assert run_job(*args, "--review", "2") == 0
+    assert "9 task(s) of the Label Studio export have no review and are left out" in capsys.readouterr().err
+    manifest = load(rerun, "manifest.json")
+    assert manifest["gold"] == {"version": "2.0", "has_gold": True, "questions": 3, "misaligned": []}
+    assert load(rerun, "evaluation.json")["exact"] == 100.0  # the same model gives the answers it was accepted for
+    assert [task["data"]["question_id"] for task in load(rerun, "label_studio.json")] == [
+        task["data"]["question_id"]
+        for task in tasks[:2]  # --review 2: the two least sure, as in the first run
+    ]
