@@ -29,6 +29,9 @@ JUDGED_AFTER_BYTES = 160
 PARTIAL_LINE_WAIT_MS = 50
 PIPE_BYTES = 1 << 20  # on Linux, a pipe of 1 MiB (the default most may ask for), so writers rarely wait
 DRAIN_TIMEOUT_S = 10.0  # `stop` waits this long for the rest (a child process that kept fd 2 keeps the pipe open)
+# The logger of Ray's notice that it enabled token authentication for a Ray it started, as it should (on every run
+# where RAY_AUTH_MODE is unset): shown with --verbose only.
+RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 def is_ray_log_line(line: bytes) -> bool:

@@ -75,7 +75,7 @@ from jobs.engines import (
 )
 from jobs.ingest.folder import InputFolder, files_folder
 from jobs.ingest.stage import DOCUMENTS_SCHEMA as INGESTED_DOCUMENTS_SCHEMA
-from jobs.ray_logs import RayLogFilter, quiet_ray_data
+from jobs.ray_logs import RAY_AUTH_SETUP_LOGGER, RayLogFilter, quiet_ray_data
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError, redact
 from qa_core.models import DEFAULT_TOKEN, model_fingerprint
@@ -302,9 +302,6 @@ def run_identity(config: JobConfig, schemas: Schemas, pooled: PooledContexts | N
     if pooled is not None:
         fingerprints["pooled_contexts"] = pooled.fingerprint()
     return {"config": config.identity(), "inputs": fingerprints, "model": model_fingerprint(config.model)}
-
-
-RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 def start_engine(run: RunSettings, engine: Engine, ray_logs: RayLogFilter) -> dict[str, Any]:

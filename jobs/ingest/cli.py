@@ -31,7 +31,7 @@ from jobs.ingest.folder import InputFolder, list_folder
 from jobs.ingest.run import DOCUMENTS_DIR, MANIFEST_FILE, REPORT_FILE, STAGING_DIR, WRITTEN, IngestError, ingest, where
 from jobs.ingest.stage import IngestSettings, SplitSettings
 from jobs.options import add_options
-from jobs.ray_logs import RayLogFilter, quiet_ray_data
+from jobs.ray_logs import RAY_AUTH_SETUP_LOGGER, RayLogFilter, quiet_ray_data
 from qa_core.ingest import CleanerSettings
 from qa_core.ingest.convert import missing_libraries
 from qa_core.retrieval.splitter import SPLIT_BY
@@ -104,6 +104,7 @@ def _start_ray(address: str | None, verbose: bool, ray_logs: RayLogFilter) -> fl
         # A Ray of its own (never one someone started with `ray start`) needs no dashboard: nothing submits to it.
         dashboard = False if address == "local" else None
         level = logging.INFO if verbose else logging.WARNING
+        logging.getLogger(RAY_AUTH_SETUP_LOGGER).setLevel(level if verbose else logging.ERROR)
         ray.init(address=address, log_to_driver=verbose, logging_level=level, include_dashboard=dashboard)
     quiet_ray_data(verbose)
     return ray.cluster_resources().get("CPU", 1.0)

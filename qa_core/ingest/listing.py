@@ -69,7 +69,6 @@ def list_folder_files(root: str | Path, follow_symlinks: bool = False) -> Listin
     root_bytes = os.fsencode(root)
     if not os.path.isdir(root_bytes):
         raise FileNotFoundError(f"The input folder {root} does not exist or is not a folder.")
-    real_root = os.path.realpath(root_bytes)
     listing = Listing()
     root_stat = os.stat(root_bytes)
     walked = {(root_stat.st_dev, root_stat.st_ino): b""}  # (device, inode) -> the relative path it was walked as
@@ -90,7 +89,7 @@ def list_folder_files(root: str | Path, follow_symlinks: bool = False) -> Listin
         for entry in _entries(root_bytes, relative, listing):
             path = relative + entry.name
             if entry.is_symlink():
-                target = _link_target(root_bytes, real_root, path, follow_symlinks, listing)
+                target = _link_target(root_bytes, path, follow_symlinks, listing)
                 if target is None:
                     continue
                 if stat.S_ISDIR(target.st_mode):
@@ -116,6 +115,12 @@ def list_folder_files(root: str | Path, follow_symlinks: bool = False) -> Listin
     return listing
 
 
+def is_inside(path: bytes, root: bytes) -> bool:
+    """Whether `path`, every link in it resolved, lies inside the folder `root` (resolved too)."""
+    real_root = os.path.realpath(root)
+    return os.path.commonpath([os.path.realpath(path), real_root]) == real_root
+
+
 def list_files(root: str | Path, follow_symlinks: bool = False) -> list[str]:
     """The paths of `list_folder_files(root, follow_symlinks)`'s files (its report rows dropped: tests, tools)."""
     return list_folder_files(root, follow_symlinks).paths
@@ -131,17 +136,14 @@ def _entries(root: bytes, relative: bytes, listing: Listing) -> list[os.DirEntry
         return []
 
 
-def _link_target(
-    root: bytes, real_root: bytes, relative: bytes, follow: bool, listing: Listing
-) -> os.stat_result | None:
+def _link_target(root: bytes, relative: bytes, follow: bool, listing: Listing) -> os.stat_result | None:
     """A link's target's status when it is to be followed, else `None` with the link's report row added."""
     if not follow:
         listing.report.append(_skipped(relative, "symbolic link not followed (--follow-symlinks follows links "
                                                  "to files and folders inside the input folder)"))  # fmt: skip
         return None
     full = os.path.join(root, relative)
-    resolved = os.path.realpath(full)
-    if os.path.commonpath([resolved, real_root]) != real_root:
+    if not is_inside(full, root):
         listing.report.append(_skipped(relative, "symbolic link to a target outside the input folder: not followed"))
         return None
     try:
@@ -162,4 +164,4 @@ def _skipped(relative: bytes, reason: str) -> ReportRow:
     return ReportRow(display_path(relative.rstrip(b"/")), None, reason)
 
 
-__all__ = ["ListedFile", "Listing", "display_path", "list_files", "list_folder_files"]
+__all__ = ["ListedFile", "Listing", "display_path", "is_inside", "list_files", "list_folder_files"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from qa_core.ingest.listing import ListedFile, list_files
+from qa_core.ingest.listing import ListedFile, is_inside, list_files
 from qa_core.ingest.report import BadInput
 
 # UTF-16 and UTF-32 byte order marks: text whose ASCII characters hold NUL bytes.
@@ -33,14 +33,18 @@ WESTERN_SLACK = 0.01
 def open_file(root: str | Path, relative_path: str | bytes, follow_symlinks: bool = False) -> BinaryIO:
     """
     A file, open for reading bytes (buffered, seekable). Unless `follow_symlinks`, a file that has become a symbolic
-    link since it was listed is not opened (`O_NOFOLLOW`).
+    link since it was listed is not opened (`O_NOFOLLOW`); with it, one whose target is no longer inside `root`.
 
     :param relative_path: The path relative to `root`: text, or the file system's bytes (`listing.ListedFile.raw`).
     :raises BadInput: If the file cannot be opened (permissions, vanished, a link).
     """
+    root_bytes = os.fsencode(root)
+    path = os.path.join(root_bytes, os.fsencode(relative_path))
+    if follow_symlinks and not is_inside(path, root_bytes):
+        raise BadInput("symbolic link to a target outside the input folder: not read")
     flags = os.O_RDONLY | (0 if follow_symlinks else getattr(os, "O_NOFOLLOW", 0))
     try:
-        return os.fdopen(os.open(os.path.join(os.fsencode(root), os.fsencode(relative_path)), flags), "rb")
+        return os.fdopen(os.open(path, flags), "rb")
     except OSError as error:
         raise BadInput(f"cannot read the file: {error.strerror or error}") from error
 

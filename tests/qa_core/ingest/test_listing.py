@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from qa_core.ingest import ReportRow, convert_folder
+from qa_core.ingest import ReportRow, convert_files, convert_folder
 from qa_core.ingest.limits import ConversionOptions
 from qa_core.ingest.listing import ListedFile, list_folder_files
+from qa_core.ingest.sources import ListingOpener
 
 SECRET = "root-secret-hostname-4242"
 NOT_FOLLOWED = (
@@ -96,3 +97,19 @@ def test_a_fifo_is_reported_not_opened(folder: Path) -> None:
     result = convert_folder(str(folder))
     assert [doc.id for doc in result.documents] == ["good.txt", "sub/inner.txt"]
     assert result.report == [ReportRow("pipe.txt", None, "not a regular file (a FIFO, socket or device): not read")]
+
+
+def test_a_file_made_a_link_out_after_the_listing_is_not_read(folder: Path) -> None:
+    """Between the listing and the reading: a file swapped for a link (not followed), a link retargeted out."""
+    os.symlink(folder / "good.txt", folder / "alias.txt")
+    plain, following = list_folder_files(folder), list_folder_files(folder, follow_symlinks=True)
+    for name in ("good.txt", "alias.txt"):
+        os.remove(folder / name)
+        os.symlink(folder.parent / "secret", folder / name)
+    result = convert_files(str(folder), ["good.txt"], open_input=ListingOpener.of(folder, plain.files))
+    assert result.report == [ReportRow("good.txt", None, "cannot read the file: Too many levels of symbolic links")]
+    options = ConversionOptions(follow_symlinks=True)
+    opener = ListingOpener.of(folder, following.files, follow_symlinks=True)
+    result = convert_files(str(folder), ["alias.txt"], options=options, open_input=opener)
+    reason = "symbolic link to a target outside the input folder: not read"
+    assert (result.documents, result.report) == ([], [ReportRow("alias.txt", None, reason)])
