@@ -22,7 +22,7 @@ from qa_core.ingest.listing import list_folder_files
 from qa_core.ingest.pdf import pdf_utf8
 from qa_core.ingest.report import BadInput, DuplicateIdError, ReportRow
 from qa_core.ingest.rows import RowColumns, convert_csv, convert_jsonl
-from qa_core.ingest.sources import ListingOpener, base_meta, file_id, open_file
+from qa_core.ingest.sources import WIDE_BOMS, ListingOpener, base_meta, file_id, open_file
 from qa_core.ingest.text import convert_markdown, convert_text
 from qa_core.ingest.utf8 import decode
 from qa_core.ingest.web import convert_html
@@ -205,12 +205,10 @@ def _convert(
 
 def _read_limit(fmt: str, options: ConversionOptions) -> int | None:
     """
-    The bytes of a file read whole that are worth reading: a text or Markdown file is its text (its UTF-8 at least
-    as long as its bytes, but for UTF-16 and UTF-32), so past `max_document_bytes` it is not read on.
+    The bytes of a file read whole that are worth reading: a text file's UTF-8 is at least as long as its bytes (in
+    UTF-8 or any single-byte encoding), so past `max_document_bytes` it is not read on (`_read`).
     """
-    if options.max_document_bytes is None or fmt not in ("txt", "markdown"):
-        return None
-    return options.max_document_bytes
+    return options.max_document_bytes if fmt == "txt" else None
 
 
 def _add_document(
@@ -239,10 +237,14 @@ def _size(stream: BinaryIO) -> int:
 def _read(stream: BinaryIO, limit: int | None = None) -> bytes:
     """
     The open file's bytes; `BadInput` when they cannot be read, or when there are more than `limit` (only
-    `limit + 1` are read: the rest of the file is not).
+    `limit + 1` are read: the rest of the file is not), unless they start with a UTF-16 or UTF-32 byte order mark
+    (whose text may take fewer bytes as UTF-8: read whole, its text checked).
     """
     try:
         data = stream.read() if limit is None else stream.read(limit + 1)
+        if limit is not None and len(data) > limit and data.startswith(WIDE_BOMS):  # UTF-16/32: fewer UTF-8 bytes
+            data += stream.read()
+            limit = None
     except OSError as error:
         raise BadInput(f"cannot read the file: {error.strerror or error}") from error
     if limit is not None and len(data) > limit:

@@ -17,8 +17,8 @@ from typing import BinaryIO, TextIO
 from qa_core.ingest.listing import ListedFile, is_inside, list_files
 from qa_core.ingest.report import BadInput
 
-# UTF-16 and UTF-32 byte order marks: text whose ASCII characters hold NUL bytes.
-_WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+# UTF-16 and UTF-32 byte order marks: text whose ASCII characters hold NUL bytes (and take more bytes than in UTF-8).
+WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 # How many leading bytes are inspected to tell binary data from text.
 SNIFF_BYTES = 8192
 # Bytes decoded at a time when a file is checked to be valid text without being held whole; a text file of at most
@@ -102,7 +102,7 @@ def decode_text(data: bytes, encoding: str = "utf-8", given: str | None = None) 
     :raises BadInput: If the bytes hold NUL bytes without a UTF-16 or UTF-32 byte order mark (binary data), are not
         valid in `given`, or no encoding can be detected.
     """
-    if b"\x00" in data[:SNIFF_BYTES] and not data.startswith(_WIDE_BOMS):
+    if b"\x00" in data[:SNIFF_BYTES] and not data.startswith(WIDE_BOMS):
         raise BadInput("binary data (NUL bytes) under a text file extension")
     if given:
         try:
@@ -154,7 +154,7 @@ def open_text(stream: BinaryIO, encoding: str, newline: str, given: str | None =
     if len(first) < CHUNK_BYTES:  # the whole file: decoded at once
         decoded = decode_text(first, encoding, given)
         return io.StringIO(decoded.text, newline=newline), replace(decoded, text="")
-    if b"\x00" in first[:SNIFF_BYTES] and not first.startswith(_WIDE_BOMS):
+    if b"\x00" in first[:SNIFF_BYTES] and not first.startswith(WIDE_BOMS):
         raise BadInput("binary data (NUL bytes) under a text file extension")
     streamed = given or encoding
     decoder = codecs.getincrementaldecoder(streamed)()
@@ -188,6 +188,6 @@ def base_meta(relative_path: str, file_format: str, size_bytes: int) -> dict:
 
 
 __all__ = [
-    "Decoded", "ListingOpener", "base_meta", "decode_text", "file_id", "list_files", "open_file", "open_text",
-    "row_id",
+    "WIDE_BOMS", "Decoded", "ListingOpener", "base_meta", "decode_text", "file_id", "list_files", "open_file",
+    "open_text", "row_id",
 ]  # fmt: skip

@@ -16,6 +16,7 @@ worker.close()
 import contextlib
 import os
 import resource
+import signal
 import subprocess
 import sys
 import traceback
@@ -140,6 +141,8 @@ def _serve(requests: Connection, results: Connection, memory_bytes: int) -> None
     from importlib import import_module
 
     from qa_core.ingest.convert import Utf8Document, convert_file
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it then closes the pipe
 
     for name in PRELOADED:
         with contextlib.suppress(ImportError):  # a converter without its library reports it

@@ -118,12 +118,13 @@ def test_text_over_max_document_bytes_is_reported_and_the_rest_not_read(tmp_path
     options = ConversionOptions(max_document_bytes=limit)
     (tmp_path / "long.txt").write_text("x" * 5_000)
     (tmp_path / "short.txt").write_text("x" * 1_000)
+    (tmp_path / "wide.txt").write_bytes(("x" * 800).encode("utf-16"))  # 1,602 bytes, 800 as UTF-8: it fits
     rows = [{"content": "y" * 2_000}, {"content": "fits"}]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     (tmp_path / "pages.pdf").write_bytes(pdf_bytes(["z" * 600, "z" * 600, "z" * 600]))
     (tmp_path / "page.html").write_bytes(b"<html><body><article><p>" + b"w " * 1_000 + b"</p></article></body></html>")
     results = {path: convert_file(str(tmp_path), path, options=options) for path in
-               ("long.txt", "short.txt", "rows.jsonl", "pages.pdf", "page.html")}  # fmt: skip
+               ("long.txt", "short.txt", "wide.txt", "rows.jsonl", "pages.pdf", "page.html")}  # fmt: skip
     assert results["long.txt"].report == [
         ReportRow(
             "long.txt",
@@ -132,6 +133,7 @@ def test_text_over_max_document_bytes_is_reported_and_the_rest_not_read(tmp_path
         )
     ]
     assert [doc.content for doc in results["short.txt"].documents] == ["x" * 1_000]
+    assert [doc.content for doc in results["wide.txt"].documents] == ["x" * 800]
     assert [doc.content for doc in results["rows.jsonl"].documents] == ["fits"]
     too_large = "text of 2,000 bytes, over the limit of 1,000 bytes for one document (--max-document-bytes)"
     assert results["rows.jsonl"].report == [ReportRow("rows.jsonl", 1, too_large)]
