@@ -58,11 +58,11 @@ class ConverterProcess:
 
         self._start(options.memory_bytes)
         inner = replace(options, timeout_s=None, memory_bytes=None)
-        self._requests.send((root, relative_path, inner, kwargs))
-        ready = self._results.poll(options.timeout_s)
         try:
+            self._requests.send((root, relative_path, inner, kwargs))
+            ready = self._results.poll(options.timeout_s)
             outcome, value = self._results.recv() if ready else ("timeout", None)
-        except (EOFError, OSError):
+        except (EOFError, OSError):  # the pipe closed: the process is gone
             outcome, value = "died", None
         if outcome == "converted":
             for doc in value.documents:
