@@ -65,7 +65,7 @@ class IngestSettings(Settings):
     bytes_per_task: int = 64 * 2**20  # most bytes of files one conversion task converts (a larger file: alone)
     cpus_per_task: float = 1.0  # CPUs a conversion task reserves
     timeout_per_file: float = 300.0  # seconds one file's conversion may take; past them it is killed (0: no limit)
-    memory_per_file: int = 4 * 2**30  # address space of the converter process, bytes (RLIMIT_AS; 0: no limit)
+    memory_per_file: int = 3 * 2**30  # address space of the converter process, bytes (RLIMIT_AS; 0: no limit)
     max_document_bytes: int = 256 * 2**20  # most bytes of UTF-8 text in one document (file, JSONL line, CSV record)
     max_unzipped_bytes: int = 512 * 2**20  # most bytes a DOCX may decompress to, all its parts together (zip bombs)
     encoding: str | None = None  # the .txt/.md/.jsonl/.csv files' encoding (e.g. cp1252), not UTF-8 then detection
