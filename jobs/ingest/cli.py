@@ -4,13 +4,16 @@ Converts a folder of files into a documents table for the bulk job, as a Ray Dat
     python -m jobs.ingest --input DIR --output OUT [--strict] [--split-by word --split-length N --split-overlap N]
         [--remove-empty-lines] [--remove-extra-whitespaces] [...cleaner flags] [--address ADDRESS] [--verbose]
 
-The driver lists the files; Ray Data tasks convert them (`qa_core.ingest`: .txt, .md, .html/.htm, .pdf, .docx,
-.jsonl, .csv), clean and split them, up to `--files-per-task` files and `--bytes-per-task` bytes per task, streaming
-into Parquet (`jobs.ingest.run`).
+The driver lists the files, never outside DIR (symbolic links followed only with `--follow-symlinks`, and only
+inside it); Ray Data tasks convert them (`qa_core.ingest`: .txt, .md, .html/.htm, .pdf, .docx, .jsonl, .csv), each
+file in a converter process bounded in time and memory (`--timeout-per-file`, `--memory-per-file`), clean and split
+them, up to `--files-per-task` files and `--bytes-per-task` bytes per task, streaming into Parquet
+(`jobs.ingest.run`).
 OUT receives `documents/` (the bulk job's `--documents`: `id`, `content`, `page_number`, and the meta as columns and
-as JSON), `report.parquet` (path, line, reason: every file or row that gave no document) and `manifest.json` (counts
-that reconcile: files in = files converted + files rejected). The ingestion and cleaning options are the bulk job's
-(`IngestSettings`, `CleanerSettings`: one definition, the same flags). Exit status: 0 when written (with report
+as JSON), `report.parquet` (path, line, reason: every file or row that gave no document, every entry the listing
+skipped) and `manifest.json` (counts that reconcile: files in = files converted + files rejected; entries skipped).
+The ingestion and cleaning options are the bulk job's (`IngestSettings`, `CleanerSettings`: one definition, the
+same flags). Exit status: 0 when written (with report
 rows, unless `--strict`), 2 for unusable input or options, two documents with one id, or any report row with
 `--strict` (the report and manifest are written, the documents are not).
 """

@@ -81,6 +81,11 @@ class ConverterProcess:
             reason = f"the converter's process died converting it (exit status {code})"
         return Converted(report=[ReportRow(relative_path, None, reason)], files=[relative_path])
 
+    @property
+    def pid(self) -> int | None:
+        """The child's process id, while it runs (`None` before its start and after its end)."""
+        return None if self._process is None else self._process.pid
+
     def close(self) -> None:
         """Ends the child, if any."""
         self._stop()

@@ -6,6 +6,7 @@ Western European text in Latin-1 or Windows-1252. Each gives the report row that
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,24 @@ def test_html_that_keeps_trafilatura_in_c_for_seconds_is_killed_at_the_time_limi
     assert TIME_LIMIT_S <= elapsed < TIME_LIMIT_S + KILL_SLACK_S
     (tmp_path / "after.txt").write_text("next\n")  # a fresh process converts the next file
     assert convert_file(str(tmp_path), "after.txt", options=warm_converter).documents[0].content == "next\n"
+
+
+def test_a_converter_process_that_dies_is_a_report_row_and_replaced(tmp_path, warm_converter) -> None:
+    """Killed from outside (as the kernel's out-of-memory killer would) in the middle of a file."""
+    import os
+    import signal
+    import threading
+
+    (tmp_path / "slow.html").write_bytes(slow_html(200_000))
+    options = replace(warm_converter, timeout_s=30.0)
+    pid = shared_converter().pid
+    threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
+    result = convert_file(str(tmp_path), "slow.html", options=options)
+    reason = "the converter's process died converting it (exit status -9)"
+    assert (result.documents, result.report) == ([], [ReportRow("slow.html", None, reason)])
+    (tmp_path / "after.txt").write_text("next\n")
+    assert convert_file(str(tmp_path), "after.txt", options=options).documents[0].content == "next\n"
+    assert shared_converter().pid != pid
 
 
 def test_a_memory_blow_up_is_a_report_row_not_a_swap(tmp_path) -> None:
