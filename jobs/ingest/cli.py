@@ -13,9 +13,9 @@ OUT receives `documents/` (the bulk job's `--documents`: `id`, `content`, `page_
 as JSON), `report.parquet` (path, line, reason: every file or row that gave no document, every entry the listing
 skipped) and `manifest.json` (counts that reconcile: files in = files converted + files rejected; entries skipped).
 The ingestion and cleaning options are the bulk job's (`IngestSettings`, `CleanerSettings`: one definition, the
-same flags). Exit status: 0 when written (with report
-rows, unless `--strict`), 2 for unusable input or options, two documents with one id, or any report row with
-`--strict` (the report and manifest are written, the documents are not).
+same flags). Exit status: 0 when written (with report rows, unless `--strict`), 2 for unusable input or options,
+two documents with one id, or any report row with `--strict` (the report and manifest are written, the documents
+are not).
 """
 
 import argparse
