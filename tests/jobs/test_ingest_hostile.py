@@ -6,6 +6,7 @@ safely or reported with the right reason, nothing from outside the folder read, 
 """
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,9 @@ from qa_core.ingest import CleanerSettings
 from tests.qa_core.ingest.files import write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
+NOT_FOLLOWED = (
+    "symbolic link not followed (--follow-symlinks follows links to files and folders inside the input folder)"
+)
 SECRET = "root-secret-hostname-4242"
 FRENCH = "Le café de la gare ferme à minuit."
 
@@ -95,17 +99,31 @@ def _start(module: str, *args: str) -> subprocess.Popen:
 
 def test_ingest_and_index_print_only_their_own_lines(tmp_path) -> None:
     """
-    On the sample folder and the sample documents, each on a Ray of its own, both at once: no Ray Data log line,
-    no progress bar, no Ray notice (each shows with --verbose).
+    On the sample folder (plus a link out of it and an HTML page past the time limit, converted in Ray's workers)
+    and the sample documents, each on a Ray of its own, both at once: no Ray Data log line, no progress bar, no
+    Ray notice (each shows with --verbose), only the commands' own lines, the report rows among them.
     """
+    folder = tmp_path / "files"
+    shutil.copytree(ROOT / "data" / "sample" / "files", folder)
+    (tmp_path / "secret").write_text(SECRET + "\n")
+    os.symlink(tmp_path / "secret", folder / "hostname.txt")
+    (folder / "slow.html").write_bytes(slow_html(200_000))
+    output = str(tmp_path / "docs")
     runs = {
-        "jobs.ingest": _start("jobs.ingest", "--input", "data/sample/files", "--output", str(tmp_path / "docs")),
+        "jobs.ingest": _start("jobs.ingest", "--input", str(folder), "--output", output, "--timeout-per-file", "1.5"),
         "jobs.index": _start(
             "jobs.index", "--documents", "data/sample/documents.parquet", "--output", str(tmp_path / "index")
         ),
     }
+    printed = {}
     for name, run in runs.items():
         stdout, stderr = run.communicate(timeout=300)
         assert run.returncode == 0, stderr
-        lines = (stdout + stderr).splitlines()
-        assert lines and all(line.startswith(f"{name}: ") for line in lines), lines
+        printed[name] = (stderr + stdout).splitlines()  # the report rows (stderr), then the summary
+        assert printed[name] and all(line.startswith(f"{name}: ") for line in printed[name]), printed[name]
+    assert printed["jobs.ingest"][:2] == [
+        f"jobs.ingest: hostname.txt: {NOT_FOLLOWED}",
+        "jobs.ingest: slow.html: conversion took longer than the limit of 1.5 s (--timeout-per-file): stopped",
+    ]
+    assert printed["jobs.ingest"][2].startswith("jobs.ingest: 16 files: 15 converted into 34 documents in ")
+    assert len(printed["jobs.ingest"]) == 3
