@@ -8,7 +8,9 @@ whose reader, a thread, passes every other byte on, in order, to what fd 2 was.
 """
 
 import contextlib
+import dataclasses
 import fcntl
+import logging
 import os
 import re
 import select
@@ -27,11 +29,34 @@ JUDGED_AFTER_BYTES = 160
 PARTIAL_LINE_WAIT_MS = 50
 PIPE_BYTES = 1 << 20  # on Linux, a pipe of 1 MiB (the default most may ask for), so writers rarely wait
 DRAIN_TIMEOUT_S = 10.0  # `stop` waits this long for the rest (a child process that kept fd 2 keeps the pipe open)
+# The logger of Ray's notice that it enabled token authentication for a Ray it started, as it should (on every run
+# where RAY_AUTH_MODE is unset): shown with --verbose only.
+RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 def is_ray_log_line(line: bytes) -> bool:
     """Whether `line` (or its start) is a line of Ray's C++ log, other than a fatal one."""
     return RAY_LOG_LINE.match(line) is not None
+
+
+def quiet_ray_data(verbose: bool) -> None:
+    """
+    Ray Data's own output for the datasets this process makes from now on (each copies the current `DataContext`):
+    its logs at INFO, its progress bars and operator tables, and its issue detectors' warnings (advice such as
+    requesting memory for an actor pool, every 30 s of a long run) show only when `verbose`; otherwise its warnings
+    and errors alone. The entry points (`jobs.bulk_qa`, `jobs.index`, `jobs.ingest`) print their own progress.
+    """
+    import ray.data
+
+    level = logging.INFO if verbose else logging.WARNING
+    logging.getLogger("ray.data").setLevel(level)
+    # Its one notice is that the bars it would show are off.
+    logging.getLogger("ray.data._internal.progress").setLevel(level if verbose else logging.ERROR)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = verbose
+    # A new configuration, Ray Data's defaults: the current one is shared with every dataset made so far.
+    detectors = type(context.issue_detectors_config)()
+    context.issue_detectors_config = detectors if verbose else dataclasses.replace(detectors, detectors=[])
 
 
 class RayLogFilter:

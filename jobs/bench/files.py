@@ -85,6 +85,64 @@ def docx_bytes(paragraphs: list[str], table: list[list[str]], new_page: int, tit
     return out.getvalue()
 
 
+_WORD_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+_BOMB_PARAGRAPH = b"<w:p><w:r><w:t>All work and no play makes a zip bomb.</w:t></w:r></w:p>"
+
+
+def write_docx_bomb(path: str | Path, unzipped_bytes: int) -> int:
+    """
+    A DOCX zip bomb at `path`: python-docx's template package whose `word/document.xml` holds one paragraph
+    repeated to `unzipped_bytes` (compressed about 1,000 to 1), written a chunk at a time (never whole in memory).
+
+    :returns: The file's size in bytes.
+    """
+    import zipfile
+
+    template = zipfile.ZipFile(io.BytesIO(docx_bytes(["x"], [["x"]], -1, "")))
+    head = f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:document xmlns:w="{_WORD_NS}"><w:body>'
+    tail = b"</w:body></w:document>"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as bomb:
+        for member in template.infolist():
+            if member.filename != "word/document.xml":
+                bomb.writestr(member, template.read(member))
+                continue
+            with bomb.open(member.filename, "w", force_zip64=True) as stream:
+                stream.write(head.encode())
+                chunk = _BOMB_PARAGRAPH * (2**20 // len(_BOMB_PARAGRAPH))
+                for _ in range(max(1, unzipped_bytes // len(chunk))):
+                    stream.write(chunk)
+                stream.write(tail)
+    return Path(path).stat().st_size
+
+
+def docx_with_entity(text_before: str, entity: str, text_after: str) -> bytes:
+    """A DOCX whose one paragraph's text holds an XML entity reference (`&entity;`, declared in a DOCTYPE)."""
+    import zipfile
+
+    template = zipfile.ZipFile(io.BytesIO(docx_bytes(["x"], [["x"]], -1, "")))
+    document = (
+        f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<!DOCTYPE w:document [<!ENTITY {entity} '
+        f'"expanded">]>\n<w:document xmlns:w="{_WORD_NS}"><w:body><w:p><w:r><w:t>{text_before}&{entity};'
+        f"{text_after}</w:t></w:r></w:p></w:body></w:document>"
+    )
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as package:
+        for member in template.infolist():
+            data = document.encode() if member.filename == "word/document.xml" else template.read(member)
+            package.writestr(member, data)
+    return out.getvalue()
+
+
+def slow_html(size_bytes: int) -> bytes:
+    """
+    A one-line HTML page of about `size_bytes`, one-cell tables one after another: trafilatura's extraction takes
+    time growing with the square of its size (measured on a shared 2-core machine: 100 KB 3.6 s, 200 KB 12 s, 1 MB
+    144 s), much of it in libxml2's C code, where no signal handler stops it.
+    """
+    table = b"<table><tr><td>w</td></tr></table>"
+    return b"<html><body>" + table * (size_bytes // len(table)) + b"</body></html>"
+
+
 @lru_cache(maxsize=1)
 def _words() -> tuple[list[str], list[str]]:
     """The local text's words (ASCII only, so that the PDFs' Helvetica text layer holds them) and its titles."""

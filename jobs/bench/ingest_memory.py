@@ -3,13 +3,16 @@ The ingestion's memory (prints only): `python -m jobs.ingest` on a local Ray of 
 command and every process under it: Ray's own and its workers, sampled every 0.25 s; the sum of their resident
 memory, which counts a shared page once in every process mapping it, Ray's object store among them, and the sum of
 their proportional set sizes, which shares each such page out among them, so that it is counted once) for
-(a) many small files (`jobs.bench.files.write_mixed_folder`: every format) and (b) one large PDF (pages of the
-local text's words), each against the job's baseline: the same command on a folder of one small text file.
+(a) many small files (`jobs.bench.files.write_mixed_folder`: every format), (b) one large PDF (pages of the
+local text's words), and a DOCX zip bomb (`jobs.bench.files.write_docx_bomb`) (c) with the default limits (its
+declared size over --max-unzipped-bytes) and (d) with no decompressed-size limit (stopped by the converter
+process's --memory-per-file), each against the job's baseline: the same command on a folder of one small text file.
 
-    .venv/bin/python -m jobs.bench.ingest_memory [--small-files 100000] [--pdf-mb 500] [--skip small,pdf]
-        [--output memory.json]
+    .venv/bin/python -m jobs.bench.ingest_memory [--small-files 100000] [--pdf-mb 500] [--bomb-gb 2]
+        [--skip small,pdf,bomb,bomb-memory] [--output memory.json]
 
-The issue's target: under 2 GB above the baseline for 100,000 small files and for one 500 MB file.
+The targets: under 2 GB above the baseline for 100,000 small files and for one 500 MB file; at most 4 GB above it
+for any single hostile file, the 2 GB zip bomb among them.
 """
 
 import argparse
@@ -23,22 +26,25 @@ from pathlib import Path
 
 import psutil
 
-from jobs.bench.files import write_large_pdf, write_mixed_folder
+from jobs.bench.files import write_docx_bomb, write_large_pdf, write_mixed_folder
 
 REPOSITORY = Path(__file__).resolve().parents[2]  # where `python -m jobs.ingest` runs
 SAMPLE_S = 0.25  # reading every process's proportional set size walks its page tables: not much more often
-CASES = ("small", "pdf")
+CASES = ("small", "pdf", "bomb", "bomb-memory")
+# The bomb case without a decompressed-size limit: only the converter process's address space stops it.
+NO_UNZIPPED_LIMIT = ["--max-unzipped-bytes", str(2**62)]
 
 
-def peak_memory(folder: Path, output: Path) -> dict:
+def peak_memory(folder: Path, output: Path, options: list[str] | None = None) -> dict:
     """
-    `python -m jobs.ingest` on `folder`: its seconds and its process tree's peak memory (bytes): of the summed
-    resident memory (`peak_bytes`) and of the summed proportional set sizes (`peak_pss_bytes`).
+    `python -m jobs.ingest` on `folder` (with `options` added): its seconds, its documents and report rows, and
+    its process tree's peak memory (bytes): of the summed resident memory (`peak_bytes`) and of the summed
+    proportional set sizes (`peak_pss_bytes`).
     """
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     # No time limit per file: a large file's conversion is what is measured.
     command = [sys.executable, "-m", "jobs.ingest", "--input", str(folder), "--output", str(output), "--overwrite"]
-    command += ["--timeout-per-file", "0"]
+    command += ["--timeout-per-file", "0", *(options or [])]
     started = time.perf_counter()
     process = subprocess.Popen(command, env=env, cwd=REPOSITORY, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     root, peak, peak_pss = psutil.Process(process.pid), 0, 0
@@ -66,6 +72,7 @@ def peak_memory(folder: Path, output: Path) -> dict:
         "peak_bytes": peak,
         "peak_pss_bytes": peak_pss,
         "documents": manifest["documents"],
+        "report_rows": manifest["report_rows"],
     }
 
 
@@ -74,6 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--small-files", type=int, default=100_000, help="files of the many-small-files case")
     parser.add_argument("--pdf-mb", type=float, default=500.0, help="size of the large PDF, in MB")
+    parser.add_argument("--bomb-gb", type=float, default=2.0, help="decompressed size of the DOCX zip bomb, in GB")
     parser.add_argument("--skip", default="", help=f"comma-separated cases to skip: {', '.join(CASES)}")
     parser.add_argument("--output", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
@@ -93,6 +101,13 @@ def main(argv: list[str] | None = None) -> dict:
             (work / "pdf").mkdir()
             size = write_large_pdf(work / "pdf" / "large.pdf", args.pdf_mb)
             result["pdf"] = {"input_mb": round(size / 1e6, 1), **peak_memory(work / "pdf", work / "out-pdf")}
+        if {"bomb", "bomb-memory"} - skip:
+            (work / "bomb").mkdir()
+            size = write_docx_bomb(work / "bomb" / "bomb.docx", int(args.bomb_gb * 1e9))
+            for case, options in (("bomb", []), ("bomb-memory", NO_UNZIPPED_LIMIT)):
+                if case not in skip:
+                    figures = peak_memory(work / "bomb", work / f"out-{case}", options)
+                    result[case] = {"input_mb": round(size / 1e6, 1), "unzipped_gb": args.bomb_gb, **figures}
     baseline = result["baseline"]
     print(f"{result['command']}; load average {result['load_average']:.1f} at the start")
     print(
@@ -107,6 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
             files = f"{figures['files']:,} files, " if "files" in figures else ""
             print(
                 f"{case}: {files}{figures['input_mb']} MB in, {figures['documents']:,} documents, "
+                f"{figures['report_rows']:,} report rows, "
                 f"{figures['seconds']} s; peak {figures['peak_bytes'] / 2**30:.2f} GiB resident "
                 f"({figures['above_baseline_bytes'] / 2**30:.2f} above the baseline), "
                 f"{figures['peak_pss_bytes'] / 2**30:.2f} GiB proportional "

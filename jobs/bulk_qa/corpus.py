@@ -28,7 +28,7 @@ CORPUS_FOLDER = "_corpus"  # the converted documents, inside the run's output fo
 SHOWN_REPORT_ROWS = 3
 # What the manifest's `ingestion` keeps of the ingestion's own manifest.
 _RECORDED = (
-    "files", "files_converted", "files_rejected", "reconciles", "documents", "report_rows",
+    "files", "files_converted", "files_rejected", "entries_skipped", "reconciles", "documents", "report_rows",
     "report_rows_for_files_converted",
 )  # fmt: skip
 

@@ -75,7 +75,7 @@ from jobs.engines import (
 )
 from jobs.ingest.folder import InputFolder, files_folder
 from jobs.ingest.stage import DOCUMENTS_SCHEMA as INGESTED_DOCUMENTS_SCHEMA
-from jobs.ray_logs import RayLogFilter
+from jobs.ray_logs import RAY_AUTH_SETUP_LOGGER, RayLogFilter, quiet_ray_data
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError, redact
 from qa_core.models import DEFAULT_TOKEN, model_fingerprint
@@ -151,7 +151,8 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     """`run`, with the filter of Ray's log lines that `start_engine` starts."""
     started = time.time()
     squad = load_squad_input(config.work.questions, config.work.allow_misaligned_gold)  # None unless a SQuAD file
-    corpus = files_folder(config.work.documents) if config.work.documents else None  # None: a Parquet table
+    documents, follow = config.work.documents, config.ingest.follow_symlinks
+    corpus = files_folder(documents, follow) if documents else None  # None: a Parquet table
     pooled = load_pooled_contexts(config.work, squad)  # --pool-contexts: the questions' contexts as the corpus
     schemas = check_inputs(config, squad, corpus, pooled)
     n_questions = count_questions(config, squad)  # read once from the footers: every check before Ray uses it
@@ -312,9 +313,6 @@ def run_identity(config: JobConfig, schemas: Schemas, pooled: PooledContexts | N
     return {"config": config.identity(), "inputs": fingerprints, "model": model_fingerprint(config.model)}
 
 
-RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
-
-
 def start_engine(run: RunSettings, engine: Engine, ray_logs: RayLogFilter) -> dict[str, Any]:
     """
     Where the run runs, started: this process for the in-process engine, else the Ray `start_ray` starts or joins,
@@ -398,28 +396,21 @@ def ray_log_level(run: RunSettings) -> int:
 def configure_ray_data(run: RunSettings) -> None:
     """
     Ray Data's settings for this run, in this process's current `DataContext` (a dataset copies them when it is
-    made). Its logs, progress bars and operator tables show only with `run.verbose`: the job shows its own
-    progress.
+    made). Its logs, progress bars, operator tables and issue detectors' advice (`jobs.ray_logs.quiet_ray_data`)
+    show only with `run.verbose`: the job shows its own progress; the issue detectors' advice (a reader actor
+    holding its model uses over a GiB and requests no memory) is for pools that grow, which the job's fixed pool
+    makes moot.
     """
     import ray.data
 
-    level = ray_log_level(run)
-    logging.getLogger("ray.data").setLevel(level)
-    # Its one notice is that the bars it would show are off.
-    logging.getLogger("ray.data._internal.progress").setLevel(level if run.verbose else logging.ERROR)
+    quiet_ray_data(run.verbose)
     context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = run.verbose
     # Sort-based shuffles run as tasks: no shuffle actors to start, which dominates on small inputs.
     context.shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     # Parquet inputs are read by Ray Data's file reader, which reads their footers in the driver and in the read
     # tasks. Its DataSourceV2 reader starts FooterReader actors for every read, a new worker process each: on two
     # cores 5 to 8 s per read, and a wave reads its questions twice.
     context.use_datasource_v2 = False
-    # Its issue detectors warn every 30 s of a long run, e.g. that a reader actor holding its model uses over a GiB
-    # and requests no memory: advice for pools that grow, which the job's fixed pool makes moot. A new
-    # configuration, Ray Data's defaults: the current one is shared with every dataset made so far.
-    detectors = type(context.issue_detectors_config)()
-    context.issue_detectors_config = detectors if run.verbose else dataclasses.replace(detectors, detectors=[])
 
 
 def own_ray_config() -> dict[str, Any]:

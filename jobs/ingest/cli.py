@@ -2,21 +2,25 @@
 Converts a folder of files into a documents table for the bulk job, as a Ray Data stage:
 
     python -m jobs.ingest --input DIR --output OUT [--strict] [--split-by word --split-length N --split-overlap N]
-        [--remove-empty-lines] [--remove-extra-whitespaces] [...cleaner flags] [--address ADDRESS]
+        [--remove-empty-lines] [--remove-extra-whitespaces] [...cleaner flags] [--address ADDRESS] [--verbose]
 
-The driver lists the files; Ray Data tasks convert them (`qa_core.ingest`: .txt, .md, .html/.htm, .pdf, .docx,
-.jsonl, .csv), clean and split them, up to `--files-per-task` files and `--bytes-per-task` bytes per task, streaming
-into Parquet (`jobs.ingest.run`).
+The driver lists the files, never outside DIR (symbolic links followed only with `--follow-symlinks`, and only
+inside it); Ray Data tasks convert them (`qa_core.ingest`: .txt, .md, .html/.htm, .pdf, .docx, .jsonl, .csv), each
+file in a converter process bounded in time and memory (`--timeout-per-file`, `--memory-per-file`), clean and split
+them, up to `--files-per-task` files and `--bytes-per-task` bytes per task, streaming into Parquet
+(`jobs.ingest.run`).
 OUT receives `documents/` (the bulk job's `--documents`: `id`, `content`, `page_number`, and the meta as columns and
-as JSON), `report.parquet` (path, line, reason: every file or row that gave no document) and `manifest.json` (counts
-that reconcile: files in = files converted + files rejected). The ingestion and cleaning options are the bulk job's
-(`IngestSettings`, `CleanerSettings`: one definition, the same flags). Exit status: 0 when written (with report
-rows, unless `--strict`), 2 for unusable input or options, two documents with one id, or any report row with
-`--strict` (the report and manifest are written, the documents are not).
+as JSON), `report.parquet` (path, line, reason: every file or row that gave no document, every entry the listing
+skipped) and `manifest.json` (counts that reconcile: files in = files converted + files rejected; entries skipped).
+The ingestion and cleaning options are the bulk job's (`IngestSettings`, `CleanerSettings`: one definition, the
+same flags). Exit status: 0 when written (with report rows, unless `--strict`), 2 for unusable input or options,
+two documents with one id, or any report row with `--strict` (the report and manifest are written, the documents
+are not).
 """
 
 import argparse
 import dataclasses
+import logging
 import os
 import shutil
 import sys
@@ -30,10 +34,13 @@ from jobs.ingest.folder import InputFolder, list_folder
 from jobs.ingest.run import DOCUMENTS_DIR, MANIFEST_FILE, REPORT_FILE, STAGING_DIR, WRITTEN, IngestError, ingest, where
 from jobs.ingest.stage import IngestSettings, SplitSettings
 from jobs.options import add_options
+from jobs.ray_logs import RAY_AUTH_SETUP_LOGGER, RayLogFilter, quiet_ray_data
 from qa_core.ingest import CleanerSettings
 from qa_core.ingest.convert import missing_libraries
 from qa_core.retrieval.splitter import SPLIT_BY
 
+# Seconds a Ray started here may take to report its CPUs available (`_wait_for_cpus`).
+CPUS_WAIT_S = 10.0
 # Report rows printed on the terminal (all of them are in report.parquet).
 SHOWN_REPORT_ROWS = 20
 
@@ -50,12 +57,24 @@ def build_parser() -> argparse.ArgumentParser:
     split.add_argument("--split-threshold", type=int, default=0, help="a shorter last passage joins the previous one")
     add_options(parser, {"ingest": IngestSettings(), "cleaning": CleanerSettings()})
     parser.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS, else a local Ray)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="also show Ray's own logs and Ray Data's progress bars and log lines"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
+    ray_logs = RayLogFilter()  # without --verbose, Ray's C++ log lines are kept out of stderr while Ray runs
+    try:
+        return _ingest(args, ray_logs)
+    finally:
+        ray_logs.stop()
+
+
+def _ingest(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
+    """Converts the folder the parsed command line names; returns the exit status."""
     try:
         missing = missing_libraries()
         if missing:
@@ -63,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             raise IngestError(f"missing libraries {', '.join(missing)}: install the files extra ({extra}).")
         settings, cleaner, split = _settings(args)
         output = _prepare_output(Path(args.output), args.overwrite)
-        folder = _list(args.input)
+        folder = _list(args.input, settings.follow_symlinks)
         started = time.perf_counter()
-        cpus = _start_ray(args.address)
+        cpus = _start_ray(args.address, args.verbose, ray_logs)
         timings = {"ray_start_s": round(time.perf_counter() - started, 3)}
         manifest = ingest(folder, str(output), settings, cleaner, split, RayEngine(), cpus, timings)
     except (IngestError, ValueError) as error:
@@ -75,15 +94,37 @@ def main(argv: list[str] | None = None) -> int:
     return 2 if manifest["status"] != WRITTEN else 0
 
 
-def _start_ray(address: str | None) -> float:
-    """Starts or joins Ray (this process's own, if already running); returns its CPUs."""
+def _start_ray(address: str | None, verbose: bool, ray_logs: RayLogFilter) -> float:
+    """
+    Starts or joins Ray (this process's own, if already running); returns its CPUs. Without `verbose`, Ray's C++
+    log lines (`ray_logs`, started first), its workers' output and Ray Data's log lines and progress bars are kept
+    off the terminal, as the bulk job keeps them.
+    """
     import ray
 
+    if not verbose:
+        ray_logs.start()
     if not ray.is_initialized():  # else this process's own Ray is used, as it is
         address = address or os.environ.get("RAY_ADDRESS") or "local"
         # A Ray of its own (never one someone started with `ray start`) needs no dashboard: nothing submits to it.
-        ray.init(address=address, log_to_driver=False, include_dashboard=False if address == "local" else None)
+        dashboard = False if address == "local" else None
+        level = logging.INFO if verbose else logging.WARNING
+        logging.getLogger(RAY_AUTH_SETUP_LOGGER).setLevel(level if verbose else logging.ERROR)
+        ray.init(address=address, log_to_driver=verbose, logging_level=level, include_dashboard=dashboard)
+        if address == "local":
+            _wait_for_cpus(ray)
+    quiet_ray_data(verbose)
     return ray.cluster_resources().get("CPU", 1.0)
+
+
+def _wait_for_cpus(ray) -> None:
+    """
+    Waits (at most `CPUS_WAIT_S`) until a Ray just started here reports its CPUs available: on a loaded machine its
+    first report can lag, and Ray Data then warns that the cluster has no CPU and the dataset will hang.
+    """
+    deadline = time.monotonic() + CPUS_WAIT_S
+    while not ray.available_resources().get("CPU") and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _settings(args) -> tuple[IngestSettings, CleanerSettings, SplitSettings]:
@@ -107,9 +148,9 @@ def _settings(args) -> tuple[IngestSettings, CleanerSettings, SplitSettings]:
     return settings, cleaner, SplitSettings(args.split_by, args.split_length, args.split_overlap, args.split_threshold)
 
 
-def _list(folder: str) -> InputFolder:
+def _list(folder: str, follow_symlinks: bool) -> InputFolder:
     try:
-        return list_folder(folder)
+        return list_folder(folder, follow_symlinks)
     except FileNotFoundError:
         raise IngestError(f"--input {folder}: no such folder.") from None
 

@@ -3,12 +3,14 @@ An input folder of files, a local path or a URI (any filesystem pyarrow reads: `
 listed once, as paths relative to it, and whether a `--documents` folder is one to convert or a Parquet table.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
 from jobs.storage import resolve_path
 from qa_core.ingest.convert import file_format
+from qa_core.ingest.listing import list_folder_files
+from qa_core.ingest.report import ReportRow
 
 
 @dataclass(frozen=True)
@@ -17,13 +19,18 @@ class InputFolder:
     A folder of files to convert.
 
     :param location: The folder (local path or URI), as given.
-    :param paths: Its files, relative to it with POSIX separators, sorted (hidden files and folders skipped).
+    :param paths: Its files, relative to it with POSIX separators, sorted (hidden files and folders skipped), as
+        text (a local name's bytes that are not UTF-8 escaped: `qa_core.ingest.listing`).
     :param sizes: Their sizes in bytes, in the same order.
+    :param raw_paths: A local folder's paths as the file system's bytes, in the same order (`None` elsewhere).
+    :param skipped: A report row for each entry not listed (symbolic links, FIFOs, unreadable folders).
     """
 
     location: str
     paths: list[str]
     sizes: list[int]
+    raw_paths: list[bytes] | None = None
+    skipped: list[ReportRow] = field(default_factory=list)
 
     @property
     def size_bytes(self) -> int:
@@ -31,16 +38,22 @@ class InputFolder:
         return sum(self.sizes)
 
 
-def list_folder(location: str) -> InputFolder:
+def list_folder(location: str, follow_symlinks: bool = False) -> InputFolder:
     """
-    The files under a folder, as `qa_core.ingest.sources.list_files` lists a local one (names starting with a dot,
-    files or folders, skipped), on any filesystem.
+    The files under a folder (names starting with a dot, files or folders, skipped): a local one as
+    `qa_core.ingest.listing.list_folder_files` lists it (symbolic links followed only with `follow_symlinks`, and
+    only inside it), one on another filesystem (which has no links) as pyarrow lists it.
 
     :raises FileNotFoundError: If `location` is not a folder.
     """
     filesystem, root = resolve_path(location)
     if filesystem.get_file_info(root).type != pafs.FileType.Directory:
         raise FileNotFoundError(f"The input folder {location} does not exist or is not a folder.")
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        listing = list_folder_files(root, follow_symlinks)
+        files = listing.files
+        paths, sizes, raw = [f.path for f in files], [f.size for f in files], [f.raw for f in files]
+        return InputFolder(location, paths, sizes, raw, listing.report)
     prefix = root.rstrip("/") + "/"
     files = []
     for info in filesystem.get_file_info(pafs.FileSelector(root, recursive=True)):
@@ -51,7 +64,7 @@ def list_folder(location: str) -> InputFolder:
     return InputFolder(location, [path for path, _ in files], [size for _, size in files])
 
 
-def files_folder(location: str) -> InputFolder | None:
+def files_folder(location: str, follow_symlinks: bool = False) -> InputFolder | None:
     """
     The folder at `location` when it is a folder of files to convert: one holding a file of a format the ingestion
     converts (`qa_core.ingest.FORMATS`) and no `.parquet` file. `None` for anything else: a Parquet table's file or
@@ -60,7 +73,7 @@ def files_folder(location: str) -> InputFolder | None:
     filesystem, root = resolve_path(location)
     if filesystem.get_file_info(root).type != pafs.FileType.Directory:
         return None
-    folder = list_folder(location)
+    folder = list_folder(location, follow_symlinks)
     if any(path.endswith(".parquet") for path in folder.paths):
         return None
     return folder if any(file_format(path) for path in folder.paths) else None

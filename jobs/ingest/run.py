@@ -28,6 +28,7 @@ from jobs.ingest.stage import (
     SplitSettings,
     StageSettings,
     convert_batch,
+    write_report,
 )
 from jobs.storage import redact, resolve_path
 from qa_core.ingest import CleanerSettings
@@ -71,10 +72,12 @@ def ingest(
     root = root.rstrip("/")
     staging = f"{root}/{STAGING_DIR}"
     filesystem.create_dir(f"{staging}/report", recursive=True)
+    report_dir = f"{output.rstrip('/')}/{STAGING_DIR}/report"
+    write_report(report_dir, ["(listing)"], folder.skipped)  # the entries the listing skipped, and why
     stage = StageSettings(
         folder.location,
-        f"{output.rstrip('/')}/{STAGING_DIR}/report",
-        settings.timeout_per_file or None,
+        report_dir,
+        settings.conversion(),
         settings.bytes_per_task,  # a larger file is alone in its task (`plan_tasks`): its text goes as UTF-8
         settings.columns,
         cleaner,
@@ -84,7 +87,8 @@ def ingest(
     if tasks:
         # ordered: the documents' files are named in the tasks' order, so the table lists the documents in the
         # folder's order whatever task ends first (the corpus order, which breaks the retrieval's score ties)
-        dataset = engine.from_arrow([pa.table({"path": paths}) for paths in tasks], ordered=True).map_batches(
+        raw = None if folder.raw_paths is None else dict(zip(folder.paths, folder.raw_paths, strict=True))
+        dataset = engine.from_arrow([_task_table(paths, raw) for paths in tasks], ordered=True).map_batches(
             convert_batch,
             fn_kwargs={"settings": stage},
             batch_size=None,  # a block is a task's files
@@ -134,6 +138,13 @@ def plan_tasks(folder: InputFolder, settings: IngestSettings, slots: int) -> lis
         current.append(path)
         size += file_size
     return tasks + [current] if current else tasks
+
+
+def _task_table(paths: list[str], raw: dict[str, bytes] | None) -> pa.Table:
+    """A task's files: `path`, and for a local folder `raw_path` (the paths' bytes, to open them by)."""
+    if raw is None:
+        return pa.table({"path": paths})
+    return pa.table({"path": paths, "raw_path": pa.array([raw[path] for path in paths], pa.binary())})
 
 
 def _publish(filesystem: pafs.FileSystem, staged: str, target: str, written: bool) -> None:
@@ -215,6 +226,7 @@ def _manifest(
         "files": len(paths),
         "files_converted": len(converted),
         "files_rejected": len(rejected),
+        "entries_skipped": len(folder.skipped),
         "reconciles": len(paths) == len(converted) + len(rejected) and set(rejected) <= reported_files,
         "documents": source_ids,
         "rows_written": 0 if sources is None else sources.num_rows,

@@ -5,9 +5,11 @@ report rows written beside the output as one Parquet file per batch, named by th
 task replaces its file instead of adding to it. The input folder and the report folder are local paths or URIs.
 """
 
+import codecs
 import hashlib
 import io
 import json
+import os
 import uuid
 from dataclasses import dataclass, field
 from functools import partial
@@ -18,6 +20,8 @@ import pyarrow.parquet as pq
 
 from jobs.storage import resolve_path
 from qa_core.ingest import BadInput, CleanerSettings, RowColumns, Utf8Document, clean_documents, convert_files
+from qa_core.ingest.limits import ConversionOptions
+from qa_core.ingest.sources import ListingOpener
 from qa_core.retrieval.splitter import split_documents
 from qa_core.settings import Settings, at_least
 
@@ -60,16 +64,40 @@ class IngestSettings(Settings):
     files_per_task: int = 256  # most files one conversion task converts (fewer in a small folder: 4 tasks per CPU)
     bytes_per_task: int = 64 * 2**20  # most bytes of files one conversion task converts (a larger file: alone)
     cpus_per_task: float = 1.0  # CPUs a conversion task reserves
-    timeout_per_file: float = 300.0  # seconds one file's conversion may take (0: no limit)
+    timeout_per_file: float = 300.0  # seconds one file's conversion may take; past them it is killed (0: no limit)
+    memory_per_file: int = 3 * 2**30  # address space of the converter process, bytes (RLIMIT_AS; 0: no limit)
+    max_document_bytes: int = 256 * 2**20  # most bytes of UTF-8 text in one document (file, JSONL line, CSV record)
+    max_unzipped_bytes: int = 512 * 2**20  # most bytes a DOCX may decompress to, all its parts together (zip bombs)
+    encoding: str | None = None  # the .txt/.md/.jsonl/.csv files' encoding (e.g. cp1252), not UTF-8 then detection
+    follow_symlinks: bool = False  # follow symbolic links to targets inside the input folder (else: report rows)
 
     def problems(self) -> list[str]:
         problems = at_least("files_per_task", self.files_per_task, 1) + at_least(
             "bytes_per_task", self.bytes_per_task, 1
         )
         problems += at_least("timeout_per_file", self.timeout_per_file, 0)
+        problems += at_least("memory_per_file", self.memory_per_file, 0)
+        problems += at_least("max_document_bytes", self.max_document_bytes, 1)
+        problems += at_least("max_unzipped_bytes", self.max_unzipped_bytes, 1)
         if not self.cpus_per_task > 0:
             problems.append(f"cpus_per_task must be > 0, not {self.cpus_per_task}")
+        if self.encoding is not None:
+            try:
+                codecs.lookup(self.encoding)
+            except LookupError:
+                problems.append(f"encoding {self.encoding!r} is not an encoding Python knows")
         return problems
+
+    def conversion(self) -> ConversionOptions:
+        """What each file's conversion may do (`qa_core.ingest.limits`)."""
+        return ConversionOptions(
+            encoding=self.encoding,
+            timeout_s=self.timeout_per_file or None,
+            memory_bytes=self.memory_per_file or None,
+            max_document_bytes=self.max_document_bytes,
+            max_unzipped_bytes=self.max_unzipped_bytes,
+            follow_symlinks=self.follow_symlinks,
+        )
 
     @property
     def columns(self) -> RowColumns:
@@ -97,15 +125,15 @@ class SplitSettings:
 @dataclass(frozen=True)
 class StageSettings:
     """
-    Everything a conversion task needs: where the files are and where report rows go (local paths or URIs), how
-    long one file's conversion may take (`timeout_s` seconds, or `None`), the size above which a PDF's text goes
-    to its row as UTF-8, never a `str` (`utf8_above` bytes of file, or `None`; only where nothing cleans or
-    splits it), and how to read rows, clean and split.
+    Everything a conversion task needs: where the files are and where report rows go (local paths or URIs), the
+    encoding and limits of each file's conversion (`options`), the size above which a PDF's text goes to its row
+    as UTF-8, never a `str` (`utf8_above` bytes of file, or `None`; only where nothing cleans or splits it), and
+    how to read rows, clean and split.
     """
 
     root: str
     report_dir: str
-    timeout_s: float | None = None
+    options: ConversionOptions = field(default_factory=ConversionOptions)
     utf8_above: int | None = None
     columns: RowColumns = field(default_factory=RowColumns)
     cleaner: CleanerSettings = field(default_factory=CleanerSettings)
@@ -114,19 +142,23 @@ class StageSettings:
 
 def convert_batch(batch: pa.Table, settings: StageSettings) -> pa.Table:
     """
-    `map_batches` function (pyarrow batches): a batch with a `path` column (relative to `settings.root`) -> its
-    documents' rows (`DOCUMENTS_SCHEMA`), converted, cleaned, then split; its report rows go to
-    `settings.report_dir`.
+    `map_batches` function (pyarrow batches): a batch with a `path` column (relative to `settings.root`; for a
+    local folder, a `raw_path` column too: the paths' own bytes, `qa_core.ingest.listing`) -> its documents' rows
+    (`DOCUMENTS_SCHEMA`), converted, cleaned, then split; its report rows go to `settings.report_dir`.
     """
     paths = batch["path"].to_pylist()
     filesystem, root = resolve_path(settings.root)
-    # A local folder is read by qa_core's own opener; another filesystem's files through pyarrow.
-    opener = None if isinstance(filesystem, pafs.LocalFileSystem) else partial(_open_file, filesystem, root)
+    # A local folder is read by qa_core's own opener, by the paths' bytes; another filesystem's files through pyarrow.
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        raw = batch["raw_path"].to_pylist() if "raw_path" in batch.column_names else [os.fsencode(p) for p in paths]
+        opener = ListingOpener(root, dict(zip(paths, raw, strict=True)), settings.options.follow_symlinks)
+    else:
+        opener = partial(_open_file, filesystem, root)
     split = settings.split
     whole = not settings.cleaner.active and split.split_length is None  # the texts go to the rows as they are
     utf8_above = settings.utf8_above if whole else None
-    converted = convert_files(root, paths, settings.columns, settings.timeout_s, opener, utf8_above)
-    _write_report(settings.report_dir, paths, converted.report)
+    converted = convert_files(root, paths, settings.columns, settings.options, opener, utf8_above)
+    write_report(settings.report_dir, paths, converted.report)
     documents = converted.documents
     if settings.cleaner.active:
         documents = clean_documents(documents, settings.cleaner)
@@ -151,7 +183,7 @@ def _open_file(filesystem: pafs.FileSystem, root: str, relative_path: str) -> io
         raise BadInput(f"cannot read the file: {error}") from error
 
 
-def _write_report(report_dir: str, paths: list[str], rows) -> None:
+def write_report(report_dir: str, paths: list[str], rows) -> None:
     """The batch's report rows as one Parquet file named by its paths, written atomically (a retry replaces it)."""
     if not rows:
         return
@@ -209,5 +241,5 @@ def _utf8_array(doc: Utf8Document) -> pa.Array:
 
 __all__ = [
     "DOCUMENTS_SCHEMA", "PARQUET_OPTIONS", "REPORT_SCHEMA", "IngestSettings", "SplitSettings", "StageSettings",
-    "convert_batch",
+    "convert_batch", "write_report",
 ]  # fmt: skip

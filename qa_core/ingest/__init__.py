@@ -13,6 +13,7 @@ from qa_core.ingest.convert import (
     convert_files,
     convert_folder,
 )
+from qa_core.ingest.limits import ConversionOptions
 from qa_core.ingest.report import BadInput, DuplicateIdError, ReportRow
 from qa_core.ingest.rows import RowColumns
 
@@ -20,6 +21,7 @@ __all__ = [
     "FORMATS",
     "BadInput",
     "CleanerSettings",
+    "ConversionOptions",
     "Converted",
     "DuplicateIdError",
     "ReportRow",

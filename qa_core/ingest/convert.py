@@ -17,11 +17,12 @@ from pathlib import PurePosixPath
 from typing import BinaryIO
 
 from qa_core.document import Document
-from qa_core.ingest.limits import ConversionTimeout, time_limit
+from qa_core.ingest.limits import ConversionOptions, too_large, utf8_size_over
+from qa_core.ingest.listing import list_folder_files
 from qa_core.ingest.pdf import pdf_utf8
 from qa_core.ingest.report import BadInput, DuplicateIdError, ReportRow
 from qa_core.ingest.rows import RowColumns, convert_csv, convert_jsonl
-from qa_core.ingest.sources import base_meta, file_id, list_files, open_file
+from qa_core.ingest.sources import WIDE_BOMS, ListingOpener, base_meta, file_id, open_file
 from qa_core.ingest.text import convert_markdown, convert_text
 from qa_core.ingest.utf8 import decode
 from qa_core.ingest.web import convert_html
@@ -40,8 +41,8 @@ FORMATS = {
     ".csv": "csv",
 }
 
-# Formats whose file is one document: bytes -> (text, format-specific meta).
-_FILE_CONVERTERS: dict[str, Callable[[bytes], tuple[str, dict]]] = {
+# Formats whose file is one document: (bytes, options) -> (text, format-specific meta).
+_FILE_CONVERTERS: dict[str, Callable[[bytes, ConversionOptions], tuple[str, dict]]] = {
     "txt": convert_text,
     "markdown": convert_markdown,
     "html": convert_html,
@@ -49,8 +50,8 @@ _FILE_CONVERTERS: dict[str, Callable[[bytes], tuple[str, dict]]] = {
 }
 # Formats whose file is one document, read from the open file as the converter needs it (a large PDF never whole
 # in memory): seekable binary stream -> (text as UTF-8 (`utf8.Utf8Buffer`'s view), never blank; format-specific
-# meta, `pages` among it).
-_STREAM_CONVERTERS: dict[str, Callable[[BinaryIO], tuple[memoryview, dict]]] = {"pdf": pdf_utf8}
+# meta, `pages` among it); the converter stops reading past `max_document_bytes` of text.
+_STREAM_CONVERTERS: dict[str, Callable[[BinaryIO, int | None], tuple[memoryview, dict]]] = {"pdf": pdf_utf8}
 # Formats whose file holds one document per row, read from the open file line by line.
 _ROW_CONVERTERS = {"jsonl": convert_jsonl, "csv": convert_csv}
 
@@ -119,7 +120,7 @@ def convert_file(
     root: str,
     relative_path: str,
     columns: RowColumns | None = None,
-    timeout_s: float | None = None,
+    options: ConversionOptions | None = None,
     open_input: Opener | None = None,
     utf8_above: int | None = None,
 ) -> Converted:
@@ -127,62 +128,98 @@ def convert_file(
     One file's documents, or the report rows saying why it gave none (never an exception for bad input).
 
     Each document's meta has `file_path` (relative to `root`), `format`, `size_bytes`, `pages` (form feeds + 1,
-    the PDF's page count for a PDF), `encoding` for text formats, and the format's own keys (see each converter).
+    the PDF's page count for a PDF), `encoding` and `encoding_confidence` for text formats, and the format's own
+    keys (see each converter).
 
     :param root: The input folder.
     :param relative_path: The file, relative to `root`, POSIX separators.
     :param columns: The content and id columns of JSONL and CSV files.
-    :param timeout_s: Seconds the file's conversion may take (see `limits.time_limit`), or `None` for no limit.
+    :param options: The encoding and limits (`limits.ConversionOptions`); with a time or memory limit, the file is
+        converted in this process's converter process (`worker.shared_converter`), killed past the time limit.
+        Default: no limits, converted here.
     :param open_input: What opens the file (a folder on another filesystem); default: `root` is a local folder.
     :param utf8_above: A file of a format converted from the open file (PDF) larger than this many bytes gives a
         `Utf8Document` (its text never decoded); `None`: always a `Document`.
     :returns: The file's documents and report rows.
+    :raises MemoryError: When the file needs more memory than this process has (in the converter process: its
+        report row).
     """
+    options = options or ConversionOptions()
+    if options.isolated:
+        from qa_core.ingest.worker import shared_converter
+
+        kwargs = {"columns": columns, "open_input": open_input, "utf8_above": utf8_above}
+        return shared_converter().convert(root, relative_path, options, **kwargs)
     result = Converted(files=[relative_path])
+    opener = open_input or partial(open_file, root, follow_symlinks=options.follow_symlinks)
     try:
-        with time_limit(timeout_s):
-            _convert(relative_path, columns, result, open_input or partial(open_file, root), utf8_above)
+        _convert(relative_path, columns, result, opener, utf8_above, options)
     except BadInput as error:
+        if isinstance(error.__cause__, MemoryError):  # a library's error caught as a broken file's
+            raise error.__cause__ from None
         result.documents, result.report = [], [ReportRow(relative_path, None, str(error))]
-    except ConversionTimeout:
-        reason = f"conversion took longer than {timeout_s:g} s (a pathological file?)"
-        result.documents, result.report = [], [ReportRow(relative_path, None, reason)]
     return result
 
 
 def _convert(
-    relative_path: str, columns: RowColumns | None, result: Converted, open_input: Opener, utf8_above: int | None
+    relative_path: str,
+    columns: RowColumns | None,
+    result: Converted,
+    open_input: Opener,
+    utf8_above: int | None,
+    options: ConversionOptions,
 ) -> None:
     """Fills `result` with the file's documents and its rows' report rows; raises `BadInput` for the whole file."""
     fmt = file_format(relative_path)
     if fmt is None:
         raise BadInput(f"unknown file extension (known: {', '.join(sorted(FORMATS))})")
+    limit = options.max_document_bytes
     with open_input(relative_path) as stream:
         size = _size(stream)
         if not size:
             raise BadInput("empty file")
         meta = base_meta(relative_path, fmt, size)
         if fmt in _ROW_CONVERTERS:
-            documents, report = _ROW_CONVERTERS[fmt](stream, relative_path, meta, columns or RowColumns())
-            result.report += report
-            result.documents += documents
+            columns = columns or RowColumns()
+            documents, report = _ROW_CONVERTERS[fmt](stream, relative_path, meta, columns, options.encoding)
+            for doc in documents:
+                over = utf8_size_over(doc.content, limit)
+                if over is None:
+                    result.documents.append(doc)
+                else:
+                    report.append(ReportRow(relative_path, doc.meta["line"], too_large(over, limit)))
+            result.report += sorted(report, key=lambda row: row.line)
             if not documents and not report:
                 raise BadInput("no rows: the file holds only blank lines or a header")
         elif fmt in _STREAM_CONVERTERS:
-            utf8, format_meta = _STREAM_CONVERTERS[fmt](stream)
+            utf8, format_meta = _STREAM_CONVERTERS[fmt](stream, limit)
             if utf8_above is not None and size > utf8_above:
                 meta = {**meta, **format_meta}
                 result.documents.append(Utf8Document(file_id(relative_path), utf8, meta))
             else:
-                _add_document(result, relative_path, meta, decode(utf8), format_meta)
+                _add_document(result, relative_path, meta, decode(utf8), format_meta, limit)
         else:
-            _add_document(result, relative_path, meta, *_FILE_CONVERTERS[fmt](_read(stream)))
+            data = _read(stream, _read_limit(fmt, options))
+            _add_document(result, relative_path, meta, *_FILE_CONVERTERS[fmt](data, options), limit)
 
 
-def _add_document(result: Converted, relative_path: str, meta: dict, text: str, format_meta: dict) -> None:
-    """The file's document (its text, `meta` and the converter's own meta), unless its text is blank."""
+def _read_limit(fmt: str, options: ConversionOptions) -> int | None:
+    """
+    The bytes of a file read whole that are worth reading: a text file's UTF-8 is at least as long as its bytes (in
+    UTF-8 or any single-byte encoding), so past `max_document_bytes` it is not read on (`_read`).
+    """
+    return options.max_document_bytes if fmt == "txt" else None
+
+
+def _add_document(
+    result: Converted, relative_path: str, meta: dict, text: str, format_meta: dict, limit: int | None
+) -> None:
+    """The file's document (its text, `meta` and the converter's own meta), unless its text is blank or too large."""
     if not text or text.isspace():  # neither copies a large text, as `strip` would
         raise BadInput("no text: the file converts to blank text")
+    over = utf8_size_over(text, limit)
+    if over is not None:
+        raise BadInput(too_large(over, limit))
     meta = {**meta, "pages": text.count("\f") + 1, **format_meta}
     result.documents.append(Document(content=text, id=file_id(relative_path), meta=meta))
 
@@ -197,36 +234,54 @@ def _size(stream: BinaryIO) -> int:
     return size
 
 
-def _read(stream: BinaryIO) -> bytes:
-    """The open file's bytes; `BadInput` when they cannot be read."""
+def _read(stream: BinaryIO, limit: int | None = None) -> bytes:
+    """
+    The open file's bytes; `BadInput` when they cannot be read, or when there are more than `limit` (only
+    `limit + 1` are read: the rest of the file is not), unless they start with a UTF-16 or UTF-32 byte order mark
+    (whose text may take fewer bytes as UTF-8: read whole, its text checked).
+    """
     try:
-        return stream.read()
+        data = stream.read() if limit is None else stream.read(limit + 1)
+        if limit is not None and len(data) > limit and data.startswith(WIDE_BOMS):  # UTF-16/32: fewer UTF-8 bytes
+            data += stream.read()
+            limit = None
     except OSError as error:
         raise BadInput(f"cannot read the file: {error.strerror or error}") from error
+    if limit is not None and len(data) > limit:
+        raise BadInput(
+            f"text over the limit of {limit:,} bytes for one document (--max-document-bytes): the rest of the "
+            "file not read"
+        )
+    return data
 
 
 def convert_files(
     root: str,
     relative_paths: Iterable[str],
     columns: RowColumns | None = None,
-    timeout_s: float | None = None,
+    options: ConversionOptions | None = None,
     open_input: Opener | None = None,
     utf8_above: int | None = None,
 ) -> Converted:
     """`convert_file` for each file, their results concatenated (ids are not checked here: see `check_unique_ids`)."""
     result = Converted()
     for path in relative_paths:
-        result.extend(convert_file(root, path, columns, timeout_s, open_input, utf8_above))
+        result.extend(convert_file(root, path, columns, options, open_input, utf8_above))
     return result
 
 
-def convert_folder(root: str, columns: RowColumns | None = None) -> Converted:
+def convert_folder(root: str, columns: RowColumns | None = None, options: ConversionOptions | None = None) -> Converted:
     """
-    Every file under `root` (see `sources.list_files`), converted, with ids checked unique.
+    Every file under `root` (see `listing.list_folder_files`: its report rows come first), converted, with ids
+    checked unique.
 
     :raises DuplicateIdError: If two documents have one id, naming both sources.
     """
-    result = convert_files(root, list_files(root), columns)
+    options = options or ConversionOptions()
+    listing = list_folder_files(root, options.follow_symlinks)
+    opener = ListingOpener.of(root, listing.files, options.follow_symlinks)
+    result = Converted(report=list(listing.report))
+    result.extend(convert_files(root, listing.paths, columns, options, opener))
     check_unique_ids((doc.id, source_of(doc)) for doc in result.documents)
     return result
 

@@ -30,7 +30,7 @@ def convert_pdf(stream: BinaryIO) -> tuple[str, dict]:
     return decode(utf8), meta
 
 
-def pdf_utf8(stream: BinaryIO) -> tuple[memoryview, dict]:
+def pdf_utf8(stream: BinaryIO, max_bytes: int | None = None) -> tuple[memoryview, dict]:
     """
     `convert_pdf`'s text as UTF-8 (see `utf8.Utf8Buffer`), never blank, for a caller that stores it as it is (a
     large PDF's text then never exists as a `str`, 1 to 4 bytes a character where one character is outside
@@ -42,10 +42,12 @@ def pdf_utf8(stream: BinaryIO) -> tuple[memoryview, dict]:
     buffer outside Python's heap.
 
     :param stream: The file, open for reading bytes, seekable.
+    :param max_bytes: Most bytes of text (`--max-document-bytes`): past them, the rest of the file is not read.
     :returns: The text as UTF-8 and its meta (`pages`: the PDF's page count).
-    :raises BadInput: For a PDF pypdf cannot read (corrupt, truncated), an encrypted one it cannot open without a
-        password, or one whose pages hold no text layer at all (scanned images need OCR first; Haystack returns an
-        empty document there), or one whose text holds a lone surrogate (not Unicode: no Parquet row can store it).
+    :raises BadInput: For a text over `max_bytes`, a PDF pypdf cannot read (corrupt, truncated), an encrypted one
+        it cannot open without a password, or one whose pages hold no text layer at all (scanned images need OCR
+        first; Haystack returns an empty document there), or one whose text holds a lone surrogate (not Unicode: no
+        Parquet row can store it).
     """
     from pypdf import PdfReader
     from pypdf.errors import FileNotDecryptedError
@@ -65,9 +67,16 @@ def pdf_utf8(stream: BinaryIO) -> tuple[memoryview, dict]:
             if not_unicode is None and _SURROGATE.search(text):
                 not_unicode = index + 1
             joined.append(text if index == 0 else "\f" + text)
+            if max_bytes is not None and joined.size > max_bytes:
+                raise BadInput(
+                    f"text over the limit of {max_bytes:,} bytes for one document (--max-document-bytes) at page "
+                    f"{index + 1} of {pages}: the rest of the file not read"
+                )
             _release(reader, index)
             if index % _COLLECT_EVERY == _COLLECT_EVERY - 1:
                 gc.collect()
+    except BadInput:
+        raise
     except FileNotDecryptedError as error:
         raise BadInput("encrypted PDF: it cannot be opened without a password") from error
     except Exception as error:  # pypdf raises many kinds (PdfReadError, ValueError, KeyError...) on broken files

@@ -11,6 +11,7 @@ from typing import BinaryIO
 from qa_core.document import Document
 from qa_core.ingest.report import ReportRow
 from qa_core.ingest.sources import open_text, row_id
+from qa_core.ingest.text import encoding_meta
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class RowColumns:
 
 
 def convert_jsonl(
-    stream: BinaryIO, path: str, meta: dict, columns: RowColumns
+    stream: BinaryIO, path: str, meta: dict, columns: RowColumns, encoding: str | None = None
 ) -> tuple[list[Document], list[ReportRow]]:
     """
     One document per line holding a JSON object, as Haystack's `JSONConverter(content_key=..., extra_meta_fields="*")`
@@ -39,11 +40,12 @@ def convert_jsonl(
     :param path: The file's path relative to the input root, for ids and report rows.
     :param meta: The meta every document of the file starts with.
     :param columns: The content and id columns.
+    :param encoding: The encoding the user gave (`--encoding`), used instead of UTF-8 then detection.
     :returns: The documents and the report rows of the lines that gave none.
     :raises BadInput: For binary data, or bytes in no detectable encoding.
     """
     # Lines end at "\n" only: `str.splitlines` would also end one inside a JSON string at a form feed or U+2028.
-    lines, encoding = open_text(stream, "utf-8-sig", newline="\n")
+    lines, decoded = open_text(stream, "utf-8-sig", newline="\n", given=encoding)
     documents, report = [], []
     for line, raw in enumerate(lines, start=1):
         raw = raw.removesuffix("\n")  # as `text.split("\n")` gives it: JSON's messages count lines and columns
@@ -62,13 +64,15 @@ def convert_jsonl(
         if problem:
             report.append(ReportRow(path, line, problem))
             continue
-        row_meta = {**meta, "encoding": encoding, "line": line, "pages": _pages(record[columns.content])}
+        row_meta = {**meta, **encoding_meta(decoded), "line": line, "pages": _pages(record[columns.content])}
         row_meta = _merge(row_meta, fields, "json_")
         documents.append(Document(content=record[columns.content], id=_id(fields, columns, path, line), meta=row_meta))
     return documents, report
 
 
-def convert_csv(stream: BinaryIO, path: str, meta: dict, columns: RowColumns) -> tuple[list[Document], list[ReportRow]]:
+def convert_csv(
+    stream: BinaryIO, path: str, meta: dict, columns: RowColumns, encoding: str | None = None
+) -> tuple[list[Document], list[ReportRow]]:
     """
     One document per CSV record, as Haystack's `CSVToDocument(conversion_mode="row")` converts each: `meta` plus
     `row_number` (0-based, among the records), every other column as a string, and `line` (the 1-based line the
@@ -80,12 +84,13 @@ def convert_csv(stream: BinaryIO, path: str, meta: dict, columns: RowColumns) ->
     :param path: The file's path relative to the input root, for ids and report rows.
     :param meta: The meta every document of the file starts with.
     :param columns: The content and id columns.
+    :param encoding: The encoding the user gave (`--encoding`), used instead of UTF-8 then detection.
     :returns: The documents and the report rows of the records that gave none.
     :raises BadInput: For binary data, bytes in no detectable encoding, or a header without the content column.
     """
     from qa_core.ingest.report import BadInput
 
-    text, encoding = open_text(stream, "utf-8-sig", newline="")
+    text, decoded = open_text(stream, "utf-8-sig", newline="", given=encoding)
     reader = csv.reader(text)
     try:
         header = next(reader)
@@ -119,7 +124,7 @@ def convert_csv(stream: BinaryIO, path: str, meta: dict, columns: RowColumns) ->
             continue
         fields = {key: value for key, value in record.items() if key != columns.content}
         content = record[columns.content]
-        row_meta = {**meta, "encoding": encoding, "row_number": row_number, "line": start, "pages": _pages(content)}
+        row_meta = {**meta, **encoding_meta(decoded), "row_number": row_number, "line": start, "pages": _pages(content)}
         row_meta = _merge(row_meta, fields, "csv_")
         documents.append(Document(content=record[columns.content], id=_id(fields, columns, path, start), meta=row_meta))
         row_number += 1

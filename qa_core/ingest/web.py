@@ -3,13 +3,17 @@
 from functools import cache
 from typing import Any
 
+from qa_core.ingest.limits import ConversionOptions
 from qa_core.ingest.report import BadInput
 
 # Elements whose text is never shown, left out of the fallback's text.
 _HIDDEN = "//script | //style | //noscript | //template"
+# The longest text node libxml2 keeps (XML_MAX_TEXT_LENGTH) without its `huge_tree` option: it drops a longer one,
+# which trafilatura and lxml then read as no text at all.
+LIBXML2_MAX_TEXT = 10_000_000
 
 
-def convert_html(data: bytes) -> tuple[str, dict]:
+def convert_html(data: bytes, options: ConversionOptions | None = None) -> tuple[str, dict]:
     """
     An HTML page's main text: `trafilatura.extract` on the raw bytes (trafilatura detects the encoding), as
     `HTMLToDocument` does. Where it extracts nothing (a page that is all navigation, footer or aside, which Haystack
@@ -18,11 +22,19 @@ def convert_html(data: bytes) -> tuple[str, dict]:
     and so finds nothing there either). `meta["html_extraction"]` says which one gave the text: `"trafilatura"` or
     `"body_text"`.
 
+    :param options: Unused (HTML's encoding is trafilatura's to detect); the converters' common signature.
     :returns: The text and its meta (`html_extraction`).
-    :raises BadInput: If the page cannot be parsed or neither finds any text.
+    :raises BadInput: If the page holds a text node libxml2 would drop (`LIBXML2_MAX_TEXT`), cannot be parsed, or
+        neither finds any text.
     """
     from trafilatura import extract
 
+    longest = _long_text_run(data, LIBXML2_MAX_TEXT)
+    if longest:
+        raise BadInput(
+            f"HTML with a text node too large: {longest:,} bytes between two tags, over libxml2's limit of "
+            f"{LIBXML2_MAX_TEXT:,} for one text node, which its parser drops; not converted"
+        )
     try:
         text = extract(data, options=_extractor())
         if text:
@@ -44,6 +56,23 @@ def _extractor() -> Any:
     from trafilatura.settings import Extractor
 
     return Extractor()
+
+
+def _long_text_run(data: bytes, shortest: int) -> int:
+    """
+    The length of a run of bytes without a `<` (an upper bound of a text node's) longer than `shortest` in `data`,
+    or 0 where there is none. Such a run holds a whole window of `shortest // 2` bytes aligned on that size, so only
+    windows are searched (a few `find`s for any page), and no copy of `data` is made.
+    """
+    step = max(1, shortest // 2)
+    for offset in range(0, len(data), step):
+        if data.find(b"<", offset, offset + step) < 0:
+            start = data.rfind(b"<", 0, offset) + 1
+            end = data.find(b"<", offset)
+            length = (len(data) if end < 0 else end) - start
+            if length > shortest:
+                return length
+    return 0
 
 
 def _body_text(data: bytes) -> str:

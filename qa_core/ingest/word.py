@@ -2,8 +2,10 @@
 
 import csv
 import io
+import zipfile
 from dataclasses import asdict, dataclass
 
+from qa_core.ingest.limits import ConversionOptions
 from qa_core.ingest.report import BadInput
 
 _WORD_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
@@ -33,7 +35,7 @@ class DocxMetadata:
     version: str
 
 
-def convert_docx(data: bytes) -> tuple[str, dict]:
+def convert_docx(data: bytes, options: ConversionOptions | None = None) -> tuple[str, dict]:
     """
     A DOCX file's text: its body's paragraphs (a rendered page break as a form feed) and the text boxes anchored to
     them, and its tables as CSV, one element per line, as `DOCXToDocument` writes them.
@@ -46,9 +48,18 @@ def convert_docx(data: bytes) -> tuple[str, dict]:
     its error is the one reported. A package whose other parts alone are broken converts here where python-docx
     refuses it.
 
+    Before any part is decompressed, the package's size decompressed is checked against
+    `options.max_unzipped_bytes` (`check_unzipped_size`: a zip bomb is reported, never inflated). A text holding
+    an XML entity reference is reported: python-docx never expands one (an external entity could read a file), and
+    its text would stop there.
+
+    :param options: The limits (`max_unzipped_bytes`).
     :returns: The text and its meta (`docx`: the core properties).
-    :raises BadInput: For a file python-docx cannot open (not a DOCX, corrupt).
+    :raises BadInput: For a file python-docx cannot open (not a DOCX, corrupt), one over the decompressed-size
+        limit, or one whose text holds an entity reference.
     """
+    if options is not None and options.max_unzipped_bytes is not None:
+        check_unzipped_size(data, options.max_unzipped_bytes)
     parts = _main_parts(data)
     if parts is not None:
         body, properties = parts
@@ -60,11 +71,48 @@ def convert_docx(data: bytes) -> tuple[str, dict]:
         except Exception as error:  # python-docx raises zipfile, lxml and its own errors on broken files
             raise BadInput(f"DOCX that python-docx cannot read (corrupt?): {type(error).__name__}: {error}") from error
         body, properties = document.element.body, document.core_properties
+    _check_no_entities(body)
     try:
         text = "\n".join(_elements(body))
     except Exception as error:
         raise BadInput(f"DOCX that python-docx cannot read (corrupt?): {type(error).__name__}: {error}") from error
     return text, {"docx": asdict(_metadata(properties))}
+
+
+def check_unzipped_size(data: bytes, limit: int) -> None:
+    """
+    Refuses a zip package whose members decompress to more than `limit` bytes together, by the sizes its directory
+    declares, before any is decompressed. A directory that declares less than a member holds cannot inflate it
+    further: Python's `zipfile`, which python-docx reads with, returns no more than a member's declared size, and
+    then fails its checksum (a corrupt package, reported as such). A file that is not a zip archive passes (the
+    converter reports it).
+
+    :raises BadInput: Naming the limit and the size declared.
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            declared = sum(member.file_size for member in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return
+    if declared > limit:
+        raise BadInput(_over_unzipped(f"declares {declared:,} bytes decompressed", limit))
+
+
+def _over_unzipped(what: str, limit: int) -> str:
+    return (f"zip package (DOCX) that {what}, over the limit of {limit:,} bytes (--max-unzipped-bytes): a zip "
+            "bomb? not converted")  # fmt: skip
+
+
+def _check_no_entities(body) -> None:
+    """Refuses a body holding an XML entity reference (never expanded: python-docx's parser keeps it as a node)."""
+    from lxml import etree
+
+    entity = next(body.iter(etree.Entity), None)
+    if entity is not None:
+        raise BadInput(
+            f"DOCX whose text holds the XML entity reference {entity.text}: entity dropped (never expanded: it "
+            "could read a file), and the rest of its text element with it; not converted"
+        )
 
 
 def _main_parts(data: bytes):

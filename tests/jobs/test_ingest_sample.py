@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.ingest.stage import PARQUET_OPTIONS, StageSettings, convert_batch
-from qa_core.ingest import FORMATS
+from qa_core.ingest import FORMATS, ConversionOptions
 from qa_core.ingest.sources import list_files
 from tests.qa_core.ingest.files import pdf_bytes
 
@@ -21,7 +21,9 @@ def test_every_sample_file_converts_with_no_report_row(tmp_path: Path) -> None:
         assert (SAMPLE / path).stat().st_size < 40_000, path  # small files (a DOCX is mostly python-docx's template)
     report_dir = tmp_path / "report"
     report_dir.mkdir()
-    rows = convert_batch(pa.table({"path": paths}), StageSettings(str(SAMPLE), str(report_dir), timeout_s=60.0))
+    rows = convert_batch(
+        pa.table({"path": paths}), StageSettings(str(SAMPLE), str(report_dir), ConversionOptions(timeout_s=60.0))
+    )
     assert list(report_dir.iterdir()) == []  # no report rows: the stage writes none
     assert set(rows["file_path"].to_pylist()) == set(paths)
     assert rows["id"].to_pylist() and len(set(rows["id"].to_pylist())) == rows.num_rows

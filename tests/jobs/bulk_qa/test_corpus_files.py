@@ -70,8 +70,8 @@ def test_a_folder_of_files_is_answered_as_its_converted_table(in_process_run, co
 
     manifest = json.loads((in_process_run / "manifest.json").read_text())
     assert manifest["ingestion"] == {
-        "files": 11, "files_converted": 9, "files_rejected": 2, "reconciles": True, "documents": 11,
-        "report_rows": 3, "report_rows_for_files_converted": 1, "source": "converted",
+        "files": 11, "files_converted": 9, "files_rejected": 2, "entries_skipped": 0, "reconciles": True,
+        "documents": 11, "report_rows": 3, "report_rows_for_files_converted": 1, "source": "converted",
         "report": str(in_process_run / "_corpus" / "report.parquet"),
         "convert_s": manifest["ingestion"]["convert_s"],
     }  # fmt: skip

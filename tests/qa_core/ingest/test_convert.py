@@ -66,13 +66,17 @@ def file_meta(path: str, fmt: str, files: dict, **extra) -> dict:
 def test_txt_equals_text_file_to_document(corpus) -> None:
     expected = TextFileToDocument(store_full_path=True).run(["notes.txt"])["documents"]
     assert expected[0].content == "First line.\nSecond line, café.\n"
-    assert_same("notes.txt", expected, [file_meta("notes.txt", "txt", corpus, pages=1, encoding="utf-8")])
+    assert_same(
+        "notes.txt",
+        expected,
+        [file_meta("notes.txt", "txt", corpus, pages=1, encoding="utf-8", encoding_confidence=1.0)],
+    )
 
 
 def test_markdown_equals_markdown_to_document(corpus) -> None:
     expected = MarkdownToDocument(store_full_path=True, progress_bar=False).run(["docs/readme.md"])["documents"]
     assert expected[0].content.startswith("Title\n\nSome emphasis and a link.\n\nitem one\nitem two")
-    meta = file_meta("docs/readme.md", "markdown", corpus, pages=1, encoding="utf-8-sig")
+    meta = file_meta("docs/readme.md", "markdown", corpus, pages=1, encoding="utf-8-sig", encoding_confidence=1.0)
     assert_same("docs/readme.md", expected, [meta])
 
 
@@ -174,7 +178,10 @@ def test_jsonl_lines_equal_json_converter(corpus) -> None:
     expected = [
         converter.run([ByteStream(line.encode(), meta={"file_path": "rows.jsonl"})])["documents"][0] for line in lines
     ]
-    extra = [file_meta("rows.jsonl", "jsonl", corpus, encoding="utf-8-sig", line=i, pages=1) for i in (1, 2)]
+    extra = [
+        file_meta("rows.jsonl", "jsonl", corpus, encoding="utf-8-sig", encoding_confidence=1.0, line=i, pages=1)
+        for i in (1, 2)
+    ]
     assert_same("rows.jsonl", expected, extra)
     assert [doc.id for doc in ours("rows.jsonl")] == ["rows.jsonl#1", "custom-7"]
 
@@ -183,7 +190,10 @@ def test_csv_rows_equal_csv_to_document_row_mode(corpus) -> None:
     converter = CSVToDocument(conversion_mode="row", store_full_path=True)
     expected = converter.run(["table.csv"], content_column="content")["documents"]
     assert [doc.content for doc in expected] == ["Quoted, with a comma", "Second row"]
-    extra = [file_meta("table.csv", "csv", corpus, encoding="utf-8-sig", line=i, pages=1) for i in (2, 3)]
+    extra = [
+        file_meta("table.csv", "csv", corpus, encoding="utf-8-sig", encoding_confidence=1.0, line=i, pages=1)
+        for i in (2, 3)
+    ]
     assert_same("table.csv", expected, extra)
     assert [doc.id for doc in ours("table.csv")] == ["c1", "table.csv#3"]
 
@@ -192,7 +202,8 @@ def test_text_that_is_not_utf8_is_decoded_in_the_detected_encoding(corpus) -> No
     assert TextFileToDocument().run(["latin1.txt"])["documents"] == []  # Haystack's UTF-8 fails: skipped
     expected = TextFileToDocument(encoding="latin-1", store_full_path=True).run(["latin1.txt"])["documents"]
     [doc] = ours("latin1.txt")
-    assert (doc.content, doc.meta["encoding"]) == (LATIN1_TEXT, "cp1250") == (expected[0].content, "cp1250")
+    assert expected[0].content == LATIN1_TEXT
+    assert (doc.content, doc.meta["encoding"], doc.meta["encoding_confidence"]) == (LATIN1_TEXT, "cp1252", 1.0)
 
 
 def test_utf16_text_with_a_byte_order_mark_is_text_not_binary(tmp_path) -> None:
@@ -356,9 +367,9 @@ def test_unknown_extension(tmp_path) -> None:
     assert row.reason == "unknown file extension (known: .csv, .docx, .htm, .html, .jsonl, .markdown, .md, .pdf, .txt)"
 
 
-def test_unreadable_file(tmp_path) -> None:
-    (tmp_path / "gone.txt").symlink_to(tmp_path / "missing-target.txt")
-    assert report_of(tmp_path, {}) == [ReportRow("gone.txt", None, "cannot read the file: No such file or directory")]
+def test_a_file_gone_since_it_was_listed(tmp_path) -> None:
+    result = convert_file(str(tmp_path), "gone.txt")
+    assert result.report == [ReportRow("gone.txt", None, "cannot read the file: No such file or directory")]
 
 
 def test_text_in_no_detectable_encoding(tmp_path) -> None:
@@ -374,7 +385,7 @@ def test_file_that_cannot_be_read(tmp_path, monkeypatch) -> None:
     def refuse(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(Path, "open", refuse)
+    monkeypatch.setattr(os, "open", refuse)
     assert report_of(tmp_path, {}) == [ReportRow("locked.txt", None, "cannot read the file: Permission denied")]
 
 
@@ -383,23 +394,6 @@ def test_file_without_read_permission(tmp_path) -> None:
     (tmp_path / "locked.txt").write_text("secret")
     (tmp_path / "locked.txt").chmod(0)
     assert report_of(tmp_path, {}) == [ReportRow("locked.txt", None, "cannot read the file: Permission denied")]
-
-
-def test_a_conversion_past_its_time_limit(tmp_path, monkeypatch) -> None:
-    import time
-
-    from qa_core.ingest import convert
-
-    def slow(data):
-        time.sleep(5)
-
-    monkeypatch.setitem(convert._FILE_CONVERTERS, "txt", slow)
-    (tmp_path / "slow.txt").write_text("x")
-    started = time.perf_counter()
-    result = convert_file(str(tmp_path), "slow.txt", timeout_s=0.2)
-    assert time.perf_counter() - started < 2
-    assert result.report == [ReportRow("slow.txt", None, "conversion took longer than 0.2 s (a pathological file?)")]
-    assert result.documents == []
 
 
 def test_two_sources_of_one_id_are_an_error_naming_both(tmp_path) -> None:
@@ -447,8 +441,8 @@ def test_rows_read_as_a_stream_or_whole_where_the_encoding_is_detected(tmp_path)
     (tmp_path / "latin1.csv").write_bytes(("content\n" + "\n".join(row["content"] for row in rows)).encode("latin-1"))
     result = convert_folder(str(tmp_path))
     assert [(doc.id, doc.content, doc.meta["encoding"]) for doc in result.documents] == [
-        ("latin1.csv#2", rows[0]["content"], "cp1250"), ("latin1.csv#3", rows[1]["content"], "cp1250"),
-        ("latin1.jsonl#1", rows[0]["content"], "cp1250"), ("latin1.jsonl#2", rows[1]["content"], "cp1250"),
+        ("latin1.csv#2", rows[0]["content"], "cp1252"), ("latin1.csv#3", rows[1]["content"], "cp1252"),
+        ("latin1.jsonl#1", rows[0]["content"], "cp1252"), ("latin1.jsonl#2", rows[1]["content"], "cp1252"),
         ("utf8.jsonl#1", rows[0]["content"], "utf-8-sig"), ("utf8.jsonl#2", rows[1]["content"], "utf-8-sig"),
     ]  # fmt: skip
     reason = "malformed JSON: Expecting value: line 1 column 13 (char 12)"
