@@ -46,19 +46,26 @@ COMMANDS = {
     "qa_core.local_models": "qa_core.local_models.__main__:build_parser",
     "jobs.bench": "jobs.bench.throughput:build_parser",
 }
-# Entry points left out of the reference: measurements, documented with their figures on the benchmarks page.
+# Entry points left out of the reference, and why.
+MEASUREMENT = "a benchmark: its command and figures are on the benchmarks page"
 NOT_DOCUMENTED = {
-    "jobs.bench.corpus_waves",
-    "jobs.bench.dense_search",
-    "jobs.bench.embedding",
-    "jobs.bench.evaluation",
-    "jobs.bench.ingest",
-    "jobs.bench.ingest_memory",
-    "jobs.bench.precision",
-    "jobs.bench.retrieval",
-    "jobs.bench.retrieval_quality",
-    "jobs.bench.throughput",
-    "jobs.gpu_check",
+    "jobs.bulk_qa.driver": "the same command as jobs.bulk_qa",
+    "jobs.gpu_check": MEASUREMENT,
+    **{
+        f"jobs.bench.{name}": MEASUREMENT
+        for name in (
+            "corpus_waves",
+            "dense_search",
+            "embedding",
+            "evaluation",
+            "ingest",
+            "ingest_memory",
+            "precision",
+            "retrieval",
+            "retrieval_quality",
+            "throughput",
+        )
+    },
 }
 # Environment variables that some defaults are read from (`jobs.submit --address`): unset while generating, so that
 # the page shows the defaults of a machine without them.
