@@ -2,8 +2,8 @@
 `python docs/generate_reference.py [--check]`: writes the generated reference pages of the documentation from the
 code, so that they cannot drift from it:
 
-- `docs/reference/commands.md`: every command's options, defaults and help, from its argparse parser (the settings
-  classes generate most flags through `jobs.options`);
+- `docs/reference/commands.md` and a page per command under `docs/reference/commands/`: every command's options,
+  defaults and help, from its argparse parser (the settings classes generate most flags through `jobs.options`);
 - `docs/reference/tables.md`: every output table's columns and Arrow types, from the schemas the job writes with,
   each column's description taken from the comment beside it in the schema's source;
 - `docs/reference/python-api.md`: the public `qa_core` API, as autodoc directives that Sphinx fills from the
@@ -22,7 +22,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,25 +203,32 @@ def option_names(action: argparse.Action) -> str:
     return names
 
 
-def command_section(command: str, parser: argparse.ArgumentParser) -> list[str]:
-    """One command's section: its description, then a table of options per argument group."""
-    lines = [f"## `python -m {command}`", ""]
+def command_page_name(command: str) -> str:
+    """`jobs.bulk_qa` -> `commands/jobs-bulk_qa.md`: one page per command, under docs/reference/."""
+    return f"commands/{command.replace('.', '-')}.md"
+
+
+def command_page(command: str, parser: argparse.ArgumentParser) -> str:
+    """One command's page: its description, then a table of options per argument group."""
+    lines = [GENERATED_NOTE, "", f"# python -m {command}", ""]
     if parser.description:
         lines += [" ".join(parser.description.split()), ""]
     for group in parser._action_groups:
         actions = [action for action in group._group_actions if not isinstance(action, argparse._HelpAction)]
         if not actions:
             continue
-        lines += [f"### {group.title[0].upper()}{group.title[1:]}", ""]
+        lines += [f"## {group.title[0].upper()}{group.title[1:]}", ""]
         lines += ["| option | default | description |", "|---|---|---|"]
         for action in actions:
             lines.append(f"| {option_names(action)} | {_cell(shown_default(action))} | {_cell(shown_help(action))} |")
         lines.append("")
-    return lines
+    return "\n".join(lines).rstrip() + "\n"
 
 
-def commands_page() -> str:
-    lines = [
+def commands_pages() -> dict[str, str]:
+    """The index of the commands and a page per command."""
+    commands = parsers()
+    index = [
         GENERATED_NOTE,
         "",
         "# Commands",
@@ -231,10 +238,16 @@ def commands_page() -> str:
         "`--config` YAML file, by its underscore name; `none` on the command line (`null` in YAML) switches off an",
         "option that may be off. `--help` on any command prints the same.",
         "",
+        "| command | what it does |",
+        "|---|---|",
     ]
-    for command, parser in parsers().items():
-        lines += command_section(command, parser)
-    return "\n".join(lines).rstrip() + "\n"
+    for command, parser in commands.items():
+        summary = _cell((parser.description or "").split(". ")[0].rstrip("."))
+        index.append(f"| [`python -m {command}`]({command_page_name(command)}) | {summary} |")
+    index += ["", "```{toctree}", ":hidden:", ""] + [command_page_name(command)[:-3] for command in commands] + ["```"]
+    pages = {"commands.md": "\n".join(index) + "\n"}
+    pages.update({command_page_name(command): command_page(command, parser) for command, parser in commands.items()})
+    return pages
 
 
 def column_comments(source: str) -> dict[str, str]:
@@ -316,16 +329,17 @@ def python_api_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-PAGES: dict[str, Callable[[], str]] = {
-    "commands.md": commands_page,
-    "tables.md": tables_page,
-    "python-api.md": python_api_page,
-}
+def pages() -> dict[str, str]:
+    """Every generated page's text, by its path under docs/reference/."""
+    return {**commands_pages(), "tables.md": tables_page(), "python-api.md": python_api_page()}
 
 
 def stale_pages() -> list[str]:
-    """The generated pages whose committed text differs from a fresh generation."""
-    return [name for name, page in PAGES.items() if _read(REFERENCE / name) != page()]
+    """The generated pages whose committed text differs from a fresh generation, and command pages left over."""
+    fresh = pages()
+    stale = [name for name, text in fresh.items() if _read(REFERENCE / name) != text]
+    left_over = [str(path.relative_to(REFERENCE)) for path in sorted((REFERENCE / "commands").glob("*.md"))]
+    return stale + [name for name in left_over if name not in fresh]
 
 
 def _read(path: Path) -> str | None:
@@ -341,9 +355,13 @@ def main(argv: list[str] | None = None) -> int:
         for name in stale:
             print(f"docs/reference/{name} differs from the code: run {REGENERATE}", file=sys.stderr)
         return 1 if stale else 0
-    REFERENCE.mkdir(parents=True, exist_ok=True)
-    for name, page in PAGES.items():
-        (REFERENCE / name).write_text(page(), encoding="utf-8")
+    fresh = pages()
+    (REFERENCE / "commands").mkdir(parents=True, exist_ok=True)
+    for path in (REFERENCE / "commands").glob("*.md"):  # a command that no longer exists
+        if str(path.relative_to(REFERENCE)) not in fresh:
+            path.unlink()
+    for name, text in fresh.items():
+        (REFERENCE / name).write_text(text, encoding="utf-8")
         print(f"wrote docs/reference/{name}")
     return 0
 

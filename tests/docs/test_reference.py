@@ -1,7 +1,6 @@
 """The generated reference pages (docs/reference/) hold what the code holds: every command and option, every column."""
 
 import argparse
-import re
 from pathlib import Path
 from types import ModuleType
 
@@ -34,36 +33,43 @@ def test_every_command_is_documented_or_left_out_for_a_stated_reason(generator: 
     assert not gone, f"docs/generate_reference.py names commands that no longer exist: {gone}"
 
 
-def command_sections(page: str) -> dict[str, str]:
-    """commands.md's text by command: each `## python -m X` section."""
-    parts = re.split(r"^## `python -m (\S+)`$", page, flags=re.MULTILINE)
-    return dict(zip(parts[1::2], parts[2::2], strict=True))
+def command_pages(generator: ModuleType) -> dict[str, str]:
+    """The committed reference page of each command, by command."""
+    reference = DOCS / "reference"
+    return {
+        command: (reference / generator.command_page_name(command)).read_text(encoding="utf-8")
+        for command in generator.COMMANDS
+    }
 
 
 def test_every_option_of_every_command_is_in_the_reference_with_its_default(generator: ModuleType) -> None:
-    sections = command_sections((DOCS / "reference" / "commands.md").read_text(encoding="utf-8"))
-    parsers = generator.parsers()
-    assert set(sections) == set(parsers)
+    pages = command_pages(generator)
     options = 0
-    for command, parser in parsers.items():
-        rows = {line.split(" | ")[0] for line in sections[command].splitlines() if line.startswith("| `")}
+    for command, parser in generator.parsers().items():
+        rows = {line.split(" | ")[0] for line in pages[command].splitlines() if line.startswith("| `")}
         for action in parser._actions:
             if isinstance(action, argparse._HelpAction):
                 continue
             names = action.option_strings or [action.metavar or action.dest]
             row = next((row for row in rows if all(f"`{name}`" in row for name in names)), None)
-            assert row is not None, f"python -m {command}: {names} is not in docs/reference/commands.md"
+            assert row is not None, f"python -m {command}: {names} is not in its page of docs/reference/commands/"
             options += 1
     # The bulk job alone has over a hundred options: a reference that lost its groups would show far fewer.
     assert options > 150
 
 
+def test_every_command_is_listed_on_the_commands_page(generator: ModuleType) -> None:
+    index = (DOCS / "reference" / "commands.md").read_text(encoding="utf-8")
+    for command in generator.COMMANDS:
+        assert f"[`python -m {command}`]({generator.command_page_name(command)})" in index
+
+
 def test_a_settings_flag_shows_its_settings_default(generator: ModuleType) -> None:
     """`--top-k`'s row gives the reader's default (20 in the job), not argparse's suppressed default."""
-    section = command_sections((DOCS / "reference" / "commands.md").read_text(encoding="utf-8"))["jobs.bulk_qa"]
-    row = next(line for line in section.splitlines() if line.startswith("| `--top-k`"))
     from jobs.bulk_qa.config import JobConfig
 
+    page = command_pages(generator)["jobs.bulk_qa"]
+    row = next(line for line in page.splitlines() if line.startswith("| `--top-k`"))
     assert row.split(" | ")[1] == f"`{JobConfig().phases()['selection'].top_k}`"
     assert "(default:" not in row
 
@@ -86,6 +92,6 @@ def test_column_descriptions_come_from_the_schema_comments(generator: ModuleType
 
 
 def test_the_generated_pages_say_how_to_regenerate_them(generator: ModuleType) -> None:
-    for name in generator.PAGES:
+    for name in generator.pages():
         first = Path(DOCS / "reference" / name).read_text(encoding="utf-8").splitlines()[0]
         assert first == generator.GENERATED_NOTE
