@@ -198,8 +198,8 @@ def option_names(action: argparse.Action) -> str:
     if not action.option_strings:
         return f"`{action.metavar or action.dest}`"
     names = ", ".join(f"`{name}`" for name in action.option_strings)
-    if action.nargs != 0 and action.metavar:
-        names += f" `{action.metavar}`"
+    if action.nargs != 0:
+        names += f" `{action.metavar or action.dest.upper()}`"
     return names
 
 
@@ -209,20 +209,37 @@ def command_page_name(command: str) -> str:
 
 
 def command_page(command: str, parser: argparse.ArgumentParser) -> str:
-    """One command's page: its description, then a table of options per argument group."""
+    """One command's page: its description, then a table of options per argument group, and a section per
+    subcommand (`python -m X push ...`) with its own tables."""
     lines = [GENERATED_NOTE, "", f"# python -m {command}", ""]
-    if parser.description:
-        lines += [" ".join(parser.description.split()), ""]
+    lines += _parser_sections(parser, "##")
+    for name, subparser in subcommands(parser).items():
+        lines += [f"## `{name}`", ""] + _parser_sections(subparser, "###")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """A parser's subcommands (`add_subparsers`), by name."""
+    return {
+        name: subparser
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name, subparser in action.choices.items()
+    }
+
+
+def _parser_sections(parser: argparse.ArgumentParser, level: str) -> list[str]:
+    lines = [" ".join(parser.description.split()), ""] if parser.description else []
     for group in parser._action_groups:
         actions = [action for action in group._group_actions if not isinstance(action, argparse._HelpAction)]
         if not actions:
             continue
-        lines += [f"## {group.title[0].upper()}{group.title[1:]}", ""]
+        lines += [f"{level} {group.title[0].upper()}{group.title[1:]}", ""]
         lines += ["| option | default | description |", "|---|---|---|"]
         for action in actions:
             lines.append(f"| {option_names(action)} | {_cell(shown_default(action))} | {_cell(shown_help(action))} |")
         lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
 
 
 def commands_pages() -> dict[str, str]:

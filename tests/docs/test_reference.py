@@ -1,6 +1,7 @@
 """The generated reference pages (docs/reference/) hold what the code holds: every command and option, every column."""
 
 import argparse
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -46,14 +47,17 @@ def test_every_option_of_every_command_is_in_the_reference_with_its_default(gene
     pages = command_pages(generator)
     options = 0
     for command, parser in generator.parsers().items():
-        rows = {line.split(" | ")[0] for line in pages[command].splitlines() if line.startswith("| `")}
-        for action in parser._actions:
-            if isinstance(action, argparse._HelpAction):
-                continue
-            names = action.option_strings or [action.metavar or action.dest]
-            row = next((row for row in rows if all(f"`{name}`" in row for name in names)), None)
-            assert row is not None, f"python -m {command}: {names} is not in its page of docs/reference/commands/"
-            options += 1
+        sections = re.split(r"^## `(\S+)`$", pages[command], flags=re.MULTILINE)  # the subcommands' sections
+        texts = {"": sections[0], **dict(zip(sections[1::2], sections[2::2], strict=True))}
+        for name, each in {"": parser, **generator.subcommands(parser)}.items():
+            rows = {line.split(" | ")[0] for line in texts[name].splitlines() if line.startswith("| `")}
+            for action in each._actions:
+                if isinstance(action, argparse._HelpAction):
+                    continue
+                names = action.option_strings or [action.metavar or action.dest]
+                row = next((row for row in rows if all(f"`{name}`" in row for name in names)), None)
+                assert row is not None, f"python -m {command} {name}: {names} is not in docs/reference/commands/"
+                options += 1
     # The bulk job alone has over a hundred options: a reference that lost its groups would show far fewer.
     assert options > 150
 
@@ -95,3 +99,15 @@ def test_the_generated_pages_say_how_to_regenerate_them(generator: ModuleType) -
     for name in generator.pages():
         first = Path(DOCS / "reference" / name).read_text(encoding="utf-8").splitlines()[0]
         assert first == generator.GENERATED_NOTE
+
+
+def test_a_command_with_subcommands_gets_a_section_per_subcommand(generator: ModuleType) -> None:
+    parser = argparse.ArgumentParser(prog="python -m jobs.example", description="An example.")
+    commands = parser.add_subparsers(dest="action", help="what to do")
+    push = commands.add_parser("push", description="Send the tasks.")
+    push.add_argument("--project", required=True, help="the project's id")
+    commands.add_parser("pull", description="Fetch the reviews.").add_argument("--to", default="out", help="where")
+    page = generator.command_page("jobs.example", parser)
+    assert "\n## `push`\n\nSend the tasks.\n\n### Options\n" in page
+    assert "| `--project` `PROJECT` | required | the project's id |" in page
+    assert "\n## `pull`\n" in page and "| `--to` `TO` | `out` | where |" in page
