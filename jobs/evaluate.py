@@ -105,8 +105,8 @@ def refusal_yaml(refusal: dict[str, Any], run: str, gold: str) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: scores the run against the gold and writes its evaluation; returns the status."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m jobs.evaluate`."""
     parser = argparse.ArgumentParser(prog="python -m jobs.evaluate", description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("run", help="the output folder of a finished bulk-qa run")
     parser.add_argument(
@@ -116,7 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--allow-misaligned-gold", action="store_true", help="leave misaligned gold answers out")
     parser.add_argument("--to", help="where to write the files (default: the run's folder)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: scores the run against the gold and writes its evaluation; returns the status."""
+    args = build_parser().parse_args(argv)
     try:
         summary = evaluate_run(args.run, args.gold, args.allow_misaligned_gold, args.to or args.run)
     except (InputError, ValueError) as error:

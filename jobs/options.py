@@ -75,12 +75,13 @@ def add_options(
             help_text = f"{docs.get(name, '')} (default: {values[name]})"
             options: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS}
             if kind is bool:
-                group.add_argument(flag, action=_BooleanFlag, **options)
+                action = group.add_argument(flag, action=_BooleanFlag, **options)
             elif kind in (dict, list):
-                group.add_argument(flag, type=_yaml_value, metavar="YAML", **options)
+                action = group.add_argument(flag, type=_yaml_value, metavar="YAML", **options)
             else:
                 parse = _none_or(kind) if is_optional(annotation) else kind
-                group.add_argument(flag, type=parse, metavar=kind.__name__.upper(), **options)
+                action = group.add_argument(flag, type=parse, metavar=kind.__name__.upper(), **options)
+            action.settings_default = values[name]  # the value a flag not given keeps (the generated reference's)
 
 
 def with_values(phases: dict[str, Settings], values: dict[str, Any]) -> dict[str, Settings]:

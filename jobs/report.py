@@ -13,12 +13,17 @@ from jobs.bulk_qa.html_report import REPORT_FILE, WORST, write_report
 from jobs.bulk_qa.output import OutputFolder
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m jobs.report`."""
     parser = argparse.ArgumentParser(prog="python -m jobs.report", description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("run", help="the output folder of a finished bulk-qa run")
     parser.add_argument("--worst", type=int, default=WORST, help="questions in the worst-questions table")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    args = build_parser().parse_args(argv)
     output = OutputFolder(args.run)
     manifest = output.read_json("manifest.json")
     if manifest is None:

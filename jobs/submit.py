@@ -13,7 +13,7 @@ Submission API (the dashboard port, 8265) with a runtime environment that
 - pip-installs the project's dependencies from `pyproject.toml` on every node the job uses, except Ray itself,
   which the cluster provides. `--no-install` skips this where the image already has them.
 
-The same submission with Ray's own CLI, from the project root (see cluster/README.md):
+The same submission with Ray's own CLI, from the project root (see docs/how-to/clusters.md):
 
     ray job submit --address http://HEAD:8265 --working-dir . --runtime-env cluster/runtime-env.yaml \\
         -- python -m jobs.bulk_qa --questions ... --documents ... --output ...

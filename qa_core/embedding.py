@@ -5,7 +5,7 @@ Haystack's `SentenceTransformersDocumentEmbedder` / `SentenceTransformersTextEmb
 
 The pooling and the normalisation are read from the model folder, never assumed. transformers directly rather than
 sentence-transformers: the vectors were equal within 1.2e-7 and it ran 1.1x-2.2x `encode`'s passages/s on the
-same passages and threads (`python -m jobs.bench.embedding`, BENCHMARK.md "Embedding"), as its batches are cut by a
+same passages and threads (`python -m jobs.bench.embedding`, docs/benchmarks.md), as its batches are cut by a
 token budget on length-sorted texts (`inference.length_sorted_batches`) where `encode` cuts a fixed count of 32;
 and it keeps sentence-transformers (and its own dependencies) out of the job's.
 """

@@ -15,8 +15,8 @@ PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch
 MATRIX_EXTENSIONS = ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_vnni", "avx_vnni")
 # The CPU extensions with native bf16 matrix products, on which `auto` picks bf16: AMX's bf16 tiles (Intel Xeon
 # since Sapphire Rapids) and AVX-512 BF16's dot products (Intel Cooper Lake and later, AMD Zen 4 and later). On an
-# AMD EPYC with AVX-512 BF16 and no AMX, MiniLM's forward pass ran 1.9x faster in bf16 than in fp32 (BENCHMARK.md,
-# "Batch shapes and precision"); without them bf16 is emulated and slower than fp32.
+# AMD EPYC with AVX-512 BF16 and no AMX, MiniLM's forward pass ran 1.9x faster in bf16 than in fp32 (docs/benchmarks.md,
+# "bf16"); without them bf16 is emulated and slower than fp32.
 FAST_BF16_CPU_EXTENSIONS = ("amx_bf16", "avx512_bf16")
 
 

@@ -13,8 +13,8 @@ DEFAULT_BATCH_SIZE = 32
 DEFAULT_ANSWERS_PER_SEQ = 20
 # Padded tokens per forward pass by default, for the reader and the embedder. On the CPU, by the model's dtype, the
 # fastest budgets of `python -m jobs.bench`'s limit rows on both CPUs measured, an AMD EPYC with AVX-512 BF16 and an
-# Intel Xeon with AMX, and of the embedder's on the Xeon (BENCHMARK.md, "Batch shapes, precision and other levers on
-# the CPU", "bf16 on an AMX CPU", "Embedding throughput and precision"): 2,048 in fp32, 4,096 in bf16; any other
+# Intel Xeon with AMX, and of the embedder's on the Xeon (docs/benchmarks.md, "Reader throughput",
+# "bf16", "Dense and approximate search"): 2,048 in fp32, 4,096 in bf16; any other
 # dtype takes fp32's. On a GPU (and any other accelerator), where larger passes keep it busy, 128 sequences of 384
 # tokens.
 CPU_BATCH_TOKENS = {torch.float32: 2048, torch.bfloat16: 4096}

@@ -93,6 +93,22 @@ def changed_model_files(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return sorted(name for name in {*before, *after} if before.get(name) != after.get(name))
 
 
+def show_model_library_output(verbose: bool) -> None:
+    """
+    Whether transformers prints its own output in this process: its warnings (the LOAD REPORT table of a model whose
+    head is new) and its progress bars ("Loading weights", "Writing model shards"). Off unless `verbose`, so that a
+    command prints only the project's own lines; each command's entry point sets it once (`--verbose`).
+    """
+    from transformers.utils import logging as transformers_logging
+
+    if verbose:
+        transformers_logging.set_verbosity_warning()
+        transformers_logging.enable_progress_bar()
+    else:
+        transformers_logging.set_verbosity_error()
+        transformers_logging.disable_progress_bar()
+
+
 def resolve_token(token: Secret | None) -> str | None:
     """The token's value where it is used, or None."""
     return token.resolve_value() if token is not None else None

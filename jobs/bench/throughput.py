@@ -77,7 +77,7 @@ LIMIT_SHAPES = {
 }  # fmt: skip
 # Questions each in-process row reads untimed before its rounds: enough to fill the largest shape's batches of the
 # default set (a first run_batch over 67 questions after one question of warm-up took 7.2-7.3 s, after 16 questions
-# 6.6 s, as its later runs; BENCHMARK.md, "bf16 on an AMX CPU").
+# 6.6 s, as its later runs; measured on the Xeon with AMX of docs/benchmarks.md).
 WARM_UP_QUESTIONS = 16
 # How often the Ray row samples every Ray process's PSS: never where its speed is compared with run_batch's (even
 # every 10 s the samples cost the job 5 to 9% of its wall time on two cores), every second where its peak

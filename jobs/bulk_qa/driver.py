@@ -78,7 +78,7 @@ from jobs.ingest.stage import DOCUMENTS_SCHEMA as INGESTED_DOCUMENTS_SCHEMA
 from jobs.ray_logs import RAY_AUTH_SETUP_LOGGER, RayLogFilter, quiet_ray_data
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError, redact
-from qa_core.models import DEFAULT_TOKEN, model_fingerprint
+from qa_core.models import DEFAULT_TOKEN, model_fingerprint, show_model_library_output
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,6 +141,7 @@ def run(config: JobConfig) -> int:
     # until the run ends: stderr is then as it was, every line before passed on, and a traceback of the run,
     # printed after, goes straight to it.
     ray_logs = RayLogFilter()
+    show_model_library_output(config.run.verbose)  # no "Loading weights" bars from an in-process reader
     try:
         return run_with(config, ray_logs)
     finally:

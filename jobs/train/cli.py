@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.bulk_qa.config import add_options, with_values
+from qa_core.models import show_model_library_output
 from qa_core.training.loop import CHECKPOINT_INFO, RNG_STATE, TRAINER_STATE, TrainConfig
 
 EXIT_BAD_INPUT = 2
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Ray of its own on this machine)",
     )
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
+    parser.add_argument("--verbose", action="store_true", help="also show transformers' load reports and progress bars")
     return parser
 
 
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     :returns: 0 on success, 2 for bad data or options (the problems are on stderr).
     """
     args = build_parser().parse_args(argv)
+    show_model_library_output(args.verbose)
     try:
         return _run(args)
     except BadInput as error:

@@ -6,21 +6,29 @@ ones of `qa_core.local_models` and `minilm-squad`, which `qa_core.training.minil
 import argparse
 
 from qa_core.local_models import BUILDERS, MEANINGLESS
+from qa_core.models import show_model_library_output
 from qa_core.training.minilm_squad import build_minilm_squad
 
 EVERY_BUILDER = {**BUILDERS, "minilm-squad": build_minilm_squad}
 TRAINED_KINDS = ("minilm-squad",)  # kinds whose answers mean something
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Command-line entry point: build one local model."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m qa_core.local_models`."""
     parser = argparse.ArgumentParser(
         prog="python -m qa_core.local_models", description=f"Build a local QA model offline. {MEANINGLESS}"
     )
-    parser.add_argument("kind", choices=tuple(EVERY_BUILDER))
-    parser.add_argument("output_dir")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    parser.add_argument("kind", choices=tuple(EVERY_BUILDER), help="the kind of model to build")
+    parser.add_argument("output_dir", help="the folder to write the model to")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random QA head (and of training)")
+    parser.add_argument("--verbose", action="store_true", help="also show transformers' load reports and progress bars")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point: build one local model."""
+    args = build_parser().parse_args(argv)
+    show_model_library_output(args.verbose)
     path = EVERY_BUILDER[args.kind](args.output_dir, seed=args.seed)
     print(f"Built {args.kind} QA model in {path}." + ("" if args.kind in TRAINED_KINDS else f" {MEANINGLESS}"))
 

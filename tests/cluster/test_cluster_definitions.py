@@ -19,6 +19,7 @@ from jobs.bulk_qa.config import load_config
 from tests.cluster.cluster_testing import ROOT
 
 CLUSTER = ROOT / "cluster"
+GUIDE = ROOT / "docs" / "how-to" / "clusters.md"  # the walkthrough of the definitions in cluster/
 ENTRYPOINT = ["python", "-m", "jobs.bulk_qa"]
 
 
@@ -53,10 +54,10 @@ def check_remote_job(job_args: list[str], gpus: int) -> None:
 
 
 def readme_block(marker: str) -> list[str]:
-    """The command of the code block after `<!-- MARKER -->` in cluster/README.md, as arguments."""
-    text = (CLUSTER / "README.md").read_text()
-    found = re.search(rf"<!-- {re.escape(marker)} -->\s*```bash\n(.*?)```", text, re.DOTALL)
-    assert found, f"cluster/README.md has no block after <!-- {marker} -->"
+    """The command of the code block after `<!-- MARKER -->` (other comments between) in the clusters guide."""
+    text = GUIDE.read_text()
+    found = re.search(rf"<!-- {re.escape(marker)} -->\s*(?:<!--[^>]*-->\s*)*```bash\n(.*?)```", text, re.DOTALL)
+    assert found, f"{GUIDE.relative_to(ROOT)} has no block after <!-- {marker} -->"
     return shlex.split(found.group(1).replace("\\\n", " "))
 
 
@@ -217,10 +218,10 @@ def test_readme_ray_cli_submission_uses_the_runtime_env_file(monkeypatch):
 
 
 def documented_commands() -> list[tuple[str, str]]:
-    """(file, command) for each `python -m jobs.bulk_qa|jobs.submit` command line in cluster/'s README and YAML
-    comments, continuation lines joined; inline code in prose (between backticks) is left out."""
+    """(file, command) for each `python -m jobs.bulk_qa|jobs.submit` command line in the clusters guide, cluster/'s
+    README and its YAML comments, continuation lines joined; inline code in prose (between backticks) is left out."""
     commands = []
-    for path in sorted(CLUSTER.iterdir()):
+    for path in [GUIDE, *sorted(CLUSTER.iterdir())]:
         lines = path.read_text().splitlines()
         if path.suffix == ".yaml":
             lines = [re.sub(r"^\s*#\s?", "", line) for line in lines if line.lstrip().startswith("#")]

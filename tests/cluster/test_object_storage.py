@@ -81,7 +81,7 @@ def test_submitted_job_reads_its_working_dir_and_s3_and_writes_s3(ray_head, s3_s
     assert generated.num_rows == 4  # the sample's four replies
     # The credentials in the URIs are masked in every file the job wrote (_job.json, manifest.json, results,
     # tables) and in all it printed (the summary included). Ray itself shows them once: its job log begins with the
-    # entrypoint as submitted (cluster/README.md says so). Those of the cluster's environment did not travel.
+    # entrypoint as submitted (docs/how-to/clusters.md says so). Those of the cluster's environment did not travel.
     written = filesystem.get_file_info(pafs.FileSelector(f"{s3_server.bucket}/runs/run-1", recursive=True))
     written = [info.path for info in written if info.type == pafs.FileType.File]
     assert {path.rsplit("/", 1)[-1] for path in written} >= {"_job.json", "manifest.json", "predictions.json"}

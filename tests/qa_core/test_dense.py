@@ -225,7 +225,7 @@ def test_the_embedders_default_budget_is_the_readers_for_its_device_and_precisio
 
 def test_the_bf16_embedder_keeps_the_fp32_vectors_direction() -> None:
     """bf16 runs the encoder in bfloat16 and pools in fp32: float32 vectors within a cosine of 0.999 of fp32's
-    (0.9999 measured on 400 passages, BENCHMARK.md "Embedding throughput and precision")."""
+    (0.9999 measured on 400 passages, docs/benchmarks.md, "Dense and approximate search")."""
     texts = ["Paris is the capital of France.", "re.sub replaces the matches of a pattern", "zebra " * 200]
     fp32 = SentenceEmbedder(MODEL, device="cpu")
     bf16 = SentenceEmbedder(MODEL, precision="bf16", device="cpu")

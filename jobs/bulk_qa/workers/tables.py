@@ -12,19 +12,19 @@ TABLES = ("answers", "questions", "generated_answers")
 
 ANSWERS_SCHEMA = pa.schema(
     [
-        ("question_id", pa.string()),
-        ("query", pa.string()),
+        ("question_id", pa.string()),  # the question's id, as in the input
+        ("query", pa.string()),  # the question's text
         ("rank", pa.int32()),  # 1-based position in the question's answer list, the no-answer row included
         ("answer", pa.string()),  # null for the no-answer row
-        ("score", pa.float64()),
-        ("is_no_answer", pa.bool_()),
-        ("document_id", pa.string()),
+        ("score", pa.float64()),  # sigmoid(calibration_factor * (start + end logits)); no-answer row: prod(1 - score)
+        ("is_no_answer", pa.bool_()),  # true for the no-answer row
+        ("document_id", pa.string()),  # the document the answer was read in (a retrieved passage's source)
         ("document_start", pa.int64()),  # character offsets of the answer in the document (a passage's source)
-        ("document_end", pa.int64()),
+        ("document_end", pa.int64()),  # exclusive: content[document_start:document_end] is the answer
         ("context", pa.string()),  # text around the answer (when context_window_size is set)
         ("context_start", pa.int64()),  # offsets of the answer inside the context
-        ("context_end", pa.int64()),
-        ("answer_page_number", pa.int64()),
+        ("context_end", pa.int64()),  # exclusive
+        ("answer_page_number", pa.int64()),  # the document's page_number plus the form feeds before the answer
         ("retrieval_score", pa.float64()),  # BM25 score of the answer's document (or passage); null if not retrieved
         ("passage_id", pa.string()),  # the retrieved passage the answer was read in (split_length); else null
         ("file_path", pa.string()),  # the file the answer's document came from (documents' file_path); else null
@@ -42,8 +42,8 @@ RETRIEVER_FIELDS = [
 ]
 QUESTIONS_SCHEMA = pa.schema(
     [
-        ("question_id", pa.string()),
-        ("query", pa.string()),
+        ("question_id", pa.string()),  # the question's id, as in the input
+        ("query", pa.string()),  # the question's text
         ("status", pa.string()),  # one of QUESTION_STATUSES
         ("best_answer", pa.string()),  # the answer given: null unless answered
         ("best_score", pa.float64()),  # its score: null unless answered
@@ -51,7 +51,7 @@ QUESTIONS_SCHEMA = pa.schema(
         ("model_no_answer_score", pa.float64()),  # the model's null span against its best; null when nothing read
         ("n_documents", pa.int32()),  # documents read (known, with content)
         ("n_sequences", pa.int32()),  # model sequences their text made
-        ("error", pa.string()),
+        ("error", pa.string()),  # why the question's status is error (or its replies could not be parsed); else null
         ("retrieved_document_ids", pa.list_(pa.string())),  # the retrieved documents, best first; null if not retrieved
         ("retrieval_scores", pa.list_(pa.float64())),  # their scores (raw BM25 or embedding similarity, or joined)
         ("retrieved_passage_ids", pa.list_(pa.string())),  # with split_length: the passages retrieved; else null
@@ -61,10 +61,10 @@ QUESTIONS_SCHEMA = pa.schema(
 
 GENERATED_ANSWERS_SCHEMA = pa.schema(
     [
-        ("question_id", pa.string()),
-        ("reply_index", pa.int32()),
-        ("answer", pa.string()),
-        ("referenced_document_ids", pa.list_(pa.string())),
+        ("question_id", pa.string()),  # the question the reply answers
+        ("reply_index", pa.int32()),  # the reply's position in the question's replies, from 0
+        ("answer", pa.string()),  # the answer parsed out of the reply (answer_pattern), or the whole reply
+        ("referenced_document_ids", pa.list_(pa.string())),  # its documents: those referenced, or all (AnswerBuilder)
         ("source_indices", pa.list_(pa.int32())),  # 1-based positions in the question's document_ids
         ("meta", pa.string()),  # JSON
     ]
