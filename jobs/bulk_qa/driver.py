@@ -77,6 +77,7 @@ from jobs.ingest.folder import InputFolder, files_folder
 from jobs.ingest.stage import DOCUMENTS_SCHEMA as INGESTED_DOCUMENTS_SCHEMA
 from jobs.ray_logs import RayLogFilter
 from jobs.retrieval_settings import RetrievalSettings
+from jobs.shared_paths import SharedPath, check_shared, model_folder
 from jobs.storage import InputError, redact
 from qa_core.models import DEFAULT_TOKEN, model_fingerprint
 
@@ -160,9 +161,10 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     output = OutputFolder(config.run.output)
     existing = output.check(identity, config.run.overwrite)  # refused before reading any input if it would be
     resuming = existing == identity and not config.run.overwrite
+    shared = shared_paths(config, squad, schemas)
     cluster, converted, tables = None, None, config  # tables: the run's settings with the documents table it reads
     if corpus is not None:  # converted into the claimed output folder first: the conversion makes the ids
-        cluster = start_engine(config.run, engine, ray_logs)
+        cluster = start_engine(config.run, engine, ray_logs, shared)
         output.claim(identity, config.run.overwrite)
         converted = convert_corpus(
             corpus, output.uri, config.ingest, config.cleaning, engine, cluster["cpus"], resuming
@@ -179,7 +181,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         distributed = isinstance(engine, RayEngine)  # built by Ray Data once Ray runs
         index = prepare_index(config.retrieval, tables.work.documents, output, resuming, distributed)
     if cluster is None:
-        cluster = start_engine(config.run, engine, ray_logs)
+        cluster = start_engine(config.run, engine, ray_logs, shared)
     pool = actor_resources(config.run, cluster)
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: tasks sized for the smallest node
         engine = RayEngine(task_cpus=task_cpus(cluster, pool))
@@ -190,13 +192,15 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         # into the claimed output folder, so that a resumed run keeps it; dense vectors embedded on the engine
         index = complete_index(index, config.retrieval, tables.work.documents, engine, cluster)
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
-    resumed = output.committed_shards()
+    tables_of_shard = shard_tables(schemas)
+    # Read by the driver: a shard counts only once this process has read its marker and its tables' footers.
+    resumed = {shard: output.read_commit(shard, marker, tables_of_shard) for shard, marker in output.committed_shards().items()}
     pipeline_started = time.time()
     partitioned = inputs.document_parts is not None and len(resumed) < len(expected)
     if partitioned:  # once per run, before its first wave
         partition_documents(inputs, config.run.output)
     parts_s = time.time() - pipeline_started
-    markers = {**resumed, **answer_pending_shards(config, inputs, expected, resumed, pool)}
+    markers = {**resumed, **answer_pending_shards(config, inputs, expected, resumed, pool, output, tables_of_shard)}
     # Deleted once every wave has run (a run that fails leaves them: the next one deletes a wave's before it runs).
     output.delete_pair_notes()
     if partitioned:
@@ -306,11 +310,17 @@ def run_identity(config: JobConfig, schemas: Schemas, pooled: PooledContexts | N
 RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
-def start_engine(run: RunSettings, engine: Engine, ray_logs: RayLogFilter) -> dict[str, Any]:
+def start_engine(
+    run: RunSettings, engine: Engine, ray_logs: RayLogFilter, shared: list[SharedPath] = ()
+) -> dict[str, Any]:
     """
     Where the run runs, started: this process for the in-process engine, else the Ray `start_ray` starts or joins,
     with Ray Data configured for the run (before any of its datasets is made: each copies these settings) and,
-    without `run.verbose`, `ray_logs` started first (the driver's C++ log writes to stderr from Ray's start).
+    without `run.verbose`, `ray_logs` started first (the driver's C++ log writes to stderr from Ray's start). On a
+    cluster of several nodes, the `shared` paths are then checked to be the same on every node, before any work
+    (`jobs.shared_paths.check_shared`; the seconds it took in `shared_paths_s`).
+
+    :raises NotShared: For a local path that some node does not see as the driver does.
     """
     if isinstance(engine, InProcessEngine):
         return engine.cluster()
@@ -318,7 +328,32 @@ def start_engine(run: RunSettings, engine: Engine, ray_logs: RayLogFilter) -> di
         ray_logs.start()
     cluster = start_ray(run)
     configure_ray_data(run)
-    return cluster
+    return {**cluster, "shared_paths_s": check_shared(list(shared), "bulk-qa")}
+
+
+def shared_paths(config: JobConfig, squad: SquadInput | None, schemas: Schemas) -> list[SharedPath]:
+    """
+    The paths of the run that the cluster's tasks and actors use, on whichever node runs them: the output folder
+    (written), the Parquet inputs (read by Ray Data's tasks), an `--index` (memory-mapped by the retrieval actors)
+    and a model folder (loaded by the tokenize tasks and the reader actors). A SQuAD file of questions is read by the
+    driver alone and sent through the object store: it need not be shared. A model named by its hub id is not a
+    path (each node loads it from its own cache).
+    """
+    work = config.work
+    paths = [SharedPath("--output", config.run.output, written=True)]
+    if squad is None:
+        paths.append(SharedPath("--questions", work.questions))
+    if schemas.documents is not None and work.documents:  # else the pooled contexts, in the output folder
+        paths.append(SharedPath("--documents", work.documents))
+    if work.replies:
+        paths.append(SharedPath("--replies", work.replies))
+    if config.retrieval.index:
+        paths.append(SharedPath("--index", config.retrieval.index))
+    return [
+        *paths,
+        *model_folder("--model", config.model.model),
+        *model_folder("--embedding-model", config.retrieval.embedding_model if config.retrieval.dense else None),
+    ]
 
 
 def start_ray(run: RunSettings) -> dict[str, Any]:
@@ -530,10 +565,26 @@ def read_inputs(
     return inputs, expected
 
 
+def shard_tables(schemas: Schemas) -> tuple[str, ...]:
+    """The tables each shard of the run commits (see `jobs.bulk_qa.workers.aggregate.aggregate_shard`)."""
+    return ("questions", "answers", "generated_answers") if schemas.replies is not None else ("questions", "answers")
+
+
 def answer_pending_shards(
-    config: JobConfig, inputs: Inputs, expected: dict[int, int], resumed: dict[int, Any], pool: ActorResources
+    config: JobConfig,
+    inputs: Inputs,
+    expected: dict[int, int],
+    resumed: dict[int, Any],
+    pool: ActorResources,
+    output: OutputFolder,
+    tables: tuple[str, ...],
 ) -> dict[int, dict[str, Any]]:
-    """Answers the shards not committed yet, `shards_per_wave` at a time; returns their markers by shard."""
+    """
+    Answers the shards not committed yet, `shards_per_wave` at a time; returns their markers by shard, each as the
+    driver read it from `output` with the shard's `tables` once the shard's task reported it committed.
+
+    :raises ShardNotVisible: For a shard whose task committed files that the driver cannot read.
+    """
     pending = [shard for shard in sorted(expected) if shard not in resumed]
     progress = Progress(sum(expected[shard] for shard in pending), len(pending), enabled=not config.run.quiet)
     markers: dict[int, dict[str, Any]] = {}
@@ -549,10 +600,12 @@ def answer_pending_shards(
         enabled=bool(pending) and isinstance(engine, RayEngine),
     )
 
-    def committed(marker: dict[str, Any]) -> None:
-        if marker["shard"] not in markers:  # a retried aggregation task may report its shard twice
-            progress.shard_committed(marker["questions"])
-            watch.committed()
+    def committed(reported: dict[str, Any]) -> None:
+        if reported["shard"] in markers:  # a retried aggregation task may report its shard twice
+            return
+        marker = output.read_commit(reported["shard"], reported, tables)
+        progress.shard_committed(marker["questions"])
+        watch.committed()
         markers[marker["shard"]] = marker
 
     with watch:

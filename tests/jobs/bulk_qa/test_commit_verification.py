@@ -1,0 +1,74 @@
+"""
+The driver counts a shard committed only once it has read the shard's marker and tables itself (no Ray: a task that
+commits onto a disk the driver does not see is played by an in-process run whose commits land in another folder).
+"""
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from jobs.bulk_qa import main
+from jobs.storage import ShardNotVisible, ShardStore
+from tests.cluster.cluster_testing import SAMPLE
+
+MARKER = {"questions": 2, "answers": 1, "statuses": {"answered": 2}}
+TABLES = {"questions": pa.table({"question_id": ["q1", "q2"]}), "answers": pa.table({"question_id": ["q1"]})}
+FIX = (
+    "so shard 0 cannot count as committed: the driver counts a shard only once it reads its files there. The output "
+    "folder must be the same on every node: use object storage (s3://..., gs://...) or a shared mount that every "
+    "node sees at this path, then run the same command again to resume."
+)
+
+
+def test_a_commit_is_read_back_marker_and_tables(tmp_path: Path) -> None:
+    store = ShardStore(str(tmp_path))
+    store.commit_shard(0, TABLES, MARKER)
+    assert store.read_commit(0, {**MARKER, "shard": 0}, ("questions", "answers")) == {**MARKER, "shard": 0}
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        ("_shards/shard-00000.json", "_shards/shard-00000.json: not found"),
+        ("answers/shard-00000.parquet", "answers/shard-00000.parquet: not found"),
+    ],
+)
+def test_a_commit_the_driver_cannot_read_names_the_shard_and_file(tmp_path: Path, damage: str, problem: str) -> None:
+    store = ShardStore(str(tmp_path))
+    store.commit_shard(0, TABLES, MARKER)
+    (tmp_path / damage).unlink()
+    with pytest.raises(ShardNotVisible) as raised:
+        store.read_commit(0, {**MARKER, "shard": 0}, ("questions", "answers"))
+    assert str(raised.value) == f"{tmp_path}/{problem}, {FIX}"
+
+
+def test_a_table_with_other_rows_than_its_marker_counts_is_refused(tmp_path: Path) -> None:
+    store = ShardStore(str(tmp_path))
+    store.commit_shard(0, {**TABLES, "answers": pa.table({"question_id": ["q1", "q2", "q3"]})}, MARKER)
+    with pytest.raises(ShardNotVisible) as raised:
+        store.read_commit(0, {**MARKER, "shard": 0}, ("questions", "answers"))
+    assert str(raised.value) == f"{tmp_path}/answers/shard-00000.parquet: holds 3 rows, its marker 1, {FIX}"
+
+
+def test_a_run_whose_shards_land_where_the_driver_cannot_see_exits_2_not_0(
+    tmp_path: Path, tiny_bert_model: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """
+    The aggregation commits every shard onto another disk (as a task on a node with a local --output would): the
+    run stops at the first shard with one line naming it, exit 2, and writes no manifest or results.
+    """
+    node_disk, output = tmp_path / "node-disk", tmp_path / "out"
+    commit = ShardStore.commit_shard
+    monkeypatch.setattr(
+        ShardStore, "commit_shard", lambda self, *args: commit(ShardStore(str(node_disk)), *args)
+    )
+    status = main(
+        ["--questions", str(SAMPLE / "questions.parquet"), "--documents", str(SAMPLE / "documents.parquet"),
+         "--model", str(tiny_bert_model), "--output", str(output), "--engine", "in-process", "--quiet",
+         "--max-seq-length", "64", "--stride", "16"]
+    )  # fmt: skip
+    assert status == 2
+    assert capsys.readouterr().err.splitlines() == [f"bulk-qa: error: {output}/_shards/shard-00000.json: not found, {FIX}"]
+    assert (node_disk / "_shards" / "shard-00000.json").exists()  # answered, on the disk the driver does not see
+    assert sorted(path.name for path in output.iterdir()) == ["_job.json"]
