@@ -108,9 +108,9 @@ def node_name(node: dict) -> str:
 
 def check_shared(paths: list[SharedPath], program: str = "the job") -> float:
     """
-    Checks that every local path of `paths` is the same on every live node of the Ray cluster this process has
-    joined (nothing to check with one node, or without local paths). Each written folder is created if it does not
-    exist, and its token file deleted after the check.
+    Checks that every local path of `paths` is the same on every live node with CPUs of the Ray cluster this
+    process has joined (nothing to check on a cluster of one node, or without local paths). Each written folder is
+    created if it does not exist, and its token file deleted after the check.
 
     :returns: The seconds the check took.
     :raises NotShared: For the first path that some node does not see as the driver does, naming the path, those
@@ -124,6 +124,8 @@ def check_shared(paths: list[SharedPath], program: str = "the job") -> float:
     local = [shared for shared in paths if is_local(shared.path)]
     if len(nodes) < 2 or not local:
         return 0.0
+    # Every task and actor of the job reserves some CPU: a node without any (a head kept for scheduling) runs none.
+    nodes = [node for node in nodes if node["Resources"].get("CPU", 0) > 0]
     token = uuid.uuid4().hex
     tokens: list[str] = []  # the token files written, deleted after the check
     probes, expected = [], []
@@ -173,8 +175,9 @@ def check_shared(paths: list[SharedPath], program: str = "the job") -> float:
             kind = "folder" if shared.written else "path"
             raise NotShared(
                 f"{shared.option} {redact(shared.path)}: not the same {kind} on every node of the cluster: "
-                f"{', '.join(node_name(node) for node in blind)} of {len(nodes)} nodes "
-                f"{'do' if len(blind) > 1 else 'does'} not see it as the driver does, and {program}'s tasks "
+                f"{', '.join(node_name(node) for node in blind)} ({len(blind)} of {len(nodes)} "
+                f"node{'s' if len(nodes) > 1 else ''} with CPUs) {'do' if len(blind) > 1 else 'does'} not see it "
+                f"as the driver does, and {program}'s tasks "
                 f"{'write' if shared.written else 'read'} it on whichever node runs them. Use object storage "
                 "(s3://..., gs://...) or a shared mount that every node sees at this path."
             )

@@ -261,6 +261,7 @@ def local_index_folder(location: str) -> Path:
     cache = Path(tempfile.gettempdir()) / "bulk-qa-index" / uuid.uuid5(uuid.NAMESPACE_URL, location).hex
     if not (cache / "index.json").exists():
         partial = cache.with_name(f"{cache.name}.{uuid.uuid4().hex}")
+        partial.mkdir(parents=True)  # copy_files makes no folder for an object store's keys (they have no folder)
         pafs.copy_files(
             inner, str(partial), source_filesystem=filesystem, destination_filesystem=pafs.LocalFileSystem()
         )

@@ -165,7 +165,7 @@ PHASES: dict[str, type[Settings]] = {spec.name: spec.default_factory().__class__
 OPTIONS: dict[str, tuple[str, Any]] = {
     key: (phase_name, annotation) for phase_name, phase in PHASES.items() for key, annotation in phase.types().items()
 }
-# Which paths a run on a Ray cluster of several nodes needs on every node (checked before any work: `jobs.shared_paths`).
+# The paths a run on a Ray cluster of several nodes needs on every node (checked before any work: jobs.shared_paths).
 CLUSTER_PATHS = (
     "On a Ray cluster of several nodes, the cluster's tasks write --output and read the Parquet --questions, "
     "--documents, --replies, an --index and a --model or --embedding-model folder on whichever node runs them: put "

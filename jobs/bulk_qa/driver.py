@@ -194,7 +194,9 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
     tables_of_shard = shard_tables(schemas)
     # Read by the driver: a shard counts only once this process has read its marker and its tables' footers.
-    resumed = {shard: output.read_commit(shard, marker, tables_of_shard) for shard, marker in output.committed_shards().items()}
+    resumed = {
+        shard: output.read_commit(shard, marker, tables_of_shard) for shard, marker in output.committed_shards().items()
+    }
     pipeline_started = time.time()
     partitioned = inputs.document_parts is not None and len(resumed) < len(expected)
     if partitioned:  # once per run, before its first wave

@@ -36,7 +36,9 @@ class RayNode:
     `node_manager_port`, which names it in the head's node table.
     """
 
-    def __init__(self, command: list[str], log: Path, node_manager_port: int, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, command: list[str], log: Path, node_manager_port: int, env: dict[str, str] | None = None
+    ) -> None:
         self.log, self.node_manager_port = log, node_manager_port
         with log.open("wb") as out:
             self._process = subprocess.Popen(
