@@ -94,7 +94,7 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
             SharedPath("--add" if adding else "--documents", args.add or args.documents),
             *model_folder("--embedding-model", settings.embedding_model if settings.dense else None),
         ]
-        cluster = start_engine(phases["run"], RayEngine(), ray_logs, shared)
+        cluster = start_engine(phases["run"], RayEngine(), ray_logs, shared, "jobs.index")
         if args.add is None:
             record = build_index_with_ray(settings, args.documents, args.output)
         else:

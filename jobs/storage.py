@@ -48,7 +48,7 @@ class InputError(Exception):
 class ShardNotVisible(InputError):
     """
     A shard that a task committed but the driver cannot read (exit status 2): the output folder is not the same on
-    every node (a node-local path), or the files changed since.
+    every node (a node-local path), or its files were removed or damaged since.
     """
 
     def __init__(self, shard: int, store: "ShardStore", path: str, problem: str) -> None:
@@ -172,10 +172,12 @@ class ShardStore:
     def read_commit(self, shard: int, reported: dict[str, Any], table_names: tuple[str, ...]) -> dict[str, Any]:
         """
         A shard's completion marker as this process reads it, once it has found the marker the shard's task
-        `reported` and the shard's tables (their Parquet footers) holding the rows the marker counts: how the driver
-        counts a shard committed, whichever node committed it.
+        `reported` and read the footers of the shard's tables: how the driver counts a shard committed, whichever
+        node committed it. Each table's count in the marker (`questions`, `answers`, ...) is then the rows its file
+        holds, so that what the run reconciles is what this process reads.
 
-        :raises ShardNotVisible: When the marker or a table is missing or differs, naming the shard and the file.
+        :raises ShardNotVisible: When the marker or a table is missing or unreadable, or the marker is not the one
+            reported, naming the shard and the file.
         """
         name = shard_name(shard)
         marker_path = self._path("_shards", f"{name}.json")
@@ -186,18 +188,16 @@ class ShardStore:
         if marker is None:
             raise ShardNotVisible(shard, self, marker_path, "not found")
         if marker != {**reported, "shard": shard}:
-            raise ShardNotVisible(shard, self, marker_path, "holds another marker than the task committed")
+            raise ShardNotVisible(shard, self, marker_path, "holds another marker than the shard's task committed")
         for table_name in table_names:
             path = self._path(table_name, f"{name}.parquet")
             try:
                 with self.filesystem.open_input_file(path) as file:
-                    rows = pq.read_metadata(file).num_rows
+                    marker[table_name] = pq.read_metadata(file).num_rows
             except FileNotFoundError:
                 raise ShardNotVisible(shard, self, path, "not found") from None
             except (OSError, pa.ArrowException) as error:
                 raise ShardNotVisible(shard, self, path, f"unreadable: {error}") from None
-            if rows != marker[table_name]:
-                raise ShardNotVisible(shard, self, path, f"holds {rows} rows, its marker {marker[table_name]}")
         return marker
 
     def write_document_part(self, part: int, documents: pa.Table) -> None:

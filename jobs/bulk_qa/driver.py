@@ -313,14 +313,18 @@ RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 def start_engine(
-    run: RunSettings, engine: Engine, ray_logs: RayLogFilter, shared: list[SharedPath] = ()
+    run: RunSettings,
+    engine: Engine,
+    ray_logs: RayLogFilter,
+    shared: list[SharedPath] = (),
+    program: str = "bulk-qa",
 ) -> dict[str, Any]:
     """
     Where the run runs, started: this process for the in-process engine, else the Ray `start_ray` starts or joins,
     with Ray Data configured for the run (before any of its datasets is made: each copies these settings) and,
     without `run.verbose`, `ray_logs` started first (the driver's C++ log writes to stderr from Ray's start). On a
     cluster of several nodes, the `shared` paths are then checked to be the same on every node, before any work
-    (`jobs.shared_paths.check_shared`; the seconds it took in `shared_paths_s`).
+    (`jobs.shared_paths.check_shared`, its message naming `program`; the seconds it took in `shared_paths_s`).
 
     :raises NotShared: For a local path that some node does not see as the driver does.
     """
@@ -330,7 +334,7 @@ def start_engine(
         ray_logs.start()
     cluster = start_ray(run)
     configure_ray_data(run)
-    return {**cluster, "shared_paths_s": check_shared(list(shared), "bulk-qa")}
+    return {**cluster, "shared_paths_s": check_shared(list(shared), program)}
 
 
 def shared_paths(config: JobConfig, squad: SquadInput | None, schemas: Schemas) -> list[SharedPath]:

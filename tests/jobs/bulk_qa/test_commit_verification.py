@@ -43,12 +43,17 @@ def test_a_commit_the_driver_cannot_read_names_the_shard_and_file(tmp_path: Path
     assert str(raised.value) == f"{tmp_path}/{problem}, {FIX}"
 
 
-def test_a_table_with_other_rows_than_its_marker_counts_is_refused(tmp_path: Path) -> None:
+def test_a_commit_counts_the_rows_its_tables_hold_and_needs_the_marker_reported(tmp_path: Path) -> None:
+    """The reconciliation adds up what the driver reads: a table's rows, whatever its marker says."""
     store = ShardStore(str(tmp_path))
     store.commit_shard(0, {**TABLES, "answers": pa.table({"question_id": ["q1", "q2", "q3"]})}, MARKER)
+    read = store.read_commit(0, {**MARKER, "shard": 0}, ("questions", "answers"))
+    assert read == {**MARKER, "shard": 0, "answers": 3}
     with pytest.raises(ShardNotVisible) as raised:
-        store.read_commit(0, {**MARKER, "shard": 0}, ("questions", "answers"))
-    assert str(raised.value) == f"{tmp_path}/answers/shard-00000.parquet: holds 3 rows, its marker 1, {FIX}"
+        store.read_commit(0, {**MARKER, "shard": 0, "answers": 2}, ("questions", "answers"))
+    assert str(raised.value) == (
+        f"{tmp_path}/_shards/shard-00000.json: holds another marker than the shard's task committed, {FIX}"
+    )
 
 
 def test_a_run_whose_shards_land_where_the_driver_cannot_see_exits_2_not_0(
