@@ -32,13 +32,16 @@ pytestmark = pytest.mark.skipif(
 SETTINGS = ["--top-k", "2", "--max-seq-length", "64", "--stride", "16", "--context-window-size", "40",
             "--shard-size", "6"]  # fmt: skip
 TIMEOUT_S = 300
-# The one line of a path that some node does not see as the driver does.
-NOT_SHARED = re.compile(
-    r"bulk-qa: error: (?P<option>--\w+) (?P<path>\S+): not the same (folder|path) on every node of the cluster: "
-    r"[0-9a-f]{8} \([0-9.]+\) \(1 of 1 node with CPUs\) does not see it as the driver does, and bulk-qa's tasks "
-    r"(write|read) it on whichever node runs them\. Use object storage \(s3://\.\.\., gs://\.\.\.\) or a shared "
-    r"mount that every node sees at this path\."
-)
+
+
+def not_shared(program: str) -> re.Pattern:
+    """The one line of a path that the cluster's one worker node does not see as the driver does."""
+    return re.compile(
+        rf"{re.escape(program)}: error: (?P<option>--\w+) (?P<path>\S+): not the same (folder|path) on every node of "
+        r"the cluster: [0-9a-f]{8} \([0-9.]+\) \(1 of 1 node with CPUs\) does not see it as the driver does, and "
+        rf"{re.escape(program)}'s tasks (write|read) it on whichever node runs them\. Use object storage "
+        r"\(s3://\.\.\., gs://\.\.\.\) or a shared mount that every node sees at this path\."
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +76,13 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]
     }
 
 
-def job(args: list[str], cluster: LocalRayCluster, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """The job run as a user runs it, with --address the head."""
+def job(
+    args: list[str], cluster: LocalRayCluster, env: dict[str, str], module: str = "jobs.bulk_qa"
+) -> subprocess.CompletedProcess:
+    """The job (or `module`'s) run as a user runs it, with --address the head."""
+    settings = SETTINGS if module == "jobs.bulk_qa" else []
     return subprocess.run(
-        [sys.executable, "-m", "jobs.bulk_qa", *args, *SETTINGS, "--address", cluster.address],
+        [sys.executable, "-m", module, *args, *settings, "--address", cluster.address],
         cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, env={**node_env(env), "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
 
@@ -88,12 +94,14 @@ def reference(paths: dict[str, str], model: Path, output: Path, *extra: str) -> 
     return output
 
 
-def assert_stopped_before_work(result: subprocess.CompletedProcess, option: str, path: Path, output: Path) -> None:
+def assert_stopped_before_work(
+    result: subprocess.CompletedProcess, option: str, path: Path, output: Path, program: str = "bulk-qa"
+) -> None:
     """Exit 2, one line naming the option and path, and nothing of the run in its output folder."""
     assert result.returncode == 2, result.stdout + result.stderr
-    notice, line = result.stderr.splitlines()  # the notice of the cluster joined, then the error
+    notice, line = result.stderr.splitlines()  # the notice of the cluster joined (jobs.index's too), then the error
     assert notice.startswith("bulk-qa: running on the Ray cluster at "), notice
-    match = NOT_SHARED.fullmatch(line)
+    match = not_shared(program).fullmatch(line)
     assert match and (match["option"], match["path"]) == (option, str(path)), line
     assert result.stdout == ""
     assert not output.exists() or list(output.iterdir()) == []
@@ -146,7 +154,7 @@ def check_from_a_driver(cluster: LocalRayCluster, read: list[str], written: list
     return seconds
 
 
-def test_an_index_only_the_driver_has_stops_the_run_before_any_work(
+def test_an_index_only_the_driver_has_or_builds_stops_the_run_before_any_work(
     cluster: LocalRayCluster, corpus: dict, node_local: Path, tiny_bert_model: Path, tmp_path: Path
 ) -> None:
     paths = corpus["retrieved"]
@@ -155,6 +163,10 @@ def test_an_index_only_the_driver_has_stops_the_run_before_any_work(
     args = ["--questions", paths["questions"], "--documents", paths["documents"], "--model", str(tiny_bert_model)]
     result = job([*args, "--index", str(index), "--output", str(tmp_path / "out")], cluster, {})
     assert_stopped_before_work(result, "--index", index, tmp_path / "out")
+    # Building an index into such a folder stops the same way.
+    built = node_local / "built-index"
+    result = job(["--documents", paths["documents"], "--output", str(built)], cluster, {}, "jobs.index")
+    assert_stopped_before_work(result, "--output", built, built, "jobs.index")
 
 
 def test_everything_in_object_storage_runs_as_in_process(
