@@ -9,21 +9,17 @@ node must read back, and an input (which the driver may have no right to write i
 each node must compute the same. Copies of an input on every node pass as long as they are the same files.
 """
 
-import hashlib
 import os
 import time
 import uuid
 from dataclasses import dataclass
 
+from jobs.path_probe import TOKEN_PREFIX, fingerprint, observe
 from jobs.storage import InputError, redact
 
 # How long the probes may take to answer: a node's probe waits only for a worker process to start there (its task
 # reserves no CPU); a node that does not answer in time (lost, or overloaded) is left out of the check.
 PROBE_TIMEOUT_S = 60.0
-# What a fingerprint reads: the first bytes of a file, or of the first few files of a folder.
-FINGERPRINT_BYTES = 64 * 1024
-FINGERPRINT_FILES = 3
-TOKEN_PREFIX = ".node-probe-"  # the token file's name in a written folder (deleted once probed)
 
 
 class NotShared(InputError):
@@ -57,48 +53,6 @@ def model_folder(option: str, model: str | None) -> list[SharedPath]:
     if model and is_local(model) and os.path.exists(local_path(model)):
         return [SharedPath(option, model)]
     return []
-
-
-def fingerprint(path: str) -> str | None:
-    """
-    A cheap fingerprint of a file or folder as this machine sees it, or None when it does not exist: a file's size
-    and the hash of its first `FINGERPRINT_BYTES`; a folder's entries (names, kinds and file sizes, top level only)
-    and the first bytes of its first `FINGERPRINT_FILES` files by name.
-    """
-    digest = hashlib.sha256()
-    if os.path.isfile(path):
-        files = [path]
-        digest.update(f"file {os.path.getsize(path)}".encode())
-    elif os.path.isdir(path):
-        entries = sorted(os.scandir(path), key=lambda entry: entry.name)
-        files = [entry.path for entry in entries if entry.is_file()][:FINGERPRINT_FILES]
-        for entry in entries:
-            size = entry.stat().st_size if entry.is_file() else -1
-            digest.update(f"{entry.name}\0{size}\n".encode())
-    else:
-        return None
-    for name in files:
-        with open(name, "rb") as file:
-            digest.update(file.read(FINGERPRINT_BYTES))
-    return digest.hexdigest()
-
-
-def _observe(probes: list[tuple[str, str | None]]) -> list[str | None]:
-    """
-    On a node: what it sees of each `(path, token)`: the text of the token file in the folder `path` when a token
-    is given, else the path's fingerprint (None for what does not exist).
-    """
-    seen: list[str | None] = []
-    for path, token in probes:
-        if token is None:
-            seen.append(fingerprint(path))
-            continue
-        try:
-            with open(os.path.join(path, TOKEN_PREFIX + token), encoding="utf-8") as file:
-                seen.append(file.read())
-        except OSError:
-            seen.append(None)
-    return seen
 
 
 def node_name(node: dict) -> str:
@@ -146,9 +100,9 @@ def check_shared(paths: list[SharedPath], program: str = "the job") -> float:
             else:
                 probes.append((path, None))
                 expected.append(fingerprint(path))
-        observe = ray.remote(_observe)
+        probe = ray.remote(observe)
         pending = {
-            observe.options(
+            probe.options(
                 num_cpus=0,
                 max_retries=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),

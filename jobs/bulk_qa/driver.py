@@ -5,8 +5,10 @@ Checks the inputs, the model and the ids (small id columns here, before Ray star
 chooses the engine (a small local job runs in this process, any other on Ray: `choose_engine`), converts a
 `--documents` folder of files into the output folder (`jobs.bulk_qa.corpus`; its ids are checked once converted),
 reads the tables, answers the pending shards in waves (see `jobs.bulk_qa.waves`), then writes the manifest and
-prints the summary. Exit status: 0 when every question is accounted for, 2 for unusable input or configuration, 1
-for any other failure.
+prints the summary. On a Ray cluster of several nodes, the run's local paths are checked to be the same on every
+node as soon as Ray runs, before any work (`jobs.shared_paths`), and a shard counts as committed only once the
+driver has read it back (`jobs.storage.ShardStore.read_commit`). Exit status: 0 when every question is accounted
+for, 2 for unusable input or configuration (a path some node does not share included), 1 for any other failure.
 """
 
 import dataclasses

@@ -3,7 +3,8 @@
 import shutil
 from pathlib import Path
 
-from jobs.shared_paths import SharedPath, fingerprint, model_folder
+from jobs.path_probe import fingerprint
+from jobs.shared_paths import SharedPath, model_folder
 
 
 def test_copies_of_the_same_files_have_one_fingerprint_and_others_differ(tmp_path: Path) -> None:
