@@ -99,6 +99,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bulk-qa: error: {error}", file=sys.stderr)
         return 1
     except Exception as error:
+        missed = missing_file_error(error)
+        if missed is not None:
+            print(
+                f"bulk-qa: error: a task of the job could not find a file on its node: {actor_failure(missed)} A node "
+                "that joined the cluster after the run's start (when every node was checked) may not hold a local "
+                "path of the run: put it in object storage or on a shared mount. Shards committed so far are kept: "
+                "run the same command again to resume.",
+                file=sys.stderr,
+            )
+            return 1
         if not actor_failed(error):
             raise
         print(
@@ -117,6 +127,20 @@ def actor_failed(error: Exception) -> bool:
     """
     exceptions = sys.modules.get("ray.exceptions")
     return exceptions is not None and isinstance(error, exceptions.ActorDiedError | exceptions.GetTimeoutError)
+
+
+def missing_file_error(error: BaseException) -> Exception | None:
+    """
+    The error of a Ray task of the job that failed for a file its node does not have: a `FileNotFoundError` raised
+    in the task, as Ray raises it in the driver, the error itself or behind the one Ray Data raised for it.
+    """
+    exceptions = sys.modules.get("ray.exceptions")
+    seen: BaseException | None = error
+    while exceptions is not None and seen is not None:
+        if isinstance(seen, exceptions.RayTaskError) and isinstance(seen, FileNotFoundError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def actor_failure(error: Exception) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs.bulk_qa import main
+from jobs.bulk_qa import driver, main
 from jobs.storage import ShardNotVisible, ShardStore
 from tests.cluster.cluster_testing import SAMPLE
 
@@ -79,3 +79,36 @@ def test_a_run_whose_shards_land_where_the_driver_cannot_see_exits_2_not_0(
     assert (node_disk / "_shards" / "shard-00000.json").exists()  # answered, on the disk the driver does not see
     written = {path.name for path in output.iterdir()}  # the run's own record and its working folders only
     assert written - {"_pair_notes", "_tmp"} == {"_job.json"}, written
+
+
+def test_a_task_that_misses_a_file_on_its_node_ends_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """
+    A node that joined after the start's check and lacks a local input: its task's FileNotFoundError, as Ray raises
+    it in the driver (here behind another error, as Ray Data may chain it), ends the run with one line, exit 1.
+    """
+    from ray.exceptions import RayTaskError
+
+    missing = RayTaskError(
+        "ray::ReadParquet",
+        "ray::ReadParquet() (pid=4242, ip=10.0.0.7)\n  File ...\n"
+        "FileNotFoundError: [Errno 2] Failed to open local file '/data/documents.parquet'",
+        FileNotFoundError(2, "No such file or directory"),
+    ).as_instanceof_cause()
+
+    def run(config: None) -> int:
+        try:
+            raise missing
+        except FileNotFoundError as error:
+            raise RuntimeError("the dataset's execution failed") from error
+
+    monkeypatch.setattr(driver, "load_config", lambda argv: None)
+    monkeypatch.setattr(driver, "run", run)
+    assert driver.main([]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "bulk-qa: error: a task of the job could not find a file on its node: ray::ReadParquet(): FileNotFoundError: "
+        "[Errno 2] Failed to open local file '/data/documents.parquet'. A node that joined the cluster after the "
+        "run's start (when every node was checked) may not hold a local path of the run: put it in object storage "
+        "or on a shared mount. Shards committed so far are kept: run the same command again to resume."
+    ]
