@@ -80,6 +80,8 @@ def check_shared(paths: list[SharedPath], program: str = "the job") -> float:
         return 0.0
     # Every task and actor of the job reserves some CPU: a node without any (a head kept for scheduling) runs none.
     nodes = [node for node in nodes if node["Resources"].get("CPU", 0) > 0]
+    if not nodes:
+        return 0.0
     token = uuid.uuid4().hex
     tokens: list[str] = []  # the token files written, deleted after the check
     probes, expected = [], []
@@ -110,7 +112,9 @@ def check_shared(paths: list[SharedPath], program: str = "the job") -> float:
             ).remote(probes): node
             for node in nodes
         }
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=PROBE_TIMEOUT_S)
+        ready, late = ray.wait(list(pending), num_returns=len(pending), timeout=PROBE_TIMEOUT_S)
+        for ref in late:  # left out of the check (commit verification still covers the output folder)
+            ray.cancel(ref, force=True)
         seen = {}
         for ref in ready:
             try:

@@ -18,6 +18,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -342,7 +343,7 @@ def start_engine(
     run: RunSettings,
     engine: Engine,
     ray_logs: RayLogFilter,
-    shared: list[SharedPath] = (),
+    shared: Sequence[SharedPath] = (),
     program: str = "bulk-qa",
 ) -> dict[str, Any]:
     """
