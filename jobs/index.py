@@ -34,6 +34,7 @@ from jobs.bulk_qa.retrieval import BUILD_FILE, add_dense_index, add_documents_wi
 from jobs.engines import RayEngine
 from jobs.ray_logs import RayLogFilter
 from jobs.retrieval_settings import RetrievalSettings
+from jobs.shared_paths import SharedPath, model_folder
 from jobs.storage import InputError, redact, resolve_path
 from qa_core.retrieval.index_io import HEADER_FILE
 
@@ -88,7 +89,12 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
         if args.add is None:
             _check_target(args.output)
         table_schema(args.add or args.documents, DOCUMENTS)
-        cluster = start_engine(phases["run"], RayEngine(), ray_logs)
+        shared = [  # the index's folder is written, and its documents read, by tasks on any node of a cluster
+            SharedPath("--index" if adding else "--output", output, written=True),
+            SharedPath("--add" if adding else "--documents", args.add or args.documents),
+            *model_folder("--embedding-model", settings.embedding_model if settings.dense else None),
+        ]
+        cluster = start_engine(phases["run"], RayEngine(), ray_logs, shared, "jobs.index")
         if args.add is None:
             record = build_index_with_ray(settings, args.documents, args.output)
         else:

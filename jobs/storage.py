@@ -45,6 +45,23 @@ class InputError(Exception):
     """Unusable input or configuration: the job stops before any worker starts and exits with status 2."""
 
 
+class ShardNotVisible(InputError):
+    """
+    A shard that a task committed but the driver cannot read (exit status 2): the output folder is not the same on
+    every node (a node-local path), or its files were removed or damaged since.
+    """
+
+    def __init__(self, shard: int, store: "ShardStore", path: str, problem: str) -> None:
+        shown = store.shown.rstrip("/") + path[len(store.root.rstrip("/")) :]
+        super().__init__(
+            f"{shown}: {problem}, so shard {shard} cannot count as committed: the driver counts a shard only once "
+            "it reads its files there. The output folder must be the same on every node: use object storage "
+            "(s3://..., gs://...) or a shared mount that every node sees at this path, then run the same command "
+            "again to resume."
+        )
+        self.shard, self.path = shard, shown
+
+
 _URI_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@]*)@")
 _SECRET_QUERY = re.compile(r"(?P<key>[^?&=]*(?:key|secret|token|password|credential|signature)[^?&=]*)=[^&]*", re.I)
 
@@ -152,6 +169,37 @@ class ShardStore:
             json.dumps({**marker, "shard": shard}, sort_keys=True).encode("utf-8"), "_shards", f"{name}.json"
         )
 
+    def read_commit(self, shard: int, reported: dict[str, Any], table_names: tuple[str, ...]) -> dict[str, Any]:
+        """
+        A shard's completion marker as this process reads it, once it has found the marker the shard's task
+        `reported` and read the footers of the shard's tables: how the driver counts a shard committed, whichever
+        node committed it. Each table's count in the marker (`questions`, `answers`, ...) is then the rows its file
+        holds, so that what the run reconciles is what this process reads.
+
+        :raises ShardNotVisible: When the marker or a table is missing or unreadable, or the marker is not the one
+            reported, naming the shard and the file.
+        """
+        name = shard_name(shard)
+        marker_path = self._path("_shards", f"{name}.json")
+        try:
+            marker = self._read_json("_shards", f"{name}.json")
+        except (OSError, ValueError) as error:
+            raise ShardNotVisible(shard, self, marker_path, f"unreadable: {error}") from None
+        if marker is None:
+            raise ShardNotVisible(shard, self, marker_path, "not found")
+        if marker != {**reported, "shard": shard}:
+            raise ShardNotVisible(shard, self, marker_path, "holds another marker than the shard's task committed")
+        for table_name in table_names:
+            path = self._path(table_name, f"{name}.parquet")
+            try:
+                with self.filesystem.open_input_file(path) as file:
+                    marker[table_name] = pq.read_metadata(file).num_rows
+            except FileNotFoundError:
+                raise ShardNotVisible(shard, self, path, "not found") from None
+            except (OSError, pa.ArrowException) as error:
+                raise ShardNotVisible(shard, self, path, f"unreadable: {error}") from None
+        return marker
+
     def write_document_part(self, part: int, documents: pa.Table) -> None:
         """Writes (atomically) part `part` of the run's documents."""
         self._write_table(documents, DOCUMENT_PARTS, _document_part_file(part))
@@ -213,6 +261,7 @@ def local_index_folder(location: str) -> Path:
     cache = Path(tempfile.gettempdir()) / "bulk-qa-index" / uuid.uuid5(uuid.NAMESPACE_URL, location).hex
     if not (cache / "index.json").exists():
         partial = cache.with_name(f"{cache.name}.{uuid.uuid4().hex}")
+        partial.mkdir(parents=True)  # copy_files makes no folder for an object store's keys (they have no folder)
         pafs.copy_files(
             inner, str(partial), source_filesystem=filesystem, destination_filesystem=pafs.LocalFileSystem()
         )

@@ -32,6 +32,7 @@ from qa_core.tokenization import TokenizationSettings
 class WorkSettings(Settings):
     """What the run answers, and how its output is sharded."""
 
+    # On a cluster of several nodes, a local path of these must hold the same files on every node (see CLUSTER_PATHS).
     questions: str | None = None  # questions Parquet (id, query, document_ids or context) or a SQuAD file
     documents: str | None = None  # documents Parquet (id, content, optional page_number), or a folder of files
     replies: str | None = None  # optional generator replies Parquet: question_id, replies, meta
@@ -55,6 +56,7 @@ class WorkSettings(Settings):
 class RunSettings(Settings):
     """Where the run writes and how it executes: a resumed run may change any of these."""
 
+    # On a cluster of several nodes: object storage or a folder every node mounts at this path (see CLUSTER_PATHS).
     output: str | None = None  # folder that receives answers/, questions/, generated_answers/, manifest.json
     overwrite: bool = False  # replace the output of an earlier run made with other inputs or settings
     address: str | None = None  # Ray cluster to join (e.g. ray://head:10001 or auto); None: start a local Ray
@@ -167,6 +169,14 @@ PHASES: dict[str, type[Settings]] = {spec.name: spec.default_factory().__class__
 OPTIONS: dict[str, tuple[str, Any]] = {
     key: (phase_name, annotation) for phase_name, phase in PHASES.items() for key, annotation in phase.types().items()
 }
+# The paths a run on a Ray cluster of several nodes needs on every node (checked before any work: jobs.shared_paths).
+CLUSTER_PATHS = (
+    "On a Ray cluster of several nodes, the cluster's tasks write --output and read the Parquet --questions, "
+    "--documents, --replies, an --index and a --model or --embedding-model folder on whichever node runs them: put "
+    "them in object storage (s3://, gs://) or on a shared mount every node sees at the same path (copies of the same "
+    "files on every node also do for the inputs). A SQuAD-file --questions and --config are read by the driver "
+    "alone. The job checks this from every node before any work and stops with exit 2 naming the path otherwise."
+)
 URI_FIELDS = ("questions", "documents", "replies", "output", "address", "model", "index")
 
 
@@ -176,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bulk-qa",
         argument_default=argparse.SUPPRESS,  # only the flags given reach the configuration
         description="Bulk extractive question answering on Ray: answers every question of a Parquet table "
-        "from its documents and writes answer tables.",
+        "from its documents and writes answer tables. " + CLUSTER_PATHS,
     )
     parser.add_argument("--config", help="YAML file with any of the options below (by their underscore names)")
     add_options(parser, JobConfig().phases())

@@ -5,8 +5,10 @@ Checks the inputs, the model and the ids (small id columns here, before Ray star
 chooses the engine (a small local job runs in this process, any other on Ray: `choose_engine`), converts a
 `--documents` folder of files into the output folder (`jobs.bulk_qa.corpus`; its ids are checked once converted),
 reads the tables, answers the pending shards in waves (see `jobs.bulk_qa.waves`), then writes the manifest and
-prints the summary. Exit status: 0 when every question is accounted for, 2 for unusable input or configuration, 1
-for any other failure.
+prints the summary. On a Ray cluster of several nodes, the run's local paths are checked to be the same on every
+node as soon as Ray runs, before any work (`jobs.shared_paths`), and a shard counts as committed only once the
+driver has read it back (`jobs.storage.ShardStore.read_commit`). Exit status: 0 when every question is accounted
+for, 2 for unusable input or configuration (a path some node does not share included), 1 for any other failure.
 """
 
 import dataclasses
@@ -16,6 +18,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +80,7 @@ from jobs.ingest.folder import InputFolder, files_folder
 from jobs.ingest.stage import DOCUMENTS_SCHEMA as INGESTED_DOCUMENTS_SCHEMA
 from jobs.ray_logs import RAY_AUTH_SETUP_LOGGER, RayLogFilter, quiet_ray_data
 from jobs.retrieval_settings import RetrievalSettings
+from jobs.shared_paths import SharedPath, check_shared, model_folder
 from jobs.storage import InputError, redact
 from qa_core.models import DEFAULT_TOKEN, model_fingerprint, show_model_library_output
 
@@ -96,6 +100,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bulk-qa: error: {error}", file=sys.stderr)
         return 1
     except Exception as error:
+        missed = missing_file_error(error)
+        if missed is not None:
+            print(
+                f"bulk-qa: error: a task of the job could not find a file on its node: {actor_failure(missed)} A node "
+                "that joined the cluster after the run's start (when every node was checked) may not hold a local "
+                "path of the run: put it in object storage or on a shared mount. Shards committed so far are kept: "
+                "run the same command again to resume.",
+                file=sys.stderr,
+            )
+            return 1
         if not actor_failed(error):
             raise
         print(
@@ -114,6 +128,20 @@ def actor_failed(error: Exception) -> bool:
     """
     exceptions = sys.modules.get("ray.exceptions")
     return exceptions is not None and isinstance(error, exceptions.ActorDiedError | exceptions.GetTimeoutError)
+
+
+def missing_file_error(error: BaseException) -> Exception | None:
+    """
+    The error of a Ray task of the job that failed for a file its node does not have: a `FileNotFoundError` raised
+    in the task, as Ray raises it in the driver, the error itself or behind the one Ray Data raised for it.
+    """
+    exceptions = sys.modules.get("ray.exceptions")
+    seen: BaseException | None = error
+    while exceptions is not None and seen is not None:
+        if isinstance(seen, exceptions.RayTaskError) and isinstance(seen, FileNotFoundError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def actor_failure(error: Exception) -> str:
@@ -162,9 +190,10 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     output = OutputFolder(config.run.output)
     existing = output.check(identity, config.run.overwrite)  # refused before reading any input if it would be
     resuming = existing == identity and not config.run.overwrite
+    shared = shared_paths(config, squad, schemas)
     cluster, converted, tables = None, None, config  # tables: the run's settings with the documents table it reads
     if corpus is not None:  # converted into the claimed output folder first: the conversion makes the ids
-        cluster = start_engine(config.run, engine, ray_logs)
+        cluster = start_engine(config.run, engine, ray_logs, shared)
         output.claim(identity, config.run.overwrite)
         converted = convert_corpus(
             corpus, output.uri, config.ingest, config.cleaning, engine, cluster["cpus"], resuming
@@ -181,7 +210,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         distributed = isinstance(engine, RayEngine)  # built by Ray Data once Ray runs
         index = prepare_index(config.retrieval, tables.work.documents, output, resuming, distributed)
     if cluster is None:
-        cluster = start_engine(config.run, engine, ray_logs)
+        cluster = start_engine(config.run, engine, ray_logs, shared)
     pool = actor_resources(config.run, cluster)
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: tasks sized for the smallest node
         engine = RayEngine(task_cpus=task_cpus(cluster, pool))
@@ -192,13 +221,17 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         # into the claimed output folder, so that a resumed run keeps it; dense vectors embedded on the engine
         index = complete_index(index, config.retrieval, tables.work.documents, engine, cluster)
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
-    resumed = output.committed_shards()
+    tables_of_shard = shard_tables(schemas)
+    # Read by the driver: a shard counts only once this process has read its marker and its tables' footers.
+    resumed = {
+        shard: output.read_commit(shard, marker, tables_of_shard) for shard, marker in output.committed_shards().items()
+    }
     pipeline_started = time.time()
     partitioned = inputs.document_parts is not None and len(resumed) < len(expected)
     if partitioned:  # once per run, before its first wave
         partition_documents(inputs, config.run.output)
     parts_s = time.time() - pipeline_started
-    markers = {**resumed, **answer_pending_shards(config, inputs, expected, resumed, pool)}
+    markers = {**resumed, **answer_pending_shards(config, inputs, expected, resumed, pool, output, tables_of_shard)}
     # Deleted once every wave has run (a run that fails leaves them: the next one deletes a wave's before it runs).
     output.delete_pair_notes()
     if partitioned:
@@ -314,11 +347,21 @@ def run_identity(config: JobConfig, schemas: Schemas, pooled: PooledContexts | N
     return {"config": config.identity(), "inputs": fingerprints, "model": model_fingerprint(config.model)}
 
 
-def start_engine(run: RunSettings, engine: Engine, ray_logs: RayLogFilter) -> dict[str, Any]:
+def start_engine(
+    run: RunSettings,
+    engine: Engine,
+    ray_logs: RayLogFilter,
+    shared: Sequence[SharedPath] = (),
+    program: str = "bulk-qa",
+) -> dict[str, Any]:
     """
     Where the run runs, started: this process for the in-process engine, else the Ray `start_ray` starts or joins,
     with Ray Data configured for the run (before any of its datasets is made: each copies these settings) and,
-    without `run.verbose`, `ray_logs` started first (the driver's C++ log writes to stderr from Ray's start).
+    without `run.verbose`, `ray_logs` started first (the driver's C++ log writes to stderr from Ray's start). On a
+    cluster of several nodes, the `shared` paths are then checked to be the same on every node, before any work
+    (`jobs.shared_paths.check_shared`, its message naming `program`; the seconds it took in `shared_paths_s`).
+
+    :raises NotShared: For a local path that some node does not see as the driver does.
     """
     if isinstance(engine, InProcessEngine):
         return engine.cluster()
@@ -326,7 +369,32 @@ def start_engine(run: RunSettings, engine: Engine, ray_logs: RayLogFilter) -> di
         ray_logs.start()
     cluster = start_ray(run)
     configure_ray_data(run)
-    return cluster
+    return {**cluster, "shared_paths_s": check_shared(list(shared), program)}
+
+
+def shared_paths(config: JobConfig, squad: SquadInput | None, schemas: Schemas) -> list[SharedPath]:
+    """
+    The paths of the run that the cluster's tasks and actors use, on whichever node runs them: the output folder
+    (written), the Parquet inputs (read by Ray Data's tasks), an `--index` (memory-mapped by the retrieval actors)
+    and a model folder (loaded by the tokenize tasks and the reader actors). A SQuAD file of questions is read by the
+    driver alone and sent through the object store: it need not be shared. A model named by its hub id is not a
+    path (each node loads it from its own cache).
+    """
+    work = config.work
+    paths = [SharedPath("--output", config.run.output, written=True)]
+    if squad is None:
+        paths.append(SharedPath("--questions", work.questions))
+    if schemas.documents is not None and work.documents:  # else the pooled contexts, in the output folder
+        paths.append(SharedPath("--documents", work.documents))
+    if work.replies:
+        paths.append(SharedPath("--replies", work.replies))
+    if config.retrieval.index:
+        paths.append(SharedPath("--index", config.retrieval.index))
+    return [
+        *paths,
+        *model_folder("--model", config.model.model),
+        *model_folder("--embedding-model", config.retrieval.embedding_model if config.retrieval.dense else None),
+    ]
 
 
 def start_ray(run: RunSettings) -> dict[str, Any]:
@@ -531,10 +599,26 @@ def read_inputs(
     return inputs, expected
 
 
+def shard_tables(schemas: Schemas) -> tuple[str, ...]:
+    """The tables each shard of the run commits (see `jobs.bulk_qa.workers.aggregate.aggregate_shard`)."""
+    return ("questions", "answers", "generated_answers") if schemas.replies is not None else ("questions", "answers")
+
+
 def answer_pending_shards(
-    config: JobConfig, inputs: Inputs, expected: dict[int, int], resumed: dict[int, Any], pool: ActorResources
+    config: JobConfig,
+    inputs: Inputs,
+    expected: dict[int, int],
+    resumed: dict[int, Any],
+    pool: ActorResources,
+    output: OutputFolder,
+    tables: tuple[str, ...],
 ) -> dict[int, dict[str, Any]]:
-    """Answers the shards not committed yet, `shards_per_wave` at a time; returns their markers by shard."""
+    """
+    Answers the shards not committed yet, `shards_per_wave` at a time; returns their markers by shard, each as the
+    driver read it from `output` with the shard's `tables` once the shard's task reported it committed.
+
+    :raises ShardNotVisible: For a shard whose task committed files that the driver cannot read.
+    """
     pending = [shard for shard in sorted(expected) if shard not in resumed]
     progress = Progress(sum(expected[shard] for shard in pending), len(pending), enabled=not config.run.quiet)
     markers: dict[int, dict[str, Any]] = {}
@@ -550,10 +634,12 @@ def answer_pending_shards(
         enabled=bool(pending) and isinstance(engine, RayEngine),
     )
 
-    def committed(marker: dict[str, Any]) -> None:
-        if marker["shard"] not in markers:  # a retried aggregation task may report its shard twice
-            progress.shard_committed(marker["questions"])
-            watch.committed()
+    def committed(reported: dict[str, Any]) -> None:
+        if reported["shard"] in markers:  # a retried aggregation task may report its shard twice
+            return
+        marker = output.read_commit(reported["shard"], reported, tables)
+        progress.shard_committed(marker["questions"])
+        watch.committed()
         markers[marker["shard"]] = marker
 
     with watch:

@@ -35,6 +35,8 @@ from jobs.ingest.run import DOCUMENTS_DIR, MANIFEST_FILE, REPORT_FILE, STAGING_D
 from jobs.ingest.stage import IngestSettings, SplitSettings
 from jobs.options import add_options
 from jobs.ray_logs import RAY_AUTH_SETUP_LOGGER, RayLogFilter, quiet_ray_data
+from jobs.shared_paths import SharedPath, check_shared
+from jobs.storage import InputError
 from qa_core.ingest import CleanerSettings
 from qa_core.ingest.convert import missing_libraries
 from qa_core.retrieval.splitter import SPLIT_BY
@@ -86,8 +88,12 @@ def _ingest(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
         started = time.perf_counter()
         cpus = _start_ray(args.address, args.verbose, ray_logs)
         timings = {"ray_start_s": round(time.perf_counter() - started, 3)}
+        # Ray Data's tasks read the files and write the output on any node of a cluster: the same on every node.
+        check_shared(
+            [SharedPath("--input", args.input), SharedPath("--output", str(output), written=True)], "jobs.ingest"
+        )
         manifest = ingest(folder, str(output), settings, cleaner, split, RayEngine(), cpus, timings)
-    except (IngestError, ValueError) as error:
+    except (IngestError, ValueError, InputError) as error:  # InputError: a path not shared by every node
         print(f"jobs.ingest: error: {error}", file=sys.stderr)
         return 2
     _print_summary(manifest, output)

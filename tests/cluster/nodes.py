@@ -4,9 +4,14 @@ A multi-node Ray cluster on this machine, as a fixed cluster of separate machine
 (its own session), so that a test can lose one node at once (SIGKILL to its group, as a machine that dies) and add
 another. The head has a private `--temp-dir`, explicit free ports and no dashboard; no command touches any other
 Ray on the machine (never `ray stop`), and `stop` kills only the groups it started.
+
+A worker node may have a disk of its own (`LocalRayCluster(local_folder=...)`, as root): it then runs in its own
+mount namespace (`unshare -m`) with a tmpfs over that folder, so that what the driver's machine holds there is not
+what the node sees, as on two machines with local disks. The tmpfs goes with the node's last process.
 """
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -31,13 +36,19 @@ class RayNode:
     `node_manager_port`, which names it in the head's node table.
     """
 
-    def __init__(self, command: list[str], log: Path, node_manager_port: int) -> None:
+    def __init__(
+        self, command: list[str], log: Path, node_manager_port: int, env: dict[str, str] | None = None
+    ) -> None:
         self.log, self.node_manager_port = log, node_manager_port
         with log.open("wb") as out:
             self._process = subprocess.Popen(
-                command, env=node_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                command, env=node_env(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
         self.group = self._process.pid  # start_new_session: the group's id is the leader's pid
+
+    def in_its_mounts(self, *command: str) -> None:
+        """Runs `command` in the node's mount namespace (e.g. to copy files onto its own disk); fails if it does."""
+        subprocess.run(["nsenter", f"--target={self.group}", "--mount", *command], check=True)
 
     def alive(self) -> bool:
         return self._process.poll() is None
@@ -83,10 +94,14 @@ class RayNode:
         psutil.wait_procs(members, timeout=10)
 
 
-def node_env() -> dict[str, str]:
-    """A node's environment: this virtual environment's Python, no usage stats, no token authentication."""
+def node_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """
+    A node's environment: this virtual environment's Python, no usage stats, no token authentication, and `extra`
+    (e.g. object storage's endpoint and credentials).
+    """
     env = {
         **os.environ,
+        **(extra or {}),
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_AUTH_MODE": "disabled",
@@ -111,8 +126,20 @@ class LocalRayCluster:
             cluster.stop()
     """
 
-    def __init__(self, cpus: int = 1, object_store_mib: int = 200) -> None:
+    def __init__(
+        self,
+        cpus: int = 1,
+        object_store_mib: int = 200,
+        local_folder: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """
+        :param local_folder: A folder that each worker node sees on a disk of its own (a tmpfs in its own mount
+            namespace, empty when the node starts; needs root): the head and the drivers see this machine's.
+        :param env: Added to every node's environment.
+        """
         self.cpus, self.object_store_mib = cpus, object_store_mib
+        self.local_folder, self.env = local_folder, env
         # Short: Ray puts Unix sockets under it, and their paths are limited to about 100 characters.
         self.base = Path(tempfile.mkdtemp(prefix="rqc-", dir="/tmp"))
         self.head: RayNode | None = None
@@ -145,9 +172,14 @@ class LocalRayCluster:
         for _ in range(workers):  # one after the other: nodes starting together on one machine time out
             self.add_worker()
 
-    def _start(self, command: list[str], name: str) -> RayNode:
+    def _start(self, command: list[str], name: str, local_folder: Path | None = None) -> RayNode:
         port = free_port()
-        node = RayNode([*command, f"--node-manager-port={port}"], self.base / f"{name}-{len(self._nodes)}.log", port)
+        command = [*command, f"--node-manager-port={port}"]
+        if local_folder:
+            # unshare and sh exec in place: the node's process group stays the one `kill` ends.
+            mount = f"mount -t tmpfs -o size=64m tmpfs {shlex.quote(str(local_folder))} && exec {shlex.join(command)}"
+            command = ["unshare", "-m", "--propagation", "private", "sh", "-c", mount]
+        node = RayNode(command, self.base / f"{name}-{len(self._nodes)}.log", port, self.env)
         self._nodes.append(node)
         return node
 
@@ -158,7 +190,9 @@ class LocalRayCluster:
         return node
 
     def _start_worker(self) -> RayNode:
-        node = self._start([*self._common(), f"--address={self.address}", f"--num-cpus={self.cpus}"], "worker")
+        node = self._start(
+            [*self._common(), f"--address={self.address}", f"--num-cpus={self.cpus}"], "worker", self.local_folder
+        )
         self.workers.append(node)
         return node
 

@@ -3,11 +3,16 @@ The job reads and writes object storage: a real S3 API on loopback (moto), crede
 cluster's environment (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...), as cloud nodes get theirs.
 """
 
+import tempfile
+
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from jobs.storage import resolve_path
+from jobs.bulk_qa.retrieval import build_index, write_index
+from jobs.retrieval_settings import RetrievalSettings
+from jobs.storage import local_index_folder, resolve_path
 from tests.cluster.cluster_testing import ROOT, SAMPLE, check_answer_tables, explain, input_ids, submission_id, submit
+from tests.jobs.conftest import TEXTS, write_corpus
 
 
 def s3_filesystem(s3_server) -> pafs.S3FileSystem:
@@ -95,3 +100,20 @@ def test_submitted_job_reads_its_working_dir_and_s3_and_writes_s3(ray_head, s3_s
     assert len(shown) == 1 and shown[0].startswith(f"Running entrypoint for job {submission_id(result)}: "), shown
     assert manifest["config"]["output"] == f"s3://***@{s3_server.bucket}/runs/run-1"
     assert secret not in str(job["runtime_env"])
+
+
+def test_an_index_of_one_shard_in_object_storage_is_copied_whole_to_a_node(s3_server, monkeypatch, tmp_path):
+    """
+    A retrieval actor's local copy of an `--index` in object storage (`local_index_folder`), for an index of one
+    shard: all its files at the top, no folder among them for the copy to make first.
+    """
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "node-tmp"))  # the node's temporary folder
+    paths = write_corpus(tmp_path, {f"d{i}": TEXTS[i] for i in range(4)}, {"q": ("What is it?", None)})
+    write_index(build_index(RetrievalSettings(), paths["documents"]), str(tmp_path / "index"))
+    filesystem = s3_filesystem(s3_server)
+    pafs.copy_files(str(tmp_path / "index"), f"{s3_server.bucket}/one-shard", destination_filesystem=filesystem)
+    copy = local_index_folder(f"s3://{s3_server.bucket}/one-shard")
+    assert copy.parent == tmp_path / "node-tmp" / "bulk-qa-index"
+    assert sorted(path.name for path in copy.iterdir()) == sorted(path.name for path in (tmp_path / "index").iterdir())
