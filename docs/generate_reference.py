@@ -43,6 +43,7 @@ COMMANDS = {
     "jobs.report": "jobs.report:build_parser",
     "jobs.train": "jobs.train.cli:build_parser",
     "jobs.submit": "jobs.submit:build_parser",
+    "jobs.label_studio": "jobs.label_studio:build_parser",
     "qa_core.local_models": "qa_core.local_models.__main__:build_parser",
     "jobs.bench": "jobs.bench.throughput:build_parser",
 }
@@ -51,6 +52,7 @@ MEASUREMENT = "a benchmark: its command and figures are on the benchmarks page"
 NOT_DOCUMENTED = {
     "jobs.bulk_qa.driver": "the same command as jobs.bulk_qa",
     "jobs.gpu_check": MEASUREMENT,
+    "qa_core.ingest.worker": "the converter process that the ingestion starts itself, not a command",
     **{
         f"jobs.bench.{name}": MEASUREMENT
         for name in (
@@ -60,6 +62,7 @@ NOT_DOCUMENTED = {
             "evaluation",
             "ingest",
             "ingest_memory",
+            "label_studio",
             "precision",
             "retrieval",
             "retrieval_quality",

@@ -187,8 +187,8 @@ def pull(client: LabelStudio, project: str, to: Path, export_format: str) -> dic
     return {"project": project_id, "reviewed": len(dataset.examples), "unreviewed": len(dataset.unreviewed)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m jobs.label_studio`."""
     parser = argparse.ArgumentParser(prog="python -m jobs.label_studio", description=__doc__.split("\n\n")[0].strip())
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (("push", "import a run's review tasks"), ("pull", "export the reviews to a file")):
@@ -201,7 +201,12 @@ def main(argv: list[str] | None = None) -> int:
         if name == "pull":
             command.add_argument("--to", required=True, type=Path, help="the export file to write (.json)")
             command.add_argument("--format", default="JSON", choices=FORMATS, help="Label Studio's export format")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    args = build_parser().parse_args(argv)
     token = os.environ.get(args.token_env, "")
     if not token:
         print(
