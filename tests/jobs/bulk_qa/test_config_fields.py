@@ -31,6 +31,7 @@ VALUES: dict[str, Any] = {
     "ann": "hnsw",
     "join_mode": "distribution_based_rank_fusion",
     "join_weights": {"bm25": 1, "dense": 2},
+    "encoding": "cp1252",
 }
 CHOICES = {"no_answer_source": ("haystack", "model"), "engine": ("auto", "ray")}  # the other choice than the default
 COMPANIONS = {
