@@ -49,7 +49,7 @@ from jobs.bulk_qa.pooled_contexts import (
 )
 from jobs.bulk_qa.progress import Progress, RunStalled, StallWatch
 from jobs.bulk_qa.results import write_results
-from jobs.bulk_qa.retrieval import complete_index, needs_retrieval, prepare_index
+from jobs.bulk_qa.retrieval import complete_index, needs_retrieval, prepare_index, reads_store
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
 from jobs.bulk_qa.waves import (
     MAX_SHUFFLE_PARTITIONS,
@@ -178,6 +178,9 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     if schemas.retrieval:  # checked (in-process: built) before any question is read: an unusable index fails at once
         distributed = isinstance(engine, RayEngine)  # built by Ray Data once Ray runs
         index = prepare_index(config.retrieval, tables.work.documents, output, resuming, distributed)
+        index = reads_store(index, config.retrieval, tables.work.questions, schemas.questions, schemas.documents)
+        if index.store:  # the retrieved passages are read from the index: no documents table is read or joined
+            schemas = dataclasses.replace(schemas, documents=None)
     if cluster is None:
         cluster = start_engine(config.run, engine, ray_logs)
     pool = actor_resources(config.run, cluster)

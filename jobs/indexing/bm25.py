@@ -40,6 +40,7 @@ from qa_core.retrieval.fingerprint import fingerprint_hex
 from qa_core.retrieval.index_io import DOC_IDS_FILE
 from qa_core.retrieval.sharding import COUNT_PART_DOCS, CountedShard, count_parts, weigh_counted_shard
 from qa_core.retrieval.statistics import CorpusStatistics
+from qa_core.retrieval.store import STORE_FILE, write_store
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
 if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
@@ -100,7 +101,8 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
 
     :param shards: `passage_shards`' dataset.
     :param locations: The folders of the shards these passages make, in order.
-    :param split: Whether the passages are split documents (each shard then keeps `passages.json`).
+    :param split: Whether the passages are split documents (each shard then keeps `passages.json`; else its
+        passage store, `qa_core.retrieval.store`).
     :returns: The passages' statistics, sources, shard fingerprints and parts, id hashes and counted folders.
     :raises ValueError: If a shard's passages cannot be indexed (ids invalid, or one twice in the shard).
     """
@@ -262,7 +264,8 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
     if split:
         passages = Passages(batch["source_id"].to_pylist(), batch["start"].to_pylist(), batch["end"].to_pylist())
     hashes = id_hashes(counted.doc_ids)
-    save_files(folder, lambda local: _save_counted(counted, passages, hashes, local))
+    store = batch if passages is None else None  # whole documents: their texts kept for the job to read
+    save_files(folder, lambda local: _save_counted(counted, passages, store, hashes, local))
     row = {
         **where,
         "vocabulary": [statistics.vocabulary],
@@ -279,11 +282,15 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
     return pa.table(row, schema=_COUNTED_SCHEMA)
 
 
-def _save_counted(counted: CountedShard, passages: Passages | None, hashes: np.ndarray, folder: Path) -> None:
+def _save_counted(
+    counted: CountedShard, passages: Passages | None, store: pa.Table | None, hashes: np.ndarray, folder: Path
+) -> None:
     counted.save(folder)
     np.save(folder / ID_HASHES_FILE, hashes, allow_pickle=False)  # the ids checked against a later addition's
     if passages is not None:
         passages.save(folder)
+    if store is not None:
+        write_store(folder, [store])
 
 
 def weigh_shards(
@@ -344,6 +351,8 @@ def _gather_parts(parts: list[Path], folder: Path) -> None:
     passages = [Passages.load(part) for part in parts]
     if passages[0] is not None:
         Passages.concat(passages).save(folder)
+    if (parts[0] / STORE_FILE).exists():  # the parts' stores one after the other, each memory-mapped
+        write_store(folder, (pa.ipc.open_file(pa.memory_map(str(part / STORE_FILE))).read_all() for part in parts))
 
 
 def _all_cores_at_once(dataset: Any) -> Any:
