@@ -20,7 +20,6 @@ new, is weighed with the merged statistics (an old shard's terms are in the corp
 are read memory-mapped and only its weights and header written).
 """
 
-import json
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from jobs.passages import Passages
 from jobs.storage import resolve_path
 from qa_core.retrieval.fingerprint import fingerprint_hex
 from qa_core.retrieval.index_io import DOC_IDS_FILE
+from qa_core.retrieval.index_io import read_doc_ids as index_doc_ids
 from qa_core.retrieval.sharding import COUNT_PART_DOCS, CountedShard, count_parts, weigh_counted_shard
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.store import STORE_FILE, write_store
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (
     from jobs.retrieval_settings import RetrievalSettings
 
 # A shard's `id_hashes`, kept beside its counts: an addition checks its ids against the shard's without reading and
-# hashing the shard's `doc_ids.json` again (at 10M passages, seconds of the driver's time).
+# hashing the shard's `doc_ids.arrow` again (at 10M passages, seconds of the driver's time).
 ID_HASHES_FILE = "id_hashes.npy"
 # What a counting task returns for its shard, one row.
 _COUNTED_SCHEMA = pa.schema(
@@ -169,7 +169,7 @@ def id_hashes(ids: list[str]) -> np.ndarray:
 def shard_id_hashes(location: str) -> np.ndarray:
     """
     `id_hashes` of a written shard's document ids: its `ID_HASHES_FILE`, kept by the task that counted it, or (a
-    shard without one) hashed from its `doc_ids.json`.
+    shard without one) hashed from its `doc_ids.arrow`.
     """
     filesystem, inner = resolve_path(location)
     try:
@@ -183,19 +183,21 @@ def shard_id_hashes(location: str) -> np.ndarray:
 
 
 def read_doc_ids(location: str) -> list[str]:
-    """The document ids of a shard folder (local or remote)."""
+    """The document ids of a shard folder (local or remote; a remote one's `DOC_IDS_FILE` read whole)."""
     filesystem, inner = resolve_path(location)
-    with filesystem.open_input_stream(f"{inner.rstrip('/')}/{DOC_IDS_FILE}") as stream:
-        return json.loads(stream.read().decode("utf-8"))
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        return list(index_doc_ids(Path(inner)))
+    with filesystem.open_input_file(f"{inner.rstrip('/')}/{DOC_IDS_FILE}") as file:
+        return pa.ipc.open_file(file).read_all()["id"].to_pylist()
 
 
 def check_unique_ids(hashes: np.ndarray, locations: list[str], offsets: list[int]) -> None:
     """
     Checks that no id occurs twice in the corpus, from the ids' hashes; a pair of equal hashes is confirmed (or
-    dismissed, for a collision) from the shards' `doc_ids.json`.
+    dismissed, for a collision) from the shards' `doc_ids.arrow`.
 
     :param hashes: `(passages,)` `id_hashes` of the corpus's ids, in corpus order.
-    :param locations: The folders holding their `doc_ids.json`: shards', or parts' (`counted_folder`).
+    :param locations: The folders holding their `doc_ids.arrow`: shards', or parts' (`counted_folder`).
     :param offsets: Their first corpus positions.
     :raises ValueError: Naming the first id found twice and its positions.
     """

@@ -139,7 +139,7 @@ def test_ray_build_equals_the_single_process_build_bit_for_bit(
     assert not list((tmp_path / "ray").rglob("part-*"))  # the parts put together and removed
     folders = [shard_locations(str(tmp_path / name), n_shards) for name in ("ray", "single")]
     for ours, theirs in zip(*folders, strict=True):
-        for name in ["index.json", "vocabulary.json", "doc_ids.json"] + [f"{array}.npy" for array in ARRAY_SHAPES]:
+        for name in ["index.json", "vocabulary.json", "doc_ids.arrow"] + [f"{array}.npy" for array in ARRAY_SHAPES]:
             assert (Path(ours) / name).read_bytes() == (Path(theirs) / name).read_bytes(), name
         assert Passages.load(Path(ours)) == Passages.load(Path(theirs))
         assert (Path(ours) / PASSAGES_FILE).exists() == (split_length is not None)
@@ -242,7 +242,7 @@ def test_documents_added_as_shards_give_the_index_of_all_the_documents(
     assert index_command.main(["--documents", str(old), "--output", str(grown), *size]) == 0
     first = Path(shard_locations(str(grown), json.loads((grown / BUILD_FILE).read_text())["shards"])[0])
     assert shard_id_hashes(str(first)).tobytes() == id_hashes(read_doc_ids(str(first))).tobytes()
-    kept = ["vocabulary.json", "doc_ids.json", "starts.npy", "doc_indices.npy", "term_counts.npy", ID_HASHES_FILE]
+    kept = ["vocabulary.json", "doc_ids.arrow", "starts.npy", "doc_indices.npy", "term_counts.npy", ID_HASHES_FILE]
     for name in [*kept, "weights.npy"]:
         os.utime(first / name, ns=(0, 0))
     assert index_command.main(["--add", str(Path(documents) / "part-2.parquet"), "--index", str(grown)]) == 0
