@@ -16,7 +16,7 @@ cluster `--address` names: memory per task is set by the shard size, the driver 
 Without `--index-shards` or `--index-shard-size` the shard size is chosen so that a node's build tasks at once stay
 within `--memory-budget` GiB (default: a quarter of the node's memory; `jobs.indexing.memory`); the shards and the
 budget are printed and recorded in `build.json`.
-DIR receives the index (`.npy` arrays and JSON, loaded memory-mapped and never unpickled) and `build.json`:
+DIR receives the index (`.npy` arrays, Arrow and JSON files, memory-mapped, never unpickled) and `build.json`:
 the documents' files and fingerprint, the algorithm and parameters, the splitting, the vocabulary size and the
 build time. With `--retrieval dense` or `hybrid` the passages' vectors are embedded too, by a Ray Data actor pool
 (on the cluster at `RAY_ADDRESS`, else a Ray of its own on this machine), into `DIR/dense/`, and `build.json` gains a

@@ -2,14 +2,16 @@
 Retrieval, driver side: which questions need it, the BM25 index of the run (built once, or loaded from `--index`,
 or kept from the run this one resumes), and the wave stage that hands it to a pool of retrieval actors.
 
-An index folder is `qa_core.retrieval.BM25Index.save`'s (`.npy` arrays and JSON, never unpickled), or with
+An index folder is `qa_core.retrieval.BM25Index.save`'s (`.npy` arrays, Arrow and JSON files, never unpickled), or with
 more than one shard one such folder per shard (`shard-00000/`, ...: contiguous ranges of `shard_size` corpus
 positions weighed with the whole corpus's statistics), plus `build.json`, written last: what it was built from
 (the documents' files and fingerprint) and how (algorithm, parameters, shards and their size, vocabulary size,
 build seconds, splitting). A run saves its index as `_index/` in its output folder, so that a resumed run does
 not rebuild it; the retrieval actors memory-map it from there. With `split_length` the index holds passages of
 the documents, and each shard folder also holds `passages.json` (`jobs.passages`): where each passage lies
-in its source document.
+in its source document; without it, each shard folder holds its documents' ids and texts (`store.arrow`,
+`qa_core.retrieval.store`), which a run whose every question is retrieved for reads its hits from (`reads_store`)
+instead of reading and joining the documents table.
 
 With the Ray engine (and in `python -m jobs.index`) the index is built by Ray Data (`build_index_with_ray`,
 `jobs.indexing`): the driver holds the corpus statistics only; each shard is tokenized once by a task that

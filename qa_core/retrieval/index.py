@@ -112,7 +112,8 @@ class BM25Index:
     ```
 
     Positions are corpus positions: `doc_offset` plus the document's place in `doc_ids`.
-    Build with `build` or `sharding.build_sharded`; `save` / `load` keep it as plain `.npy` arrays and JSON.
+    Build with `build` or `sharding.build_sharded`; `save` / `load` keep it as plain `.npy` arrays, an Arrow file of
+    its ids and JSON (`index_io`).
     """
 
     def __init__(
@@ -362,7 +363,7 @@ class BM25Index:
 
     def save(self, directory: str | Path, kept: frozenset[str] = frozenset()) -> None:
         """
-        Writes the index as `.npy` arrays and JSON (no pickles) into a directory, created if needed.
+        Writes the index as `.npy` arrays, an Arrow file and JSON (no pickles) into a directory, created if needed.
 
         :param directory: The directory; the files of an index already there are replaced (the arrays are written
             as they are, not copied first: an index memory-mapped from `directory` is loaded with `mmap=False` to be
