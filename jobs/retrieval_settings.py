@@ -27,14 +27,12 @@ class RetrievalSettings(Settings):
     bm25_algorithm: str = DEFAULT_ALGORITHM  # BM25L (Haystack's default), BM25Okapi, BM25Plus, or Lucene
     bm25_parameters: dict[str, float] = field(default_factory=dict)  # some of k1, b, delta or epsilon (Haystack's)
     index: str | None = None  # index folder from `python -m jobs.index` to search instead of building one
-    # Shards of the index the run builds, each searched by its own actor (merged exactly); None (and no
-    # index_shard_size): as many as keep the build within memory_budget.
-    index_shards: int | None = None
+    # Each shard of the index is searched by its own actor, their hits merged exactly.
+    index_shards: int | None = None  # shards of the index the run builds; None: sized by memory_budget
     # The shard size bounds the build's memory per task; documents added to an index later make new shards of it.
     index_shard_size: int | None = None  # passages per shard of the index built, the last fewer; None: index_shards
-    # GiB of a node's memory an index build may use (its tasks at once), which sets the shard size where neither
-    # index_shards nor index_shard_size is given; None: a quarter of the node's memory (jobs.indexing.memory).
-    memory_budget: float | None = None
+    # Sets the shard size where neither index_shards nor index_shard_size is given (jobs.indexing.memory).
+    memory_budget: float | None = None  # GiB of a node's memory the index build may use; None: a quarter of it
     # Documents split into passages of words before indexing, as Haystack's DocumentSplitter(split_by="word"):
     # retrieval finds passages and the reader reads them; answers point into the documents.
     split_length: int | None = None  # words per indexed passage (DocumentSplitter's); None: whole documents
