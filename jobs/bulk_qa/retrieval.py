@@ -152,11 +152,28 @@ def reads_store(
     or `file_path` (a store holds ids and texts). Else the documents table is joined as before.
     """
     stored = plan.pending or plan.record.get("store", False) or bool(plan.built and plan.built.texts)
+    return replace(plan, store=stored and _store_serves(settings, questions_path, questions, documents))
+
+
+def given_store(settings: RetrievalSettings, questions_path: str, documents_path: str) -> bool:
+    """
+    Whether a run given `--index` will read its retrieved passages from the index's passage stores (`reads_store`),
+    from the index's `build.json` before it is checked: then the run reads no documents table, whatever its size.
+    """
+    record = _read_json(settings.index, BUILD_FILE) if settings.index is not None else None
+    if not isinstance(record, dict) or not record.get("store"):
+        return False
+    questions, documents = parquet_dataset(questions_path).schema, parquet_dataset(documents_path).schema
+    return _store_serves(settings, questions_path, questions, documents)
+
+
+def _store_serves(settings: RetrievalSettings, questions_path: str, questions: pa.Schema, documents: pa.Schema) -> bool:
+    """Whether passage stores serve the run: whole documents, every question retrieved for, no page or file columns."""
     named = "document_ids" in questions.names and parquet_dataset(questions_path).count_rows(
         filter=pc.field("document_ids").is_valid()
     )
     plain = not {"page_number", "file_path"} & set(documents.names)
-    return replace(plan, store=bool(stored and settings.split_length is None and not named and plain))
+    return settings.split_length is None and not named and plain
 
 
 def prepare_index(
