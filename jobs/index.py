@@ -2,7 +2,8 @@
 Builds the BM25 index of a documents table once, for bulk QA runs to share (`python -m jobs.bulk_qa ... --index DIR`):
 
     python -m jobs.index --documents D --output DIR [--bm25-algorithm BM25L] [--bm25-parameters '{k1: 1.2}'] \
-        [--index-shards N | --index-shard-size PASSAGES] [--split-length WORDS] [--split-overlap WORDS] \
+        [--index-shards N | --index-shard-size PASSAGES | --memory-budget GIB] \
+        [--split-length WORDS] [--split-overlap WORDS] \
         [--retrieval dense|hybrid --embedding-model MODEL [--embedding-similarity cosine]] \
         [--embedding-precision bf16] [--ann hnsw|ivf] [--address RAY]
 
@@ -12,7 +13,10 @@ Or grows an index it built with more documents, as new shards, without reading i
 
 The index is built by Ray Data (`jobs.bulk_qa.retrieval.build_index_with_ray`), on its own local Ray or the
 cluster `--address` names: memory per task is set by the shard size, the driver holds the corpus statistics only.
-DIR receives the index (`.npy` arrays and JSON, loaded memory-mapped and never unpickled) and `build.json`:
+Without `--index-shards` or `--index-shard-size` the shard size is chosen so that a node's build tasks at once stay
+within `--memory-budget` GiB (default: a quarter of the node's memory; `jobs.indexing.memory`); the shards and the
+budget are printed and recorded in `build.json`.
+DIR receives the index (`.npy` arrays, Arrow and JSON files, memory-mapped, never unpickled) and `build.json`:
 the documents' files and fingerprint, the algorithm and parameters, the splitting, the vocabulary size and the
 build time. With `--retrieval dense` or `hybrid` the passages' vectors are embedded too, by a Ray Data actor pool
 (on the cluster at `RAY_ADDRESS`, else a Ray of its own on this machine), into `DIR/dense/`, and `build.json` gains a
@@ -41,7 +45,8 @@ from qa_core.retrieval.index_io import HEADER_FILE
 # The retrieval settings an index is built with (the job's others only apply to searching it).
 INDEX_OPTIONS = frozenset(
     {
-        "bm25_algorithm", "bm25_parameters", "index_shards", "index_shard_size", "split_length", "split_overlap",
+        "bm25_algorithm", "bm25_parameters", "index_shards", "index_shard_size", "memory_budget", "split_length",
+        "split_overlap",
         "retrieval", "embedding_model", "embedding_similarity", "embedding_precision", "ann",
     }
 )  # fmt: skip
@@ -98,7 +103,7 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
         if args.add is None:
             record = build_index_with_ray(settings, args.documents, args.output)
         else:
-            record = add_documents_with_ray(args.index, args.add)
+            record = add_documents_with_ray(args.index, args.add, settings.memory_budget)
         if settings.dense:
             dense = add_dense_index(args.output, settings, args.documents, RayEngine(), cluster)
     except InputError as error:
@@ -106,7 +111,7 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
         return 2
     print(
         f"jobs.index: indexed {record['documents']} documents ({record['vocabulary']} terms, {record['algorithm']} "
-        f"{record['parameters']}, {record['shards']} shards) in {record['build_s']} s into {redact(output)}",
+        f"{record['parameters']}, {_shards(record)}) in {record['build_s']} s into {redact(output)}",
         flush=True,
     )
     if settings.dense:
@@ -123,6 +128,14 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
                   f"exact search {ann['recall@10']:.3f} ({ann['recall_queries']} of the passages' own vectors as "
                   f"queries, {searched})", flush=True)  # fmt: skip
     return 0
+
+
+def _shards(record: dict) -> str:
+    """The index's shards as the summary line gives them: how many, their size, and the budget that chose it."""
+    shards = f"{record['shards']} shards of up to {record['shard_size']} passages"
+    if record.get("memory_budget") is None:
+        return shards
+    return f"{shards}, sized for a memory budget of {record['memory_budget'] / 2**30:.1f} GiB"
 
 
 def _check_target(output: str) -> None:

@@ -27,9 +27,12 @@ class RetrievalSettings(Settings):
     bm25_algorithm: str = DEFAULT_ALGORITHM  # BM25L (Haystack's default), BM25Okapi, BM25Plus, or Lucene
     bm25_parameters: dict[str, float] = field(default_factory=dict)  # some of k1, b, delta or epsilon (Haystack's)
     index: str | None = None  # index folder from `python -m jobs.index` to search instead of building one
-    index_shards: int = 1  # shards of the index the run builds, each searched by its own actor (merged exactly)
+    # Each shard of the index is searched by its own actor, their hits merged exactly.
+    index_shards: int | None = None  # shards of the index the run builds; None: sized by memory_budget
     # The shard size bounds the build's memory per task; documents added to an index later make new shards of it.
     index_shard_size: int | None = None  # passages per shard of the index built, the last fewer; None: index_shards
+    # Sets the shard size where neither index_shards nor index_shard_size is given (jobs.indexing.memory).
+    memory_budget: float | None = None  # GiB of a node's memory the index build may use; None: a quarter of it
     # Documents split into passages of words before indexing, as Haystack's DocumentSplitter(split_by="word"):
     # retrieval finds passages and the reader reads them; answers point into the documents.
     split_length: int | None = None  # words per indexed passage (DocumentSplitter's); None: whole documents
@@ -55,9 +58,11 @@ class RetrievalSettings(Settings):
         return self.retrieval in ("dense", "hybrid")
 
     def problems(self) -> list[str]:
-        problems = at_least("retriever_top_k", self.retriever_top_k, 1) + at_least("index_shards", self.index_shards, 1)
+        problems = at_least("retriever_top_k", self.retriever_top_k, 1)
+        problems += at_least("index_shards", self.index_shards, 1, optional=True)
         problems += at_least("index_shard_size", self.index_shard_size, 1, optional=True)
-        if self.index_shard_size is not None and self.index_shards != 1:
+        problems += at_least("memory_budget", self.memory_budget, 0.01, optional=True)
+        if self.index_shard_size is not None and self.index_shards is not None:
             problems.append(f"index_shards {self.index_shards} and index_shard_size: set one of them, not both")
         problems += self._dense_problems()
         problems += self._split_problems()
@@ -73,9 +78,17 @@ class RetrievalSettings(Settings):
         """All of the algorithm's parameters, the defaults filled in (`scoring.resolve_parameters`)."""
         return resolve_parameters(self.bm25_algorithm, self.bm25_parameters)
 
+    @property
+    def sized_by_memory(self) -> bool:
+        """Whether the shard size comes from the memory budget (no shard setting given)."""
+        return self.index_shards is None and self.index_shard_size is None
+
     def shard_size(self, n_docs: int) -> int:
-        """Passages per shard of an index of `n_docs` (`index_shard_size`, or `n_docs` over `index_shards`)."""
-        return self.index_shard_size or max(1, -(-n_docs // self.index_shards))
+        """
+        Passages per shard of an index of `n_docs` (`index_shard_size`, or `n_docs` over `index_shards`; one shard
+        where neither is given: `jobs.indexing.memory.bounded` sets the size then).
+        """
+        return self.index_shard_size or max(1, -(-n_docs // (self.index_shards or 1)))
 
     def _dense_problems(self) -> list[str]:
         """The retrieval and its embedding and joining settings."""

@@ -28,6 +28,14 @@ instead (`jobs.bench.retrieval_quality`, its own options):
     .venv/bin/python -m jobs.bench.retrieval dense --vectors 1000000
 
     .venv/bin/python -m jobs.bench.retrieval --build both --passages 1000000 --shard-size 250000
+
+Without `--shard-size` the builds choose their shards as `python -m jobs.index` does by default (from the memory
+budget, `jobs.indexing.memory`). With `--job-questions N [N ...]`, the bulk job then answers N synthetic questions
+over the Ray build's index with its default settings (`--model`'s reader), each run measured from outside as the
+build is: its time and the machine's peak; and the index's bytes a passage are printed (its files, then its passage
+stores apart):
+
+    .venv/bin/python -m jobs.bench.retrieval --build ray --passages 1000000 --words 80 --job-questions 200 2000
 """
 
 import argparse
@@ -45,9 +53,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.bench.data import run_measured
 from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.sharding import search_shards
+from qa_core.retrieval.store import STORE_FILE
 from qa_core.retrieval.topk import NO_POSITION, merge_top_k
 
 BUILDS = ("ray", "single")  # `--build`'s kinds, in the order `both` runs them
@@ -82,7 +92,7 @@ def write_synthetic_documents(path: Path, n: int, words_per_text: int, first_id:
 
 
 def measure_build(
-    kind: str, documents: str, index: str, shard_size: int, queries: list[str], k: int, added: str | None
+    kind: str, documents: str, index: str, shard_size: int | None, queries: list[str], k: int, added: str | None
 ) -> dict:
     """
     Builds the index of `documents` into `index` in this process (`single`) or by a Ray started here (`ray`),
@@ -91,8 +101,9 @@ def measure_build(
     Ray's start is not counted, nor Ray Data's (its first execution in a process starts its executor and
     statistics actor, 2-3 s on this machine, once per process: `ray_data_start_s`, reported apart).
 
-    :returns: build seconds, the addition's seconds (or None), the shards, the driver's peak RSS in MiB,
-        Ray Data's start in seconds (None for `single`) and queries/s over the shards.
+    :returns: build seconds, the addition's seconds (or None), the shards and their size, the index's bytes (its
+        passage stores apart), the driver's peak RSS in MiB, Ray Data's start in seconds (None for `single`) and
+        queries/s over the shards.
     """
     from jobs.bulk_qa.config import RunSettings
     from jobs.bulk_qa.driver import configure_ray_data, start_ray
@@ -125,6 +136,9 @@ def measure_build(
         del built
     build_s = time.perf_counter() - start
     driver_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    files = [path for path in Path(index).rglob("*") if path.is_file()]
+    store_bytes = sum(path.stat().st_size for path in files if path.name == STORE_FILE)
+    index_bytes = sum(path.stat().st_size for path in files) - store_bytes
     add_s = None
     if kind == "ray" and added is not None:
         start = time.perf_counter()
@@ -135,6 +149,10 @@ def measure_build(
         "build_s": build_s,
         "add_s": add_s,
         "shards": record["shards"],
+        "shard_size": record["shard_size"],
+        "documents": record["documents"],
+        "index_bytes": index_bytes,
+        "store_bytes": store_bytes,
         "driver_mib": driver_mib,
         "ray_data_start_s": ray_data_start_s,
         **compare_search(shards, queries, k),
@@ -267,15 +285,14 @@ def search_with_ray(index: str, shards: list[BM25Index], queries: list[str], k: 
 
 def compare_builds(args: argparse.Namespace) -> None:
     """`--build`: the documents written once, then each build in a process of its own, measured from outside."""
-    from jobs.bench.data import run_measured
-
     kinds = BUILDS if args.build == "both" else (args.build,)
     with tempfile.TemporaryDirectory() as temporary:
         work = args.work or Path(temporary)
         work.mkdir(parents=True, exist_ok=True)
         documents = work / "documents.parquet"
         write_synthetic_documents(documents, args.passages, args.words)
-        print(f"{args.passages:,} passages of {args.words} words, shards of {args.shard_size:,}", flush=True)
+        sizes = "shards sized by the memory budget" if args.shard_size is None else f"shards of {args.shard_size:,}"
+        print(f"{args.passages:,} passages of {args.words} words, {sizes}", flush=True)
         added = []
         if args.add_share:
             n_added = round(args.passages * args.add_share)
@@ -285,26 +302,52 @@ def compare_builds(args: argparse.Namespace) -> None:
             result = work / f"{kind}.json"
             command = [
                 sys.executable, "-m", "jobs.bench.retrieval", "--measure", kind, "--documents", str(documents),
-                "--index", str(work / f"index-{kind}"), "--shard-size", str(args.shard_size),
-                "--queries", str(args.queries), "--top-k", str(args.top_k), "--result", str(result),
-                *(added if kind == "ray" else []),
+                "--index", str(work / f"index-{kind}"), "--queries", str(args.queries), "--top-k", str(args.top_k),
+                "--result", str(result), *(added if kind == "ray" else []),
+                *(["--shard-size", str(args.shard_size)] if args.shard_size else []),
             ]  # fmt: skip
             machine = run_measured(command, env={**os.environ, **_RAY_WORKER_NICENESS} if kind == "ray" else None)
             measured = json.loads(result.read_text())
             started = measured["ray_data_start_s"]
+            per_passage = {name: measured[f"{name}_bytes"] / measured["documents"] for name in ("index", "store")}
             print(
                 f"{kind}: build {measured['build_s']:.1f} s ({measured['shards']} shards"
                 f"{'' if started is None else f'; Ray Data started before it in {started:.1f} s'}), driver peak RSS "
                 f"{measured['driver_mib']:,.0f} MiB, machine peak {machine.peak_mib:,.0f} MiB above idle, "
-                f"command {machine.wall_s:.1f} s; {search_report(measured)}",
+                f"command {machine.wall_s:.1f} s; {search_report(measured)}; shards of up to "
+                f"{measured['shard_size']:,} passages, index {per_passage['index']:,.0f} bytes a passage (passage "
+                f"stores {per_passage['store']:,.0f})",
                 flush=True,
             )
             if measured["add_s"] is not None:
                 share = f"{args.add_share:.0%} more passages"
                 print(f"ray: {share} added in {measured['add_s']:.1f} s, {measured['add_s'] / measured['build_s']:.1%} "
                       "of the build (then the search above)", flush=True)  # fmt: skip
+            for n_questions in args.job_questions if kind == "ray" else ():
+                print(measure_job(work, str(documents), str(work / "index-ray"), n_questions, args.model), flush=True)
             if not args.work:  # a folder of the user's keeps its indexes (for `--search`)
                 subprocess.run(["rm", "-rf", str(work / f"index-{kind}")], check=True)
+
+
+def measure_job(work: Path, documents: str, index: str, n_questions: int, model: str) -> str:
+    """
+    The bulk job (`python -m jobs.bulk_qa`, its default settings) answering `n_questions` synthetic questions (8 words,
+    no `document_ids`: every one retrieved for) over the index, in a process of its own measured from outside.
+
+    :returns: Its line: the questions, seconds, the machine's peak above idle and the engine the job chose.
+    """
+    questions, output = work / f"questions-{n_questions}.parquet", work / f"job-{n_questions}"
+    ids = [f"q{row}" for row in range(n_questions)]
+    pq.write_table(pa.table({"id": ids, "query": synthetic_texts(n_questions, 8, seed=3)}), questions)
+    command = [sys.executable, "-m", "jobs.bulk_qa", "--questions", str(questions), "--documents", documents,
+               "--index", index, "--output", str(output), "--model", model, "--overwrite", "--quiet"]  # fmt: skip
+    machine = run_measured(command, env={**os.environ, **_RAY_WORKER_NICENESS})
+    manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
+    subprocess.run(["rm", "-rf", str(output)], check=True)
+    return (
+        f"job over the ray index, {n_questions:,} questions: {machine.wall_s:.1f} s, machine peak "
+        f"{machine.peak_mib:,.0f} MiB above idle ({manifest['cluster']['engine']} engine)"
+    )
 
 
 def index_bytes_on_disk(index: BM25Index) -> int:
@@ -346,7 +389,13 @@ def main() -> None:
     )
     parser.add_argument("--haystack-queries", type=int, default=20)
     parser.add_argument("--build", choices=(*BUILDS, "both"), help="the index build at scale instead (see above)")
-    parser.add_argument("--shard-size", type=int, default=250_000, help="passages per shard, with --build")
+    parser.add_argument(
+        "--shard-size", type=int, help="passages per shard, with --build (default: sized by the memory budget)"
+    )
+    parser.add_argument(
+        "--job-questions", type=int, nargs="*", default=[], help="with --build ray or both: then the job over the index"
+    )
+    parser.add_argument("--model", default="models/minilm-qa", help="with --job-questions: the reader")
     parser.add_argument("--work", type=Path, help="with --build: folder for the documents and the indexes, kept there")
     parser.add_argument("--add-share", type=float, help="with --build: add this share more passages to the Ray build")
     parser.add_argument("--search", metavar="INDEX", help="only the side by side search over this index folder")

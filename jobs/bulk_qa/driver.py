@@ -52,7 +52,7 @@ from jobs.bulk_qa.pooled_contexts import (
 )
 from jobs.bulk_qa.progress import Progress, RunStalled, StallWatch
 from jobs.bulk_qa.results import model_version, write_results
-from jobs.bulk_qa.retrieval import complete_index, needs_retrieval, prepare_index
+from jobs.bulk_qa.retrieval import complete_index, given_store, needs_retrieval, prepare_index, reads_store
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
 from jobs.bulk_qa.waves import (
     MAX_SHUFFLE_PARTITIONS,
@@ -204,11 +204,17 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         pooled_documents = write_pooled_contexts(output, pooled)
         tables = dataclasses.replace(config, work=dataclasses.replace(config.work, documents=pooled_documents))
     # before Ray starts, when the id columns are small (a folder of files: once converted)
-    ids = check_small_ids(tables, schemas, squad, engine, n_questions)
+    unread = schemas.retrieval and given_store(config.retrieval, tables.work.questions, tables.work.documents)
+    # an index's passage stores serve the run: the documents' ids are the index's, checked when it was built
+    ids = check_small_ids(tables, dataclasses.replace(schemas, documents=None) if unread else schemas, squad, engine,
+                          n_questions)  # fmt: skip
     index = None
     if schemas.retrieval:  # checked (in-process: built) before any question is read: an unusable index fails at once
         distributed = isinstance(engine, RayEngine)  # built by Ray Data once Ray runs
         index = prepare_index(config.retrieval, tables.work.documents, output, resuming, distributed)
+        index = reads_store(index, config.retrieval, tables.work.questions, schemas.questions, schemas.documents)
+        if index.store:  # the retrieved passages are read from the index: no documents table is read or joined
+            schemas = dataclasses.replace(schemas, documents=None)
     if cluster is None:
         cluster = start_engine(config.run, engine, ray_logs, shared)
     pool = actor_resources(config.run, cluster)
@@ -525,7 +531,7 @@ def choose_engine(
     The engine the run's `engine` setting names; for `auto`, in-process when the job joins no Ray (no `--address`,
     no `RAY_ADDRESS`, no Ray already running in this process), asks for one reader (`num_actors` unset or 1),
     its `n_questions` are at most `IN_PROCESS_MAX_QUESTIONS` and its documents can be joined by broadcast (a
-    `corpus` of files to convert: by the files' bytes); else Ray.
+    `corpus` of files to convert: by the files' bytes) or are not read (`retrieval.given_store`); else Ray.
     """
     run = config.run
     if run.engine != AUTO_ENGINE:
@@ -534,6 +540,8 @@ def choose_engine(
     running = ray_module is not None and ray_module.is_initialized()
     joins = bool(run.address or os.environ.get("RAY_ADDRESS")) or running
     documents = config.work.documents if squad is None else None
+    if documents is not None and corpus is None and given_store(config.retrieval, config.work.questions, documents):
+        documents = None  # the retrieved passages are read from the index, not the documents table
     small = (
         n_questions <= IN_PROCESS_MAX_QUESTIONS
         and (run.num_actors or 1) == 1

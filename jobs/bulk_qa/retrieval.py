@@ -2,14 +2,16 @@
 Retrieval, driver side: which questions need it, the BM25 index of the run (built once, or loaded from `--index`,
 or kept from the run this one resumes), and the wave stage that hands it to a pool of retrieval actors.
 
-An index folder is `qa_core.retrieval.BM25Index.save`'s (`.npy` arrays and JSON, never unpickled), or with
+An index folder is `qa_core.retrieval.BM25Index.save`'s (`.npy` arrays, Arrow and JSON files, never unpickled), or with
 more than one shard one such folder per shard (`shard-00000/`, ...: contiguous ranges of `shard_size` corpus
 positions weighed with the whole corpus's statistics), plus `build.json`, written last: what it was built from
 (the documents' files and fingerprint) and how (algorithm, parameters, shards and their size, vocabulary size,
 build seconds, splitting). A run saves its index as `_index/` in its output folder, so that a resumed run does
 not rebuild it; the retrieval actors memory-map it from there. With `split_length` the index holds passages of
 the documents, and each shard folder also holds `passages.json` (`jobs.passages`): where each passage lies
-in its source document.
+in its source document; without it, each shard folder holds its documents' ids and texts (`store.arrow`,
+`qa_core.retrieval.store`), which a run whose every question is retrieved for reads its hits from (`reads_store`)
+instead of reading and joining the documents table.
 
 With the Ray engine (and in `python -m jobs.index`) the index is built by Ray Data (`build_index_with_ray`,
 `jobs.indexing`): the driver holds the corpus statistics only; each shard is tokenized once by a task that
@@ -38,6 +40,7 @@ import pyarrow.fs as pafs
 
 from jobs.bulk_qa.inputs import input_fingerprint
 from jobs.bulk_qa.output import OutputFolder
+from jobs.bulk_qa.workers.fetch import fetch_passages
 from jobs.bulk_qa.workers.retrieve import RetrieveDocuments
 from jobs.bulk_qa.workers.retrieve_dense import RetrieveDense
 from jobs.bulk_qa.workers.rows import wave_questions
@@ -51,6 +54,7 @@ from jobs.indexing.bm25 import (
     shard_id_hashes,
     weigh_shards,
 )
+from jobs.indexing.memory import bounded, memory_budget
 from jobs.indexing.passages import passage_shards
 from jobs.passages import Passages, split_batch
 from jobs.retrieval_settings import RetrievalSettings
@@ -61,6 +65,7 @@ from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.index_io import HEADER_FILE
 from qa_core.retrieval.sharding import shard_bounds
 from qa_core.retrieval.statistics import FREQUENCIES_FILE, STATISTICS_FILE, CorpusStatistics
+from qa_core.retrieval.store import write_store
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
 INDEX_FOLDER = "_index"  # the run's index, inside its output folder
@@ -85,11 +90,13 @@ class BuiltIndex:
     :param shards: The shards, in corpus order.
     :param record: The build record (`build.json`).
     :param passages: With `split_length`, where the indexed passages lie in their documents, in corpus order.
+    :param texts: Without it, the documents' ids and texts, in corpus order, for the shards' passage stores.
     """
 
     shards: list[BM25Index]
     record: dict[str, Any]
     passages: Passages | None = None
+    texts: tuple[list[str], list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,12 +109,15 @@ class IndexPlan:
         `source`: `built` (by this run), `resumed` (kept from the run this one resumes) or `given` (`--index`).
     :param built: An index this run built in memory, not saved yet (`complete_index` saves and drops it).
     :param pending: The index is still to be built by Ray into `location` (`complete_index` builds it).
+    :param store: The run reads its retrieved passages from the index's passage stores (`reads_store`), and no
+        documents table.
     """
 
     location: str
     record: dict[str, Any]
     built: BuiltIndex | None = None
     pending: bool = False
+    store: bool = False
 
     @property
     def shard_locations(self) -> list[str]:
@@ -130,6 +140,40 @@ def needs_retrieval(questions_path: str, schema: pa.Schema) -> bool:
     if "document_ids" not in schema.names:
         return "context" not in schema.names
     return parquet_dataset(questions_path).count_rows(filter=pc.field("document_ids").is_null()) > 0
+
+
+def reads_store(
+    plan: IndexPlan, settings: RetrievalSettings, questions_path: str, questions: pa.Schema, documents: pa.Schema
+) -> IndexPlan:
+    """
+    The plan, reading the retrieved passages from the index's passage stores (`workers.fetch`) where it can: an
+    index of whole documents (no `split_length`) whose shards keep stores (or that this run builds by Ray, which
+    writes them), every question retrieved for (none names `document_ids`), and documents without `page_number`
+    or `file_path` (a store holds ids and texts). Else the documents table is joined as before.
+    """
+    stored = plan.pending or plan.record.get("store", False) or bool(plan.built and plan.built.texts)
+    return replace(plan, store=stored and _store_serves(settings, questions_path, questions, documents))
+
+
+def given_store(settings: RetrievalSettings, questions_path: str, documents_path: str) -> bool:
+    """
+    Whether a run given `--index` will read its retrieved passages from the index's passage stores (`reads_store`),
+    from the index's `build.json` before it is checked: then the run reads no documents table, whatever its size.
+    """
+    record = _read_json(settings.index, BUILD_FILE) if settings.index is not None else None
+    if not isinstance(record, dict) or not record.get("store"):
+        return False
+    questions, documents = parquet_dataset(questions_path).schema, parquet_dataset(documents_path).schema
+    return _store_serves(settings, questions_path, questions, documents)
+
+
+def _store_serves(settings: RetrievalSettings, questions_path: str, questions: pa.Schema, documents: pa.Schema) -> bool:
+    """Whether passage stores serve the run: whole documents, every question retrieved for, no page or file columns."""
+    named = "document_ids" in questions.names and parquet_dataset(questions_path).count_rows(
+        filter=pc.field("document_ids").is_valid()
+    )
+    plain = not {"page_number", "file_path"} & set(documents.names)
+    return settings.split_length is None and not named and plain
 
 
 def prepare_index(
@@ -273,6 +317,8 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
     :raises InputError: If the documents cannot be indexed, naming the documents file.
     """
     started = time.time()
+    budget = _budget(settings)
+    settings = bounded(settings, 1)  # one process builds the whole corpus
     ids: list[str] = []
     texts: list[str] = []
     passages: list[Passages] = []
@@ -295,8 +341,8 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
     sources = Passages.concat(passages) if settings.split_length is not None else None
     n_sources = len(set(sources.source_ids)) if sources is not None else None
     corpus = (weighted.n_docs, len(weighted.vocabulary), weighted.fingerprint)
-    record = _build_record(settings, documents, corpus, len(shards), size, n_sources, started)
-    return BuiltIndex(shards, record, sources)
+    record = _build_record(settings, documents, corpus, (len(shards), size, budget), n_sources, started)
+    return BuiltIndex(shards, record, sources, (ids, texts) if sources is None else None)
 
 
 def build_index_with_ray(settings: RetrievalSettings, documents: str, location: str) -> dict[str, Any]:
@@ -312,6 +358,8 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
         documents file.
     """
     started = time.time()
+    budget = _budget(settings)
+    settings = bounded(settings, _node_cpus())
     passages, n_docs = passage_shards(documents, settings, cpus=_cluster_cpus())
     _check_shards(settings, n_docs)
     size = settings.shard_size(n_docs)
@@ -334,7 +382,7 @@ def build_index_with_ray(settings: RetrievalSettings, documents: str, location: 
             shutil.rmtree(folder, ignore_errors=True)
         raise
     corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
-    record = _build_record(settings, documents, corpus, n_shards, size, counted.sources, started)
+    record = _build_record(settings, documents, corpus, (n_shards, size, budget), counted.sources, started)
     if local:
         (Path(folder) / BUILD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
         if Path(inner).exists():
@@ -377,7 +425,19 @@ def _cluster_cpus() -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
+def _node_cpus() -> int:
+    """The CPUs of the running Ray cluster's largest node (at least 1): the build tasks a node runs at once."""
+    import ray
+
+    return max([1, *(int(node["Resources"].get("CPU", 0)) for node in ray.nodes() if node["Alive"])])
+
+
+def _budget(settings: RetrievalSettings) -> int | None:
+    """The bytes of memory the build's shard size is chosen for; None where a shard setting is given."""
+    return memory_budget(settings.memory_budget) if settings.sized_by_memory else None
+
+
+def add_documents_with_ray(location: str, documents: str, budget_gib: float | None = None) -> dict[str, Any]:
     """
     Grows a local index folder built by `build_index_with_ray` with more documents, by Ray Data, without reading
     its documents again: the added documents (split as the index's were) are counted as new shards after the old
@@ -385,8 +445,10 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
     weighed from its stored term counts (the old ones without tokenizing, writing their weights only:
     `sharding.weigh_counted_shard`). The result is bit for bit the index
     of the old documents followed by the new ones built at once, shards aside (the old last shard may hold fewer
-    passages). Until the added documents are counted and checked the index is untouched; then `build.json` is
-    removed, and written last: an addition interrupted after that leaves an incomplete folder.
+    passages). The new shards hold the index's shard size, or fewer where the memory budget (`budget_gib` GiB,
+    or `jobs.indexing.memory`'s share of the node's memory) bounds them to fewer. Until the added documents are
+    counted and checked the index is untouched; then `build.json` is removed, and written last: an addition
+    interrupted after that leaves an incomplete folder.
 
     :returns: The new build record (its `documents_files` lists both builds' files).
     :raises InputError: If the folder is not such an index (or holds vectors too), or the documents cannot be
@@ -410,11 +472,13 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
             f"--index {redact(location)}: it keeps no corpus statistics to grow from (built by the in-process "
             f"engine or an earlier version): rebuild it with `python -m jobs.index`. {error}"
         ) from None
+    budget = RetrievalSettings(memory_budget=budget_gib)
+    size = min(record["shard_size"], bounded(budget, _node_cpus()).index_shard_size)
     settings = RetrievalSettings(
-        bm25_algorithm=record["algorithm"], bm25_parameters=record["parameters"], index_shard_size=record["shard_size"],
+        bm25_algorithm=record["algorithm"], bm25_parameters=record["parameters"], index_shard_size=size,
         split_length=record.get("split_length"), split_overlap=record.get("split_overlap", 0),
     )  # fmt: skip
-    old_shards, size = record["shards"], record["shard_size"]
+    old_shards = record["shards"]
     headers = {shard: _read_json(shard, HEADER_FILE) for shard in shard_locations(str(folder), old_shards)}
     passages, n_added = passage_shards(documents, settings, first_position=before.n_docs, cpus=_cluster_cpus())
     locations = shard_locations(str(folder), old_shards + len(range(0, n_added, size)))
@@ -441,17 +505,18 @@ def add_documents_with_ray(location: str, documents: str) -> dict[str, Any]:
     weigh_shards(shards, statistics, settings)
     statistics.save(folder)
     corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
-    grown = _build_record(settings, documents, corpus, len(locations), size, None, started)
+    grown = _build_record(settings, documents, corpus, (len(locations), size, _budget(budget)), None, started)
     grown["documents_files"] = [record["documents_files"], grown["documents_files"]]
     if settings.split_length is not None:
         grown["source_documents"] = record["source_documents"] + added.sources
+    grown["store"] = grown["store"] and record.get("store", False)  # an older index's shards have none
     (folder / BUILD_FILE).write_text(json.dumps(grown, indent=2, sort_keys=True), encoding="utf-8")
     return grown
 
 
 def _check_shards(settings: RetrievalSettings, n_docs: int) -> None:
     """:raises InputError: If `index_shards` asks for more shards than there are passages."""
-    if n_docs and settings.index_shards > n_docs:
+    if n_docs and settings.index_shards is not None and settings.index_shards > n_docs:
         raise InputError(
             f"index_shards must be at most the {n_docs} documents with content, not {settings.index_shards}."
         )
@@ -461,17 +526,22 @@ def _build_record(
     settings: RetrievalSettings,
     documents: str,
     corpus: tuple[int, int, str],
-    n_shards: int,
-    shard_size: int,
+    shards: tuple[int, int, int | None],
     n_sources: int | None,
     started: float,
 ) -> dict[str, Any]:
-    """The build record (`build.json`) of an index of a corpus of (documents, terms, fingerprint)."""
+    """
+    The build record (`build.json`) of an index of a corpus of (documents, terms, fingerprint) in shards of
+    (shards, passages per shard, the memory budget in bytes that chose that size or None).
+    """
     n_docs, n_terms, corpus_fingerprint = corpus
+    n_shards, shard_size, budget = shards
     record = {
         "documents": n_docs,
         "shards": n_shards,
         "shard_size": shard_size,
+        "memory_budget": budget,
+        "store": settings.split_length is None,  # each shard's passages in its `store.arrow`
         "vocabulary": n_terms,
         "build_s": round(time.time() - started, 3),
         "algorithm": settings.bm25_algorithm,
@@ -518,12 +588,16 @@ def write_index(built: BuiltIndex, location: str) -> None:
 
 
 def _save_shards(built: BuiltIndex, folder: Path) -> None:
-    """Each shard into its folder, with the passages it holds when the documents were split."""
+    """Each shard into its folder, with the passages it holds when the documents were split, else its store."""
     shards = built.shards
     for shard, shard_folder in zip(shards, shard_locations(str(folder), len(shards)), strict=True):
         shard.save(shard_folder)
+        window = slice(shard.doc_offset, shard.doc_offset + len(shard.doc_ids))
         if built.passages is not None:
-            built.passages[shard.doc_offset : shard.doc_offset + len(shard.doc_ids)].save(Path(shard_folder))
+            built.passages[window].save(Path(shard_folder))
+        if built.texts is not None:
+            ids, texts = built.texts
+            write_store(Path(shard_folder), [pa.table({"id": ids[window], "content": texts[window]})])
 
 
 def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, Any]:
@@ -609,7 +683,8 @@ def retrieved_questions(
 ) -> Any:
     """
     The wave's questions, those without `document_ids` given their retrieved documents (see
-    `workers.retrieve.RetrieveDocuments`), materialized: both the explode and the question stages read them.
+    `workers.retrieve.RetrieveDocuments`), and with `plan.store` their texts (`workers.fetch`), materialized: both
+    the explode and the question stages read them.
     The index's shards are memory-mapped by retrieval actors, a run of consecutive shards each, their stages chained
     (each merges its hits into the earlier stages'); like the reader actors, the actors reserve a fraction of a CPU,
     together at most a quarter of the cluster's, so that the tasks around them always find CPUs.
@@ -638,6 +713,10 @@ def retrieved_questions(
                 "device": engine.reader_device(),
             },
             num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / 4),
+        )
+    if plan.store:
+        retrieved = retrieved.map_batches(
+            fetch_passages, batch_format="pyarrow", fn_kwargs={"locations": locations}, num_cpus=engine.task_cpus
         )
     return retrieved.materialize()
 

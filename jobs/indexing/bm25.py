@@ -20,7 +20,6 @@ new, is weighed with the merged statistics (an old shard's terms are in the corp
 are read memory-mapped and only its weights and header written).
 """
 
-import json
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,15 +37,17 @@ from jobs.passages import Passages
 from jobs.storage import resolve_path
 from qa_core.retrieval.fingerprint import fingerprint_hex
 from qa_core.retrieval.index_io import DOC_IDS_FILE
+from qa_core.retrieval.index_io import read_doc_ids as index_doc_ids
 from qa_core.retrieval.sharding import COUNT_PART_DOCS, CountedShard, count_parts, weigh_counted_shard
 from qa_core.retrieval.statistics import CorpusStatistics
+from qa_core.retrieval.store import STORE_FILE, write_store
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
 if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
     from jobs.retrieval_settings import RetrievalSettings
 
 # A shard's `id_hashes`, kept beside its counts: an addition checks its ids against the shard's without reading and
-# hashing the shard's `doc_ids.json` again (at 10M passages, seconds of the driver's time).
+# hashing the shard's `doc_ids.arrow` again (at 10M passages, seconds of the driver's time).
 ID_HASHES_FILE = "id_hashes.npy"
 # What a counting task returns for its shard, one row.
 _COUNTED_SCHEMA = pa.schema(
@@ -100,7 +101,8 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
 
     :param shards: `passage_shards`' dataset.
     :param locations: The folders of the shards these passages make, in order.
-    :param split: Whether the passages are split documents (each shard then keeps `passages.json`).
+    :param split: Whether the passages are split documents (each shard then keeps `passages.json`; else its
+        passage store, `qa_core.retrieval.store`).
     :returns: The passages' statistics, sources, shard fingerprints and parts, id hashes and counted folders.
     :raises ValueError: If a shard's passages cannot be indexed (ids invalid, or one twice in the shard).
     """
@@ -167,7 +169,7 @@ def id_hashes(ids: list[str]) -> np.ndarray:
 def shard_id_hashes(location: str) -> np.ndarray:
     """
     `id_hashes` of a written shard's document ids: its `ID_HASHES_FILE`, kept by the task that counted it, or (a
-    shard without one) hashed from its `doc_ids.json`.
+    shard without one) hashed from its `doc_ids.arrow`.
     """
     filesystem, inner = resolve_path(location)
     try:
@@ -181,19 +183,21 @@ def shard_id_hashes(location: str) -> np.ndarray:
 
 
 def read_doc_ids(location: str) -> list[str]:
-    """The document ids of a shard folder (local or remote)."""
+    """The document ids of a shard folder (local or remote; a remote one's `DOC_IDS_FILE` read whole)."""
     filesystem, inner = resolve_path(location)
-    with filesystem.open_input_stream(f"{inner.rstrip('/')}/{DOC_IDS_FILE}") as stream:
-        return json.loads(stream.read().decode("utf-8"))
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        return list(index_doc_ids(Path(inner)))
+    with filesystem.open_input_file(f"{inner.rstrip('/')}/{DOC_IDS_FILE}") as file:
+        return pa.ipc.open_file(file).read_all()["id"].to_pylist()
 
 
 def check_unique_ids(hashes: np.ndarray, locations: list[str], offsets: list[int]) -> None:
     """
     Checks that no id occurs twice in the corpus, from the ids' hashes; a pair of equal hashes is confirmed (or
-    dismissed, for a collision) from the shards' `doc_ids.json`.
+    dismissed, for a collision) from the shards' `doc_ids.arrow`.
 
     :param hashes: `(passages,)` `id_hashes` of the corpus's ids, in corpus order.
-    :param locations: The folders holding their `doc_ids.json`: shards', or parts' (`counted_folder`).
+    :param locations: The folders holding their `doc_ids.arrow`: shards', or parts' (`counted_folder`).
     :param offsets: Their first corpus positions.
     :raises ValueError: Naming the first id found twice and its positions.
     """
@@ -262,7 +266,8 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
     if split:
         passages = Passages(batch["source_id"].to_pylist(), batch["start"].to_pylist(), batch["end"].to_pylist())
     hashes = id_hashes(counted.doc_ids)
-    save_files(folder, lambda local: _save_counted(counted, passages, hashes, local))
+    store = batch if passages is None else None  # whole documents: their texts kept for the job to read
+    save_files(folder, lambda local: _save_counted(counted, passages, store, hashes, local))
     row = {
         **where,
         "vocabulary": [statistics.vocabulary],
@@ -279,11 +284,15 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
     return pa.table(row, schema=_COUNTED_SCHEMA)
 
 
-def _save_counted(counted: CountedShard, passages: Passages | None, hashes: np.ndarray, folder: Path) -> None:
+def _save_counted(
+    counted: CountedShard, passages: Passages | None, store: pa.Table | None, hashes: np.ndarray, folder: Path
+) -> None:
     counted.save(folder)
     np.save(folder / ID_HASHES_FILE, hashes, allow_pickle=False)  # the ids checked against a later addition's
     if passages is not None:
         passages.save(folder)
+    if store is not None:
+        write_store(folder, [store])
 
 
 def weigh_shards(
@@ -344,6 +353,8 @@ def _gather_parts(parts: list[Path], folder: Path) -> None:
     passages = [Passages.load(part) for part in parts]
     if passages[0] is not None:
         Passages.concat(passages).save(folder)
+    if (parts[0] / STORE_FILE).exists():  # the parts' stores one after the other, each memory-mapped
+        write_store(folder, (pa.ipc.open_file(pa.memory_map(str(part / STORE_FILE))).read_all() for part in parts))
 
 
 def _all_cores_at_once(dataset: Any) -> Any:

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 
 from qa_core.retrieval.corpus import WeightedCorpus, weigh_corpus
 from qa_core.retrieval.fingerprint import fingerprint
-from qa_core.retrieval.index_io import IndexFiles, read_index_files, write_index_files
+from qa_core.retrieval.index_io import IndexFiles, posting_dtype, read_index_files, write_index_files
 from qa_core.retrieval.pruning import MIN_DOCS, PostingReader, pruned_top_k
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
@@ -43,7 +43,7 @@ class PostingLists:
     The weights, term-major: term `t`'s documents are `doc_indices[starts[t]:starts[t + 1]]`.
 
     :param starts: `(terms + 1,)` int64 offsets (a CSC matrix's `indptr`).
-    :param doc_indices: `(pairs,)` int64 document index within the index, ascending within a term.
+    :param doc_indices: `(pairs,)` document index within the index, ascending within a term (`posting_dtype`).
     :param weights: `(pairs,)` float64 `idf * tfc` of the pair.
     :param dense_terms: `(common terms,)` int64 ids of the terms in at least `DENSE_TERM_SHARE` of the documents,
         ascending.
@@ -112,7 +112,8 @@ class BM25Index:
     ```
 
     Positions are corpus positions: `doc_offset` plus the document's place in `doc_ids`.
-    Build with `build` or `sharding.build_sharded`; `save` / `load` keep it as plain `.npy` arrays and JSON.
+    Build with `build` or `sharding.build_sharded`; `save` / `load` keep it as plain `.npy` arrays, an Arrow file of
+    its ids and JSON (`index_io`).
     """
 
     def __init__(
@@ -255,7 +256,7 @@ class BM25Index:
         """
         used_terms, by_term = term_major(rows)
         starts = by_term.indptr.astype(np.int64, copy=False)
-        doc_indices = by_term.indices.astype(np.int64)
+        doc_indices = by_term.indices.astype(posting_dtype(rows.shape[0]))
         weights = by_term.data.astype(np.float64, copy=False)
         dense_terms, dense_weights = dense_rows(starts, doc_indices, weights, rows.shape[0])
         postings = PostingLists(starts, doc_indices, weights, dense_terms, dense_weights)
@@ -362,7 +363,7 @@ class BM25Index:
 
     def save(self, directory: str | Path, kept: frozenset[str] = frozenset()) -> None:
         """
-        Writes the index as `.npy` arrays and JSON (no pickles) into a directory, created if needed.
+        Writes the index as `.npy` arrays, an Arrow file and JSON (no pickles) into a directory, created if needed.
 
         :param directory: The directory; the files of an index already there are replaced (the arrays are written
             as they are, not copied first: an index memory-mapped from `directory` is loaded with `mmap=False` to be

@@ -15,7 +15,17 @@ from qa_core.retrieval.corpus import check_corpus, check_unique_ids, weigh_corpu
 from qa_core.retrieval.counts import TermIds, count_terms
 from qa_core.retrieval.fingerprint import fingerprint_value
 from qa_core.retrieval.index import BM25Index, CorpusStats, PostingLists, dense_rows
-from qa_core.retrieval.index_io import DOC_IDS_FILE, VOCABULARY_FILE, read_array, read_json, write_json
+from qa_core.retrieval.index_io import (
+    ARRAY_SHAPES,
+    DOC_IDS_FILE,
+    VOCABULARY_FILE,
+    posting_dtype,
+    read_array,
+    read_doc_ids,
+    read_json,
+    write_doc_ids,
+    write_json,
+)
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters, term_frequency_components
 from qa_core.retrieval.statistics import CorpusStatistics, CorpusWeights
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
@@ -75,8 +85,17 @@ _PAIRS_PER_STEP = 1 << 16
 # A shard's tfc are looked up in a table of its (term count, document length) pairs (`_tfc_lookup`) when the table
 # has at most this share of its postings' number of entries; else computed posting by posting.
 _TFC_TABLE_SHARE = 1 / 16
-# The term counts of a shard, beside its index files.
-COUNT_FILES = {"term_counts": np.dtype(np.int32), "doc_lengths": np.dtype(np.int64)}
+# The term counts of a shard, beside its index files, and the dtypes they may have: term counts in the smallest
+# unsigned type that holds them (`count_dtype`; int32 in an index of format 3).
+COUNT_FILES = {
+    "term_counts": tuple(np.dtype(kind) for kind in (np.uint8, np.uint16, np.uint32, np.int32)),
+    "doc_lengths": (np.dtype(np.int64),),
+}
+
+
+def count_dtype(term_counts: np.ndarray) -> np.dtype:
+    """The smallest unsigned dtype that holds a shard's term counts (uint8 unless a term occurs 256 times in one)."""
+    return np.min_scalar_type(max(1, int(np.max(term_counts, initial=0))))
 
 
 @dataclass(frozen=True)
@@ -84,7 +103,8 @@ class ShardCounts:
     """
     What a shard's weights are computed from, besides the corpus's statistics.
 
-    :param term_counts: `(pairs,)` int32 occurrences of each posting's term in its document, in posting order.
+    :param term_counts: `(pairs,)` occurrences of each posting's term in its document, in posting order (int32, or
+        the smallest unsigned type that holds them as saved).
     :param doc_lengths: `(documents,)` int64 terms per document.
     """
 
@@ -94,8 +114,9 @@ class ShardCounts:
     def save(self, folder: Path, names: Iterable[str] = tuple(COUNT_FILES)) -> None:
         """Writes `term_counts.npy` and `doc_lengths.npy` (or those of `names`) into a shard folder."""
         for name in names:
-            array = np.ascontiguousarray(getattr(self, name), COUNT_FILES[name])
-            np.save(folder / f"{name}.npy", array, allow_pickle=False)
+            values = getattr(self, name)
+            dtype = count_dtype(values) if name == "term_counts" else COUNT_FILES[name][0]
+            np.save(folder / f"{name}.npy", np.ascontiguousarray(values, dtype), allow_pickle=False)
 
     @classmethod
     def load(cls, folder: Path, mmap: bool = False) -> "ShardCounts":
@@ -112,19 +133,19 @@ class CountedShard:
     """
     A shard's documents tokenized and counted, term-major, not weighed: what `weigh_shard` weighs with the
     statistics of any corpus the shard belongs to, without its texts. Its files are those of an index folder
-    (`vocabulary.json`, `doc_ids.json`, `starts.npy`, `doc_indices.npy`) plus `ShardCounts`', so that a weighed
+    (`vocabulary.json`, `doc_ids.arrow`, `starts.npy`, `doc_indices.npy`) plus `ShardCounts`', so that a weighed
     shard's folder holds its counted shard too (to weigh it again when the corpus grows).
 
     :param vocabulary: The shard's terms, by term id: in order of first occurrence in the shard as counted, in the
         corpus's term order once weighed.
     :param doc_ids: The documents' ids.
     :param starts: `(terms + 1,)` int64: term `t`'s postings are `starts[t]:starts[t + 1]`.
-    :param doc_indices: `(pairs,)` int64 document of each posting, ascending within a term.
+    :param doc_indices: `(pairs,)` document of each posting, ascending within a term (int64, or uint32 as saved).
     :param counts: The postings' term counts and the documents' lengths.
     """
 
     vocabulary: list[str]
-    doc_ids: list[str]
+    doc_ids: Sequence[str]
     starts: np.ndarray
     doc_indices: np.ndarray
     counts: ShardCounts
@@ -133,9 +154,10 @@ class CountedShard:
         """Writes the shard's files into a folder, created if needed (no `index.json`: it is not an index yet)."""
         folder.mkdir(parents=True, exist_ok=True)
         write_json(folder / VOCABULARY_FILE, self.vocabulary)
-        write_json(folder / DOC_IDS_FILE, self.doc_ids)
-        for name in ("starts", "doc_indices"):
-            np.save(folder / f"{name}.npy", np.ascontiguousarray(getattr(self, name), np.int64), allow_pickle=False)
+        write_doc_ids(folder / DOC_IDS_FILE, self.doc_ids)
+        np.save(folder / "starts.npy", np.ascontiguousarray(self.starts, np.int64), allow_pickle=False)
+        postings = np.ascontiguousarray(self.doc_indices, posting_dtype(len(self.doc_ids)))
+        np.save(folder / "doc_indices.npy", postings, allow_pickle=False)
         self.counts.save(folder)
 
     @classmethod
@@ -146,8 +168,8 @@ class CountedShard:
 
         :raises ValueError: If a file is missing or malformed, or the files do not fit each other.
         """
-        vocabulary, doc_ids = read_json(folder / VOCABULARY_FILE, list), read_json(folder / DOC_IDS_FILE, list)
-        starts, doc_indices = (read_array(folder / f"{name}.npy", np.dtype(np.int64), 1, mmap)
+        vocabulary, doc_ids = read_json(folder / VOCABULARY_FILE, list), read_doc_ids(folder, mmap)
+        starts, doc_indices = (read_array(folder / f"{name}.npy", ARRAY_SHAPES[name][0], 1, mmap)
                                for name in ("starts", "doc_indices"))  # fmt: skip
         counts = ShardCounts.load(folder, mmap)
         if (
@@ -402,7 +424,7 @@ def _weighed(
     term_idf = weights.idf[corpus_ids]
     for first in range(0, pair_weights.size, _PAIRS_PER_STEP):
         stop = min(first + _PAIRS_PER_STEP, pair_weights.size)
-        counts = np.asarray(term_counts[first:stop])
+        counts = np.asarray(term_counts[first:stop], np.int32)  # as counted, whatever type they were saved in
         if lookup is None:
             tfc = term_frequency_components(algorithm, parameters, counts, doc_lengths[doc_indices[first:stop]],
                                             weights.avg_doc_len)  # fmt: skip
@@ -424,7 +446,13 @@ def _weighed(
         doc_offset=doc_offset,
         fingerprint=doc_fingerprint,
         corpus=CorpusStats(weights.n_docs, weights.avg_doc_len, weights.fingerprint),
-        postings=PostingLists(np.asarray(starts), np.asarray(doc_indices), pair_weights, dense_terms, dense_weights),
+        postings=PostingLists(
+            np.asarray(starts),
+            np.asarray(doc_indices, posting_dtype(len(ordered.doc_ids))),
+            pair_weights,
+            dense_terms,
+            dense_weights,
+        ),
     )
 
 

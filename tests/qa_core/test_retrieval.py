@@ -326,7 +326,7 @@ def test_a_shard_weighed_in_its_folder_writes_only_the_files_that_change(tmp_pat
              for start, stop in ((0, 250), (250, 500), (500, len(texts)))]  # fmt: skip
     counted, statistics = parts[1]
     counted.save(tmp_path)
-    untouched = ["vocabulary.json", "doc_ids.json", "starts.npy", "doc_indices.npy", "term_counts.npy",
+    untouched = ["vocabulary.json", "doc_ids.arrow", "starts.npy", "doc_indices.npy", "term_counts.npy",
                  "doc_lengths.npy"]  # fmt: skip
     for corpus in (parts[:2], parts):  # the first two shards, then all three
         weights = CorpusStatistics.merge(part for _, part in corpus).weights("BM25L", parameters)
@@ -337,7 +337,8 @@ def test_a_shard_weighed_in_its_folder_writes_only_the_files_that_change(tmp_pat
         expected, counts = weigh_shard(counted, *arguments)
         _assert_same_shard(BM25Index.load(tmp_path), expected)
         assert terms == len(expected.vocabulary)
-        assert ShardCounts.load(tmp_path).term_counts.tobytes() == counts.term_counts.tobytes()
+        saved = ShardCounts.load(tmp_path).term_counts  # in the smallest type that holds them
+        assert saved.dtype == np.uint8 and saved.tolist() == counts.term_counts.tolist()
         written = [name for name in untouched if (tmp_path / name).stat().st_mtime_ns]
         assert written == ([] if len(corpus) == 3 else ["vocabulary.json", "starts.npy", "doc_indices.npy",
                                                         "term_counts.npy"])  # fmt: skip
@@ -526,10 +527,30 @@ def test_load_refuses_a_malformed_folder(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="documents beyond the index's 2: it is corrupt"):
         BM25Index.load(tmp_path)
     (tmp_path / "index.json").write_text('{"format": "something else"}')
-    with pytest.raises(ValueError, match="index header"):
+    with pytest.raises(ValueError, match="is an index of format 'something else', not one of qa_core.retrieval.bm25/4"):
         BM25Index.load(tmp_path)
     with pytest.raises(ValueError, match="Cannot read"):
         BM25Index.load(tmp_path / "missing")
+
+
+def test_an_index_is_compact_and_one_of_the_format_before_is_still_read(tmp_path: Path) -> None:
+    """Format 4: uint32 postings and ids in `doc_ids.arrow`, memory-mapped; format 3 (int64, `doc_ids.json`) read."""
+    texts, queries = CORPORA["english"]
+    ids = [f"doc-{i}" for i in range(len(texts))]
+    BM25Index.build(ids, texts).save(tmp_path)
+    index = BM25Index.load(tmp_path)
+    assert index.postings.doc_indices.dtype == np.uint32 and isinstance(index.postings.doc_indices, np.memmap)
+    assert (index.doc_ids[3], index.doc_ids[-2:], list(index.doc_ids)) == ("doc-3", ids[-2:], ids)
+    expected = index.search(queries, 5)
+    header = json.loads((tmp_path / "index.json").read_text())
+    (tmp_path / "index.json").write_text(json.dumps({**header, "format": "qa_core.retrieval.bm25/3"}))
+    np.save(tmp_path / "doc_indices.npy", np.asarray(index.postings.doc_indices, np.int64))
+    (tmp_path / "doc_ids.json").write_text(json.dumps(ids))
+    (tmp_path / "doc_ids.arrow").unlink()
+    older = BM25Index.load(tmp_path)
+    assert older.postings.doc_indices.dtype == np.int64 and older.doc_ids == ids
+    for found, wanted in zip(older.search(queries, 5), expected, strict=True):
+        assert found.tobytes() == wanted.tobytes()
 
 
 def test_retriever_saves_and_loads_an_index_folder(tmp_path: Path) -> None:

@@ -77,11 +77,14 @@ def question_rows(batch: pa.Table, num_shards: int, shards: frozenset[int], squa
     return table(rows, AGGREGATION_SCHEMA)
 
 
-def explode_pairs(batch: pa.Table, num_shards: int, shards: frozenset[int], squad: bool) -> pa.Table:
+def explode_pairs(
+    batch: pa.Table, num_shards: int, shards: frozenset[int], squad: bool, stored: bool = False
+) -> pa.Table:
     """
     The wave's questions that can be asked -> one `pair` row per document to read (a retrieved passage: its
-    document and the passage's range there). SQuAD-style questions carry their document in `context`: their pairs
-    carry its content directly, as a known document.
+    document and the passage's range there). SQuAD-style questions carry their document in `context`, and with
+    `stored` retrieved questions their documents' texts in `passage_contents` (`workers.fetch`): their pairs carry
+    the content directly, as a known document.
     """
     rows: list[dict[str, Any]] = []
     for shard, question in _wave_questions(batch, num_shards, shards):
@@ -92,8 +95,10 @@ def explode_pairs(batch: pa.Table, num_shards: int, shards: frozenset[int], squa
             pair = {**common, "position": position, "document_id": document_id, **_passage_range(question, position)}
             if squad:
                 pair.update(content=question["context"], known=True)
+            elif stored:
+                pair.update(content=question["passage_contents"][position], known=True)
             rows.append(pair)
-    schema = pa.schema(list(PAIRS_SCHEMA) + DOCUMENT_COLUMNS) if squad else PAIRS_SCHEMA
+    schema = pa.schema(list(PAIRS_SCHEMA) + DOCUMENT_COLUMNS) if squad or stored else PAIRS_SCHEMA
     return table(rows, schema)
 
 

@@ -8,7 +8,6 @@ The rows keep the joined hits (`document_ids`, `retrieval_scores`, ...) and each
 (1 = its best) of every joined hit (`tables.RETRIEVER_FIELDS`, null where that retriever did not find the hit).
 """
 
-import json
 from typing import Any
 
 import pyarrow as pa
@@ -31,7 +30,7 @@ from qa_core.hardware import resolve_precision
 from qa_core.retrieval.ann import DEFAULT_SEARCH, AnnSearch, load_ann, require_faiss, search_ann
 from qa_core.retrieval.dense import DenseIndex, search_shards
 from qa_core.retrieval.fusion import fuse
-from qa_core.retrieval.index_io import DOC_IDS_FILE, HEADER_FILE
+from qa_core.retrieval.index_io import HEADER_FILE, read_doc_ids
 from qa_core.retrieval.topk import NO_POSITION
 
 RETRIEVER_COLUMNS = {field.name: field.type for field in RETRIEVER_FIELDS}
@@ -107,7 +106,7 @@ class RetrieveDense:
         """The BM25 shards index the passages of the dense shards, in the same order."""
         bm25_ids = []
         for shard in bm25_shards:
-            bm25_ids += json.loads((local_index_folder(shard) / DOC_IDS_FILE).read_text(encoding="utf-8"))
+            bm25_ids += list(read_doc_ids(local_index_folder(shard)))
         if bm25_ids != self.ids:
             raise ValueError(f"{folder}: the dense shards hold other passages than the BM25 index ({HEADER_FILE}).")
 

@@ -30,6 +30,7 @@ from jobs.engines import Engine, RayEngine
 from jobs.ray_logs import RayLogFilter
 from jobs.retrieval_settings import RetrievalSettings
 from qa_core import Document, ExtractiveReader
+from qa_core.retrieval.store import PassageStore
 from tests.jobs.conftest import (
     TEXTS,
     assert_same_outputs,
@@ -181,6 +182,38 @@ def test_an_index_from_jobs_index_gives_the_same_output(
     assert (record["source"], record["shards"]) == ("given", 3)
     assert record["vocabulary"] == json.loads((job_output / "manifest.json").read_text())["index"]["vocabulary"]
     assert not (output / INDEX_FOLDER).exists()
+    assert_same_retrieved(output, job_output)
+
+
+def test_over_an_index_the_job_reads_only_the_passages_it_retrieved(
+    job_output: Path, corpus: dict, tiny_bert_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    Every question retrieved for: the hits' texts are read from the index's passage stores by position, each hit once,
+    nothing else (the documents table is neither read nor joined); the answers are those of the run that joined
+    the documents.
+    """
+    index = corpus["root"] / "index-read"
+    build = ["--documents", corpus["paths"]["documents"], "--output", str(index), "--index-shards", "2"]
+    assert index_command.main(build) == 0
+    read: list[int] = []
+    take = PassageStore.take
+    monkeypatch.setattr(PassageStore, "take", lambda store, positions: read.extend(positions) or take(store, positions))
+    output = corpus["root"] / "out-read"
+    status = run_job(
+        "--questions", corpus["paths"]["retrieved_only"], "--documents", corpus["paths"]["documents"],
+        "--index", index, "--output", output, "--model", tiny_bert_model, *FLAGS, "--engine", "in-process",
+    )  # fmt: skip
+    assert status == 0
+    retrieved = [row["retrieved_document_ids"] or [] for row in read_output(output, "questions")]
+    assert sum(map(len, retrieved)) == 4 * TOP_K  # r05 finds none
+    assert len(read) == len(set(read)) == len({hit for hits in retrieved for hit in hits}) == 10  # 2 found twice
+    assert "documents_join" not in json.loads((output / "manifest.json").read_text())
+    assert_same_retrieved(output, job_output)
+
+
+def assert_same_retrieved(output: Path, job_output: Path) -> None:
+    """The run at `output` gave the retrieved questions the questions and answers rows of `job_output`'s run."""
     for table in ("questions", "answers"):
         expected = [row for row in read_output(job_output, table) if row["question_id"] in RETRIEVED]
         rows = read_output(output, table)

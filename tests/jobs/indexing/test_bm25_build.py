@@ -22,6 +22,7 @@ from jobs.bulk_qa.retrieval import (
     shard_locations,
     write_index,
 )
+from jobs.indexing import memory
 from jobs.indexing import passages as passages_module
 from jobs.indexing.bm25 import ID_HASHES_FILE, id_hashes, read_doc_ids, shard_id_hashes
 from jobs.indexing.passages import _counts_in_footers, indexed_passages, passage_shards, read_shard
@@ -29,6 +30,7 @@ from jobs.passages import PASSAGES_FILE, Passages
 from jobs.retrieval_settings import RetrievalSettings
 from qa_core.retrieval import BM25Index, merge_top_k
 from qa_core.retrieval.index_io import ARRAY_SHAPES
+from qa_core.retrieval.store import PassageStore
 from tests.jobs.conftest import TEXTS
 
 QUERIES = ["What does the function return?", "the of and", "sorted list items", "module import", "zzzqqq"]
@@ -137,7 +139,7 @@ def test_ray_build_equals_the_single_process_build_bit_for_bit(
     assert not list((tmp_path / "ray").rglob("part-*"))  # the parts put together and removed
     folders = [shard_locations(str(tmp_path / name), n_shards) for name in ("ray", "single")]
     for ours, theirs in zip(*folders, strict=True):
-        for name in ["index.json", "vocabulary.json", "doc_ids.json"] + [f"{array}.npy" for array in ARRAY_SHAPES]:
+        for name in ["index.json", "vocabulary.json", "doc_ids.arrow"] + [f"{array}.npy" for array in ARRAY_SHAPES]:
             assert (Path(ours) / name).read_bytes() == (Path(theirs) / name).read_bytes(), name
         assert Passages.load(Path(ours)) == Passages.load(Path(theirs))
         assert (Path(ours) / PASSAGES_FILE).exists() == (split_length is not None)
@@ -186,6 +188,39 @@ def test_index_command_builds_shards_of_a_size_and_refuses_a_corpus_without_term
     assert "index_shards 2 and index_shard_size: set one of them, not both" in capsys.readouterr().err
 
 
+def test_a_small_memory_budget_builds_shards_that_search_as_one_shard_bit_for_bit(
+    local_ray, tmp_path: Path, documents: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """
+    No shard setting: the shard size is the budget over the node's 2 CPUs (20 passages here), printed and recorded;
+    the shards find the hits and scores of one shard bit for bit, and their stores hold the passages in order.
+    """
+    monkeypatch.setattr(memory, "BYTES_PER_PASSAGE", memory.GIB // 40)
+    monkeypatch.setattr(memory, "LEAST_SHARD_SIZE", 1)
+    small, one = tmp_path / "small", tmp_path / "one"
+    assert index_command.main(["--documents", documents, "--output", str(small), "--memory-budget", "1"]) == 0
+    assert "218 documents (" in (printed := capsys.readouterr().out)
+    assert "11 shards of up to 20 passages, sized for a memory budget of 1.0 GiB) in " in printed
+    record = json.loads((small / BUILD_FILE).read_text())
+    assert (record["shards"], record["shard_size"], record["memory_budget"], record["store"]) == (11, 20, 2**30, True)
+    assert index_command.main(["--documents", documents, "--output", str(one), "--index-shards", "1"]) == 0
+    assert json.loads((one / BUILD_FILE).read_text())["memory_budget"] is None
+    found, expected = (
+        merge_top_k([BM25Index.load(shard).search(QUERIES, 7) for shard in shard_locations(str(folder), count)], 7)
+        for folder, count in ((small, 11), (one, 1))
+    )
+    for ours, theirs in zip(found, expected, strict=True):
+        assert ours.tobytes() == theirs.tobytes()
+    stores = [PassageStore(Path(shard), 20 * number) for number, shard in enumerate(shard_locations(str(small), 11))]
+    stored = [row for store in stores for row in store.take(range(store.doc_offset, store.doc_offset + len(store)))
+              .to_pylist()]  # fmt: skip
+    indexed = [(doc_id, text) for ids, texts, _ in _indexed_texts(documents, RetrievalSettings())
+               for doc_id, text in zip(ids, texts, strict=True)]  # fmt: skip
+    assert [(row["id"], row["content"]) for row in stored] == indexed
+    assert PassageStore(one, 0).take([217, 3]).to_pylist() == [{"id": indexed[i][0], "content": indexed[i][1]}
+                                                                for i in (217, 3)]  # fmt: skip
+
+
 def test_documents_added_as_shards_give_the_index_of_all_the_documents(
     local_ray, tmp_path: Path, documents: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -207,7 +242,7 @@ def test_documents_added_as_shards_give_the_index_of_all_the_documents(
     assert index_command.main(["--documents", str(old), "--output", str(grown), *size]) == 0
     first = Path(shard_locations(str(grown), json.loads((grown / BUILD_FILE).read_text())["shards"])[0])
     assert shard_id_hashes(str(first)).tobytes() == id_hashes(read_doc_ids(str(first))).tobytes()
-    kept = ["vocabulary.json", "doc_ids.json", "starts.npy", "doc_indices.npy", "term_counts.npy", ID_HASHES_FILE]
+    kept = ["vocabulary.json", "doc_ids.arrow", "starts.npy", "doc_indices.npy", "term_counts.npy", ID_HASHES_FILE]
     for name in [*kept, "weights.npy"]:
         os.utime(first / name, ns=(0, 0))
     assert index_command.main(["--add", str(Path(documents) / "part-2.parquet"), "--index", str(grown)]) == 0

@@ -1,0 +1,73 @@
+"""
+A shard's passage store (`store.arrow`, beside its index files): the ids and texts of its passages in corpus order,
+in an uncompressed Arrow IPC file of record batches of `STORE_BATCH_ROWS` passages. Memory-mapped, a passage is read
+by its corpus position without reading any other: the batch holding it is found from the batch sizes, and only
+its own offsets and bytes are touched. A job over a built index reads the passages it retrieved from here instead
+of reading (and joining) the whole documents table again.
+"""
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+STORE_FILE = "store.arrow"
+STORE_SCHEMA = pa.schema([("id", pa.string()), ("content", pa.string())])
+# Passages per record batch: the batches' sizes are what a reader looks a position up in (a few KiB per shard).
+STORE_BATCH_ROWS = 8192
+
+
+def write_store(folder: Path, tables: Iterable[pa.Table]) -> int:
+    """
+    Writes the store of a shard's passages into its folder.
+
+    :param tables: The passages' `id` and `content` (other columns ignored), in corpus order.
+    :returns: How many passages it holds.
+    """
+    written = 0
+    with pa.OSFile(str(folder / STORE_FILE), "wb") as sink, pa.ipc.new_file(sink, STORE_SCHEMA) as writer:
+        for table in tables:
+            table = table.select(STORE_SCHEMA.names).cast(STORE_SCHEMA)
+            writer.write_table(table, max_chunksize=STORE_BATCH_ROWS)
+            written += table.num_rows
+    return written
+
+
+class PassageStore:
+    """
+    The store of a shard, memory-mapped read-only: `take` reads passages by corpus position.
+
+    :param folder: The shard's folder.
+    :param doc_offset: The corpus position of its first passage.
+    :raises ValueError: If the folder has no store, or its file is not one.
+    """
+
+    def __init__(self, folder: Path, doc_offset: int) -> None:
+        path = folder / STORE_FILE
+        try:
+            self._reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
+        except (OSError, pa.ArrowInvalid) as error:
+            raise ValueError(f"Cannot read the passage store {path}: {error}") from error
+        if not self._reader.schema.equals(STORE_SCHEMA):
+            raise ValueError(f"{path} is not a passage store (its columns are {self._reader.schema.names}).")
+        sizes = [self._reader.get_batch(batch).num_rows for batch in range(self._reader.num_record_batches)]
+        self._starts = np.cumsum([doc_offset, *sizes])  # batch b holds positions starts[b]:starts[b + 1]
+        self.doc_offset = doc_offset
+
+    def __len__(self) -> int:
+        return int(self._starts[-1] - self.doc_offset)
+
+    def take(self, positions: Sequence[int]) -> pa.Table:
+        """
+        The passages at these corpus positions (`id`, `content`), in their order, reading nothing else.
+
+        :raises IndexError: If a position lies outside the shard.
+        """
+        wanted = np.asarray(positions, np.int64)
+        if wanted.size and (wanted.min() < self._starts[0] or wanted.max() >= self._starts[-1]):
+            raise IndexError(f"Positions outside the store's {self._starts[0]} to {self._starts[-1] - 1}.")
+        batches = np.searchsorted(self._starts, wanted, side="right") - 1
+        rows = [self._reader.get_batch(int(batch)).slice(int(position - self._starts[batch]), 1)
+                for batch, position in zip(batches, wanted, strict=True)]  # fmt: skip
+        return pa.Table.from_batches(rows, STORE_SCHEMA)
