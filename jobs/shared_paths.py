@@ -74,9 +74,11 @@ def check_shared(paths: list[SharedPath], program: str = "the job") -> float:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     started = time.monotonic()
-    nodes = [node for node in ray.nodes() if node["Alive"]]
     local = [shared for shared in paths if is_local(shared.path)]
-    if len(nodes) < 2 or not local:
+    if not local:
+        return 0.0
+    nodes = [node for node in ray.nodes() if node["Alive"]]
+    if len(nodes) < 2:
         return 0.0
     # Every task and actor of the job reserves some CPU: a node without any (a head kept for scheduling) runs none.
     nodes = [node for node in nodes if node["Resources"].get("CPU", 0) > 0]
