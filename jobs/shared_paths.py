@@ -6,7 +6,8 @@ each node holds a different copy of, would fail mid-run or leave answers on a no
 `check_shared` probes each local path from every live node before any work starts, with one task pinned to each
 node, all at once: a folder the job writes (`SharedPath.written`) by a token file the driver writes there and each
 node must read back, and an input (which the driver may have no right to write into) by its `fingerprint`, which
-each node must compute the same. Copies of an input on every node pass as long as they are the same files.
+each node must compute the same. Copies of an input on every node pass as long as they are the same files. The
+bulk job checks again before each wave of work, on the nodes that joined since.
 """
 
 import os
@@ -60,11 +61,14 @@ def node_name(node: dict) -> str:
     return f"{node['NodeID'][:8]} ({node['NodeManagerAddress']})"
 
 
-def check_shared(paths: list[SharedPath], program: str = "the job") -> float:
+def check_shared(paths: list[SharedPath], program: str = "the job", probed: set[str] | None = None) -> float:
     """
     Checks that every local path of `paths` is the same on every live node with CPUs of the Ray cluster this
     process has joined (nothing to check on a cluster of one node, or without local paths). Each written folder is
     created if it does not exist, and its token file deleted after the check.
+
+    :param probed: The ids of the nodes checked before, left out, and where the nodes checked now are added: a run
+        calls it again before each wave of work, so that a node that joined since is checked before its next wave.
 
     :returns: The seconds the check took.
     :raises NotShared: For the first path that some node does not see as the driver does, naming the path, those
@@ -82,6 +86,7 @@ def check_shared(paths: list[SharedPath], program: str = "the job") -> float:
         return 0.0
     # Every task and actor of the job reserves some CPU: a node without any (a head kept for scheduling) runs none.
     nodes = [node for node in nodes if node["Resources"].get("CPU", 0) > 0]
+    nodes = [node for node in nodes if node["NodeID"] not in (probed or ())]
     if not nodes:
         return 0.0
     token = uuid.uuid4().hex
@@ -129,6 +134,8 @@ def check_shared(paths: list[SharedPath], program: str = "the job") -> float:
                 os.remove(token_file)
             except OSError:
                 pass
+    if probed is not None:
+        probed.update(seen)  # a node that did not answer in time is probed again next time
     for index, shared in enumerate(local):
         blind = [node for node in nodes if node["NodeID"] in seen and seen[node["NodeID"]][index] != expected[index]]
         if blind:

@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,9 +191,10 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     existing = output.check(identity, config.run.overwrite)  # refused before reading any input if it would be
     resuming = existing == identity and not config.run.overwrite
     shared = shared_paths(config, squad, schemas)
+    probed: set[str] = set()  # the nodes whose view of the shared paths was checked (on Ray)
     cluster, converted, tables = None, None, config  # tables: the run's settings with the documents table it reads
     if corpus is not None:  # converted into the claimed output folder first: the conversion makes the ids
-        cluster = start_engine(config.run, engine, ray_logs, shared)
+        cluster = start_engine(config.run, engine, ray_logs, shared, probed=probed)
         output.claim(identity, config.run.overwrite)
         converted = convert_corpus(
             corpus, output.uri, config.ingest, config.cleaning, engine, cluster["cpus"], resuming
@@ -216,7 +217,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         if index.store:  # the retrieved passages are read from the index: no documents table is read or joined
             schemas = dataclasses.replace(schemas, documents=None)
     if cluster is None:
-        cluster = start_engine(config.run, engine, ray_logs, shared)
+        cluster = start_engine(config.run, engine, ray_logs, shared, probed=probed)
     pool = actor_resources(config.run, cluster)
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: tasks sized for the smallest node
         engine = RayEngine(task_cpus=task_cpus(cluster, pool))
@@ -237,7 +238,12 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     if partitioned:  # once per run, before its first wave
         partition_documents(inputs, config.run.output)
     parts_s = time.time() - pipeline_started
-    markers = {**resumed, **answer_pending_shards(config, inputs, expected, resumed, pool, output, tables_of_shard)}
+    # a node that joined the cluster since the last check is checked before the next wave
+    recheck = (lambda: check_shared(shared, "bulk-qa", probed)) if isinstance(engine, RayEngine) else None
+    markers = {
+        **resumed,
+        **answer_pending_shards(config, inputs, expected, resumed, pool, output, tables_of_shard, recheck),
+    }
     # Deleted once every wave has run (a run that fails leaves them: the next one deletes a wave's before it runs).
     output.delete_pair_notes()
     if partitioned:
@@ -359,13 +365,15 @@ def start_engine(
     ray_logs: RayLogFilter,
     shared: Sequence[SharedPath] = (),
     program: str = "bulk-qa",
+    probed: set[str] | None = None,
 ) -> dict[str, Any]:
     """
     Where the run runs, started: this process for the in-process engine, else the Ray `start_ray` starts or joins,
     with Ray Data configured for the run (before any of its datasets is made: each copies these settings) and,
     without `run.verbose`, `ray_logs` started first (the driver's C++ log writes to stderr from Ray's start). On a
     cluster of several nodes, the `shared` paths are then checked to be the same on every node, before any work
-    (`jobs.shared_paths.check_shared`, its message naming `program`; the seconds it took in `shared_paths_s`).
+    (`jobs.shared_paths.check_shared`, its message naming `program`; the seconds it took in `shared_paths_s`; the
+    nodes checked added to `probed`).
 
     :raises NotShared: For a local path that some node does not see as the driver does.
     """
@@ -375,7 +383,7 @@ def start_engine(
         ray_logs.start()
     cluster = start_ray(run)
     configure_ray_data(run)
-    return {**cluster, "shared_paths_s": check_shared(list(shared), program)}
+    return {**cluster, "shared_paths_s": check_shared(list(shared), program, probed)}
 
 
 def shared_paths(config: JobConfig, squad: SquadInput | None, schemas: Schemas) -> list[SharedPath]:
@@ -620,10 +628,12 @@ def answer_pending_shards(
     pool: ActorResources,
     output: OutputFolder,
     tables: tuple[str, ...],
+    before_wave: Callable[[], object] | None = None,
 ) -> dict[int, dict[str, Any]]:
     """
     Answers the shards not committed yet, `shards_per_wave` at a time; returns their markers by shard, each as the
     driver read it from `output` with the shard's `tables` once the shard's task reported it committed.
+    `before_wave` runs before each wave but the first (the run's shared paths checked on nodes that joined since).
 
     :raises ShardNotVisible: For a shard whose task committed files that the driver cannot read.
     """
@@ -653,6 +663,8 @@ def answer_pending_shards(
     with watch:
         for first in range(0, len(pending), config.run.shards_per_wave):
             shards = pending[first : first + config.run.shards_per_wave]
+            if first and before_wave is not None:
+                before_wave()
             answer_wave(config, inputs, frozenset(shards), sum(expected[shard] for shard in shards), pool, committed)
     progress.close()
     return markers

@@ -142,17 +142,34 @@ def test_documents_only_the_driver_has_stop_the_run_and_a_copy_on_every_node_pas
     [worker] = cluster.workers
     worker.in_its_mounts("sh", "-c", f"mkdir -p {documents.parent} && cp {paths['documents']} {documents}")
     # The target is under 5 s (a worker process started on each node, at once); a loaded 2-core machine takes more.
-    assert check_from_a_driver(cluster, ["--documents", str(documents)], ["--output", str(tmp_path / "out")]) < 10
+    seconds = check_from_a_driver(
+        cluster, ["--documents", str(documents)], ["--output", str(tmp_path / "out")], node_local / "blind-out"
+    )
+    assert seconds < 10
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == []  # the token file was deleted
 
 
-def check_from_a_driver(cluster: LocalRayCluster, read: list[str], written: list[str]) -> float:
-    """The seconds `check_shared` takes in a driver joined to the cluster, for an option and path read and written."""
+def check_from_a_driver(cluster: LocalRayCluster, read: list[str], written: list[str], blind: Path) -> float:
+    """
+    The seconds `check_shared` takes in a driver joined to the cluster, for an option and path read and written.
+    Then, in the same driver, a folder the worker does not see (`blind`): not checked again on the nodes checked
+    before (as the job's check before each wave, for the nodes that joined since), refused by a check of them all.
+    """
     script = (
-        "import sys, ray\n"
-        "from jobs.shared_paths import SharedPath, check_shared\n"
+        "import ray\n"
+        "from jobs.shared_paths import NotShared, SharedPath, check_shared\n"
         f"ray.init(address={cluster.address!r}, log_to_driver=False)\n"
-        f"print(check_shared([SharedPath(*{read!r}), SharedPath(*{written!r}, written=True)]))\n"
+        "probed = set()\n"
+        f"seconds = check_shared([SharedPath(*{read!r}), SharedPath(*{written!r}, written=True)], probed=probed)\n"
+        "assert len(probed) == 1, probed  # the worker: the head of 0 CPUs runs nothing\n"
+        f"blind = [SharedPath('--output', {str(blind)!r}, written=True)]\n"
+        "assert check_shared(blind, probed=probed) == 0.0  # every node checked before\n"
+        "try:\n"
+        "    check_shared(blind)\n"
+        "    raise SystemExit('a folder the worker does not see passed')\n"
+        "except NotShared:\n"
+        "    pass\n"
+        "print(seconds)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S,

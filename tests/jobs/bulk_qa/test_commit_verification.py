@@ -4,6 +4,7 @@ commits onto a disk the driver does not see is played by an in-process run whose
 """
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -112,3 +113,14 @@ def test_a_task_that_misses_a_file_on_its_node_ends_in_one_line(
         "run's start (when every node was checked) may not hold a local path of the run: put it in object storage "
         "or on a shared mount. Shards committed so far are kept: run the same command again to resume."
     ]
+
+
+def test_the_shared_paths_are_checked_again_before_each_wave_but_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that joined since the start's check is checked before the next wave gives it work (`before_wave`)."""
+    events: list[str] = []
+    monkeypatch.setattr(driver, "answer_wave", lambda config, inputs, shards, *rest: events.append(f"{sorted(shards)}"))
+    config = driver.JobConfig(run=driver.RunSettings(shards_per_wave=2, quiet=True))
+    inputs = SimpleNamespace(engine=driver.InProcessEngine())
+    expected, resumed = {shard: 1 for shard in range(5)}, {1: {}}  # shard 1 committed before: 4 shards, 2 waves
+    driver.answer_pending_shards(config, inputs, expected, resumed, None, None, (), lambda: events.append("check"))
+    assert events == ["[0, 2]", "check", "[3, 4]"]
