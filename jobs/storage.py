@@ -250,15 +250,29 @@ class ShardStore:
         return self.shown.rstrip("/") + "/" + table_name
 
 
+def _index_header_digest(filesystem: pafs.FileSystem, folder: str) -> str:
+    """The sha256 of an index folder's header (a shard's `index.json`, else a build's `build.json`); '' for neither."""
+    for name in ("index.json", "build.json"):
+        try:
+            with filesystem.open_input_stream(f"{folder.rstrip('/')}/{name}") as stream:
+                return hashlib.sha256(stream.read()).hexdigest()
+        except OSError:  # not there (FileNotFoundError, or the object store's own error)
+            continue
+    return ""
+
+
 def local_index_folder(location: str) -> Path:
     """
     A local folder holding the index at `location`: the folder itself when it is local, else a copy in the node's
-    temporary folder (made once per node and location, renamed into place when complete).
+    temporary folder, made once per node, location and header (`_index_header_digest`: a shard's `index.json` holds
+    its format and corpus fingerprint, so an index rebuilt at the same location gets a copy of its own, never an
+    earlier one), renamed into place when complete.
     """
     if "://" not in location or location.startswith("file://"):
         return Path(resolve_path(location)[1])
     filesystem, inner = resolve_path(location)
-    cache = Path(tempfile.gettempdir()) / "bulk-qa-index" / uuid.uuid5(uuid.NAMESPACE_URL, location).hex
+    header = _index_header_digest(filesystem, inner)
+    cache = Path(tempfile.gettempdir()) / "bulk-qa-index" / uuid.uuid5(uuid.NAMESPACE_URL, f"{location}#{header}").hex
     if not (cache / "index.json").exists():
         partial = cache.with_name(f"{cache.name}.{uuid.uuid4().hex}")
         partial.mkdir(parents=True)  # copy_files makes no folder for an object store's keys (they have no folder)

@@ -117,3 +117,10 @@ def test_an_index_of_one_shard_in_object_storage_is_copied_whole_to_a_node(s3_se
     copy = local_index_folder(f"s3://{s3_server.bucket}/one-shard")
     assert copy.parent == tmp_path / "node-tmp" / "bulk-qa-index"
     assert sorted(path.name for path in copy.iterdir()) == sorted(path.name for path in (tmp_path / "index").iterdir())
+    # The index rebuilt at the same location over other documents: a copy of its own, never the earlier one.
+    again = write_corpus(tmp_path / "again", {f"e{i}": TEXTS[i + 1] for i in range(3)}, {"q": ("What is it?", None)})
+    write_index(build_index(RetrievalSettings(), again["documents"]), str(tmp_path / "index-again"))
+    pafs.copy_files(str(tmp_path / "index-again"), f"{s3_server.bucket}/one-shard", destination_filesystem=filesystem)
+    fresh = local_index_folder(f"s3://{s3_server.bucket}/one-shard")
+    assert fresh != copy
+    assert (fresh / "index.json").read_bytes() == (tmp_path / "index-again" / "index.json").read_bytes()
