@@ -263,5 +263,13 @@ def answer_wave(
             **tasks,
         )
     )
-    for row in markers.iter_rows():
-        on_commit(json.loads(row["marker"]))
+    rows = markers.iter_rows()
+    try:
+        for row in rows:
+            on_commit(json.loads(row["marker"]))
+    finally:
+        # A run ended mid-wave (a stall, a shard the driver cannot read) stops the wave's execution and frees what it
+        # holds now, not whenever the iterator is collected: a run started after it in this process would wait.
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
