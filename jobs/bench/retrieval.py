@@ -441,7 +441,7 @@ def main() -> None:
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"{len(texts):,} passages of {args.words} words: build {build_s:.1f} s, {len(index.vocabulary):,} terms, "
-        f"{index.postings.weights.size:,} postings, peak RSS {peak_mib:,.0f} MiB, "
+        f"{index.postings.doc_indices.size:,} postings, peak RSS {peak_mib:,.0f} MiB, "
         f"{index_bytes_on_disk(index) / 2**20:,.0f} MiB on disk, "
         f"posting arrays {sum(array.nbytes for array in vars(index.postings).values()) / 2**20:,.0f} MiB in memory"
     )

@@ -59,14 +59,13 @@ from jobs.indexing.passages import passage_shards
 from jobs.passages import Passages, split_batch
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError, parquet_dataset, redact, resolve_path
-from qa_core.retrieval.corpus import weigh_corpus
 from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.index_io import HEADER_FILE
-from qa_core.retrieval.sharding import shard_bounds
+from qa_core.retrieval.sharding import build_shards, shard_bounds
 from qa_core.retrieval.statistics import FREQUENCIES_FILE, STATISTICS_FILE, CorpusStatistics
 from qa_core.retrieval.store import write_store
-from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
+from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX
 
 INDEX_FOLDER = "_index"  # the run's index, inside its output folder
 BUILD_FILE = "build.json"  # written last into an index folder: a folder without it is incomplete
@@ -327,20 +326,15 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
         texts += batch_texts
         passages += [batch_passages] if batch_passages is not None else []
     _check_shards(settings, len(texts))
-    algorithm, parameters = settings.bm25_algorithm, settings.parameters()
+    size = settings.shard_size(len(texts))
+    bounds = [*range(0, len(texts), size), len(texts)]
     try:
-        weighted = weigh_corpus(ids, texts, algorithm, parameters, Tokenizer(DEFAULT_TOKENIZATION_REGEX))
+        shards, statistics = build_shards(ids, texts, bounds, settings.bm25_algorithm, settings.parameters())
     except ValueError as error:
         raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
-    size = settings.shard_size(len(texts))
-    shards = [
-        BM25Index.from_rows(weighted, ids, texts, first, min(first + size, len(texts)), algorithm, parameters,
-                            DEFAULT_TOKENIZATION_REGEX)
-        for first in range(0, len(texts), size)
-    ]  # fmt: skip
     sources = Passages.concat(passages) if settings.split_length is not None else None
     n_sources = len(set(sources.source_ids)) if sources is not None else None
-    corpus = (weighted.n_docs, len(weighted.vocabulary), weighted.fingerprint)
+    corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
     record = _build_record(settings, documents, corpus, (len(shards), size, budget), n_sources, started)
     return BuiltIndex(shards, record, sources, (ids, texts) if sources is None else None)
 

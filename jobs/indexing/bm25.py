@@ -5,8 +5,8 @@ statistics only:
 1. count (`count_shards`): a Ray Data task per shard (`passage_shards`; per part of a shard where the shards are
    fewer than the CPUs) reads its passages itself (`read_shard`: no regrouping of blocks, a shard is counted as
    soon as it is read, and its texts never pass through the object store) and tokenizes them once, in parts of
-   `sharding.COUNT_PART_DOCS` passages whose compact counts it merges (so a task holds one part's tokens, not its
-   shard's), writes its term counts and ids into its folder (`counted_folder`: `sharding.CountedShard`, with
+   `counted.COUNT_PART_DOCS` passages whose compact counts it merges (so a task holds one part's tokens, not its
+   shard's), writes its term counts and ids into its folder (`counted_folder`: `counted.CountedShard`, with
    `passages.json` when split) and returns only their statistics; the driver merges them in corpus order
    (`CorpusStatistics.merge`: the single-process build's vocabulary order, so the same idf sums) and checks that
    no id occurs twice in the corpus (from a 64-bit hash of each id that the tasks return);
@@ -17,7 +17,7 @@ statistics only:
 No text is kept past the first pass, and none goes through the object store.
 A corpus that grows goes the same way: the added passages are counted as new shards, and every shard, old and
 new, is weighed with the merged statistics (an old shard's terms are in the corpus's order already: its counts
-are read memory-mapped and only its weights and header written).
+are read memory-mapped and only its idf, bounds and header written).
 """
 
 import tempfile
@@ -35,10 +35,11 @@ import pyarrow.fs as pafs
 from jobs.indexing.passages import read_shard
 from jobs.passages import Passages
 from jobs.storage import resolve_path
+from qa_core.retrieval.counted import COUNT_PART_DOCS, CountedShard, count_parts
 from qa_core.retrieval.fingerprint import fingerprint_hex
 from qa_core.retrieval.index_io import DOC_IDS_FILE
 from qa_core.retrieval.index_io import read_doc_ids as index_doc_ids
-from qa_core.retrieval.sharding import COUNT_PART_DOCS, CountedShard, count_parts, weigh_counted_shard
+from qa_core.retrieval.sharding import weigh_counted_shard
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.store import STORE_FILE, write_store
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer

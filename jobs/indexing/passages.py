@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from jobs.passages import split_batch
 from jobs.storage import parquet_dataset, resolve_path
-from qa_core.retrieval.sharding import COUNT_PART_DOCS
+from qa_core.retrieval.counted import COUNT_PART_DOCS
 
 if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
     from jobs.retrieval_settings import RetrievalSettings

@@ -1,17 +1,17 @@
-"""BM25Index: a term-major sparse matrix of BM25 weights, searched for many queries at once."""
+"""BM25Index: term-major postings with their term counts, weighed at search time, searched for many queries at once."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
-from qa_core.retrieval.corpus import WeightedCorpus, weigh_corpus
-from qa_core.retrieval.fingerprint import fingerprint
-from qa_core.retrieval.index_io import IndexFiles, posting_dtype, read_index_files, write_index_files
+from qa_core.retrieval.counted import PAIRS_PER_STEP, CountedShard, count_shard, per_posting
+from qa_core.retrieval.index_io import COUNTED_ARRAYS, IndexFiles, array_dtype, read_index_files, write_index_files
+from qa_core.retrieval.pair_weights import PairWeights
 from qa_core.retrieval.pruning import MIN_DOCS, PostingReader, pruned_top_k
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
+from qa_core.retrieval.statistics import CorpusWeights
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, check_k, top_k
 
@@ -31,73 +31,38 @@ class CorpusStats:
     fingerprint: str
 
 
-# A term in at least this share of the documents also keeps its weights as a dense row, added to the scores in
-# one vector operation: for 750k postings of 1M documents that takes 0.44 ms where scattering them takes 1.8 ms,
-# and such common terms hold most of the postings a query touches (85% on the benchmark's passages).
-DENSE_TERM_SHARE = 0.25
-
-
 @dataclass(frozen=True)
 class PostingLists:
     """
-    The weights, term-major: term `t`'s documents are `doc_indices[starts[t]:starts[t + 1]]`.
+    An index's arrays: term `t`'s postings are `starts[t]:starts[t + 1]` of `doc_indices` and `term_counts`; a
+    posting weighs `idf[t] * tfc(count, its document's length)` (`pair_weights.PairWeights`).
 
     :param starts: `(terms + 1,)` int64 offsets (a CSC matrix's `indptr`).
-    :param doc_indices: `(pairs,)` document index within the index, ascending within a term (`posting_dtype`).
-    :param weights: `(pairs,)` float64 `idf * tfc` of the pair.
-    :param dense_terms: `(common terms,)` int64 ids of the terms in at least `DENSE_TERM_SHARE` of the documents,
-        ascending.
-    :param dense_weights: `(common terms, documents)` float64: row `i` is `dense_terms[i]`'s weight in every
-        document, 0 where it is missing (the same values as its postings).
+    :param doc_indices: `(pairs,)` document index within the index, ascending within a term (`index_io.posting_dtype`).
+    :param term_counts: `(pairs,)` occurrences of the term in the document (at least 1).
+    :param doc_lengths: `(documents,)` each document's length in terms.
+    :param idf: `(terms,)` float64 each term's idf in the corpus.
+    :param bounds: `(terms,)` float64 each term's largest weight in the index (what pruning bounds a score with).
     """
 
     starts: np.ndarray
     doc_indices: np.ndarray
-    weights: np.ndarray
-    dense_terms: np.ndarray
-    dense_weights: np.ndarray
+    term_counts: np.ndarray
+    doc_lengths: np.ndarray
+    idf: np.ndarray
+    bounds: np.ndarray
 
 
-def dense_rows(
-    starts: np.ndarray, doc_indices: np.ndarray, weights: np.ndarray, n_docs: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """
-    The `PostingLists.dense_terms` and `dense_weights` of term-major postings.
-
-    :param starts: As in `PostingLists`.
-    :param doc_indices: As in `PostingLists`.
-    :param weights: As in `PostingLists`.
-    :param n_docs: Documents in the index.
-    :returns: `(common terms,)` int64 term ids and their `(common terms, n_docs)` float64 rows.
-    """
-    terms = np.flatnonzero(np.diff(starts) >= DENSE_TERM_SHARE * n_docs).astype(np.int64)
-    rows = np.zeros((terms.size, n_docs))
-    for row, term_id in enumerate(terms):
-        span = _span(starts, term_id)
-        rows[row, doc_indices[span]] = weights[span]
-    return terms, rows
-
-
-def term_major(rows: sp.csr_matrix) -> tuple[np.ndarray, sp.csc_matrix]:
-    """
-    Documents' values by term: the terms they contain, and the values renumbered to those terms, term-major.
-
-    :param rows: `(documents, corpus terms)` CSR values, columns by corpus term id.
-    :returns: The corpus term ids present, ascending, and the `(documents, present terms)` CSC matrix (documents
-        ascending within a term); two matrices of one sparsity structure come out in one order.
-    """
-    present = np.bincount(rows.indices, minlength=rows.shape[1]) > 0
-    used_terms = np.flatnonzero(present)
-    if used_terms.size < rows.shape[1]:  # renumber the documents' terms 0, 1, ...
-        local_term = (np.cumsum(present) - 1).astype(rows.indices.dtype)
-        shape = (rows.shape[0], used_terms.size)
-        rows = sp.csr_matrix((rows.data, local_term[rows.indices], rows.indptr), shape=shape)
-    return used_terms, rows.tocsc()
-
-
-def _span(starts: np.ndarray, term_id: int) -> slice:
-    """Where a term's documents and weights lie in the posting arrays."""
-    return slice(int(starts[term_id]), int(starts[term_id + 1]))
+def _bounds(weights: PairWeights, starts: np.ndarray) -> np.ndarray:
+    """`(terms,)` each term's largest weight, the postings weighed a step at a time (every term has postings)."""
+    bounds = np.zeros(starts.size - 1)
+    for first in range(0, int(starts[-1]), PAIRS_PER_STEP):
+        stop = min(first + PAIRS_PER_STEP, int(starts[-1]))
+        step_weights = per_posting(weights.idf, starts, first, stop) * weights.tfc(slice(first, stop))
+        terms = slice(int(np.searchsorted(starts, first, "right")) - 1, int(np.searchsorted(starts, stop, "left")))
+        cuts = np.clip(starts[terms.start : terms.stop], first, stop) - first  # where each term's part starts
+        np.maximum(bounds[terms], np.maximum.reduceat(step_weights, cuts), out=bounds[terms])
+    return bounds
 
 
 class BM25Index:
@@ -113,7 +78,8 @@ class BM25Index:
 
     Positions are corpus positions: `doc_offset` plus the document's place in `doc_ids`.
     Build with `build` or `sharding.build_sharded`; `save` / `load` keep it as plain `.npy` arrays, an Arrow file of
-    its ids and JSON (`index_io`).
+    its ids and JSON (`index_io`). It stores term counts and document lengths, not weights: a posting's weight is
+    computed when a search needs it (`pair_weights`), the same float64 value bit for bit.
     """
 
     def __init__(
@@ -140,7 +106,7 @@ class BM25Index:
         :param doc_offset: Corpus position of `doc_ids[0]`.
         :param fingerprint: `corpus.fingerprint` of this index's documents.
         :param corpus: Statistics of the corpus the weights were computed with.
-        :param postings: The weights, term-major.
+        :param postings: The postings, their counts and the terms' idf and bounds.
         """
         self.algorithm = algorithm
         self.parameters = parameters
@@ -152,14 +118,10 @@ class BM25Index:
         self.corpus = corpus
         self.postings = postings
         self._term_ids = {term: term_id for term_id, term in enumerate(vocabulary)}
-        self._dense_row_of_term = {int(term_id): row for row, term_id in enumerate(postings.dense_terms)}
+        self._weights = PairWeights(algorithm, parameters, corpus.avg_doc_len, postings.idf, postings.doc_indices,
+                                    postings.term_counts, postings.doc_lengths)  # fmt: skip
         self._reader = PostingReader(
-            postings.starts,
-            postings.doc_indices,
-            postings.weights,
-            self._dense_row_of_term,
-            postings.dense_weights,
-            len(doc_ids),
+            postings.starts, postings.doc_indices, self._weights, postings.bounds, len(doc_ids)
         )
 
     @classmethod
@@ -184,92 +146,54 @@ class BM25Index:
         :raises ValueError: If the corpus is empty or has no terms, the ids are invalid, or an option is invalid.
         """
         resolved = resolve_parameters(algorithm, parameters)
-        tokenizer = Tokenizer(tokenization_regex)
-        weighted = weigh_corpus(ids, texts, algorithm, resolved, tokenizer)
-        return cls.from_rows(weighted, ids, texts, 0, len(ids), algorithm, resolved, tokenization_regex)
+        counted, statistics = count_shard(ids, texts, 0, Tokenizer(tokenization_regex))
+        statistics.check(tokenization_regex)
+        weights = statistics.weights(algorithm, resolved)
+        return cls.from_counted(counted, 0, weights.fingerprint, weights, algorithm, resolved, tokenization_regex)
 
     @classmethod
-    def from_rows(
+    def from_counted(
         cls,
-        weighted: WeightedCorpus,
-        ids: Sequence[str],
-        texts: Sequence[str],
-        start: int,
-        stop: int,
-        algorithm: str,
-        parameters: dict[str, float],
-        tokenization_regex: str,
-    ) -> "BM25Index":
-        """
-        The index of corpus positions `start:stop` of a weighed corpus, keeping the corpus's statistics.
-
-        :param weighted: The whole corpus, weighed.
-        :param ids: The whole corpus's document ids.
-        :param texts: The whole corpus's texts (for the shard's fingerprint).
-        :param start: First corpus position of the shard.
-        :param stop: One past its last.
-        :param algorithm: The algorithm `weighted` was weighed with.
-        :param parameters: Its parameters.
-        :param tokenization_regex: The tokenizer's regex.
-        :returns: The shard's index; its vocabulary holds only the terms its documents contain.
-        """
-        whole = (start, stop) == (0, weighted.n_docs)
-        rows = weighted.weights if whole else weighted.weights[start:stop]  # (shard docs, corpus terms)
-        return cls.from_weights(
-            rows,
-            weighted.vocabulary,
-            list(ids[start:stop]),
-            start,
-            weighted.fingerprint if whole else fingerprint(ids[start:stop], texts[start:stop], start),
-            CorpusStats(weighted.n_docs, weighted.avg_doc_len, weighted.fingerprint),
-            algorithm,
-            parameters,
-            tokenization_regex,
-        )
-
-    @classmethod
-    def from_weights(
-        cls,
-        rows: sp.csr_matrix,
-        vocabulary: Sequence[str] | Mapping[int, str],
-        doc_ids: list[str],
+        counted: CountedShard,
         doc_offset: int,
         doc_fingerprint: str,
-        corpus: CorpusStats,
+        weights: CorpusWeights,
         algorithm: str,
         parameters: dict[str, float],
         tokenization_regex: str,
     ) -> "BM25Index":
         """
-        The index of weighed documents.
+        The index of a counted shard weighed with the statistics of its corpus: each term's idf and largest weight
+        added to its counts, its terms put in the corpus's term order (so that every shard of a corpus, and the
+        index of the whole, number terms alike); the weights searched with are bit for bit those of weighing the
+        whole corpus at once, whatever the shards.
 
-        :param rows: `(documents, corpus terms)` float64 CSR weights, columns by corpus term id.
-        :param vocabulary: Each corpus term id's term (at least those of the documents).
-        :param doc_ids: The documents' ids.
-        :param doc_offset: Corpus position of the first.
-        :param doc_fingerprint: `fingerprint.fingerprint` of the documents, at their corpus positions.
-        :param corpus: The statistics of the corpus the weights were computed with.
-        :param algorithm: The algorithm the weights were computed with.
-        :param parameters: Its parameters.
-        :param tokenization_regex: The tokenizer's regex.
-        :returns: The index; its vocabulary holds only the terms its documents contain, in corpus term id order.
+        :param counted: The shard (`counted.count_shard`'s, or loaded from a weighed shard's folder).
+        :param doc_offset: Corpus position of its first document.
+        :param doc_fingerprint: `fingerprint.fingerprint` of its documents.
+        :param weights: The corpus's idf and avgdl; its vocabulary holds every term of the shard.
+        :param algorithm: The algorithm `weights` was made for.
+        :param parameters: Its parameters (`scoring.resolve_parameters`).
+        :param tokenization_regex: The regex the shard was counted with.
+        :returns: The index; its vocabulary is `counted`'s own where its terms were in the corpus's order.
+        :raises ValueError: If a term of the shard is missing from the corpus's statistics.
         """
-        used_terms, by_term = term_major(rows)
-        starts = by_term.indptr.astype(np.int64, copy=False)
-        doc_indices = by_term.indices.astype(posting_dtype(rows.shape[0]))
-        weights = by_term.data.astype(np.float64, copy=False)
-        dense_terms, dense_weights = dense_rows(starts, doc_indices, weights, rows.shape[0])
-        postings = PostingLists(starts, doc_indices, weights, dense_terms, dense_weights)
+        ordered, corpus_ids = counted.in_corpus_order(weights.term_ids, doc_offset)
+        idf = weights.idf[corpus_ids]
+        n_docs = len(ordered.doc_ids)  # the arrays in the dtypes they are saved in, as loading gives them
+        arrays = {name: np.asarray(array, array_dtype(name, array, n_docs)) for name, array in ordered.arrays().items()}
+        pair_weights = PairWeights(algorithm, parameters, weights.avg_doc_len, idf, arrays["doc_indices"],
+                                   arrays["term_counts"], arrays["doc_lengths"])  # fmt: skip
         return cls(
             algorithm=algorithm,
             parameters=parameters,
             tokenization_regex=tokenization_regex,
-            vocabulary=[vocabulary[term_id] for term_id in used_terms.tolist()],
-            doc_ids=doc_ids,
+            vocabulary=ordered.vocabulary,
+            doc_ids=ordered.doc_ids,
             doc_offset=doc_offset,
             fingerprint=doc_fingerprint,
-            corpus=corpus,
-            postings=postings,
+            corpus=CorpusStats(weights.n_docs, weights.avg_doc_len, weights.fingerprint),
+            postings=PostingLists(**arrays, idf=idf, bounds=_bounds(pair_weights, arrays["starts"])),
         )
 
     @property
@@ -351,15 +275,11 @@ class BM25Index:
     def _add_scores(self, query: str, scores: np.ndarray) -> None:
         """
         Adds each of the query's distinct terms' weights to `scores`, term by term in query order, so that every
-        document sums its terms in Haystack's order (adding a dense row's 0 leaves a score as it is).
+        document sums its terms in Haystack's order (a term's documents are distinct: one addition each).
         """
         for term_id in self._query_terms(query):
-            dense_row = self._dense_row_of_term.get(term_id)
-            if dense_row is not None:
-                scores += self.postings.dense_weights[dense_row]
-            else:
-                span = _span(self.postings.starts, term_id)
-                np.add.at(scores, self.postings.doc_indices[span], self.postings.weights[span])
+            span = slice(int(self.postings.starts[term_id]), int(self.postings.starts[term_id + 1]))
+            scores[self.postings.doc_indices[span]] += self._weights.weights(term_id, span)
 
     def save(self, directory: str | Path, kept: frozenset[str] = frozenset()) -> None:
         """
@@ -369,7 +289,7 @@ class BM25Index:
             as they are, not copied first: an index memory-mapped from `directory` is loaded with `mmap=False` to be
             saved back into it).
         :param kept: Files `directory` already holds with the bytes this index would write, left as they are
-            (`index_io.write_index_files`): a shard weighed again writes its weights and header only.
+            (`index_io.write_index_files`): a shard weighed again writes its idf, bounds and header only.
         """
         header = {
             "algorithm": self.algorithm,
@@ -405,7 +325,10 @@ class BM25Index:
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"{directory} has an incomplete or malformed index header: {error!r}.") from error
-        _check_postings(directory, arrays, len(files.vocabulary), len(files.doc_ids))
+        counted_arrays = {name: arrays[name] for name in COUNTED_ARRAYS}
+        CountedShard(files.vocabulary, files.doc_ids, **counted_arrays).check(directory)
+        if arrays["idf"].size != len(files.vocabulary) or arrays["bounds"].size != len(files.vocabulary):
+            raise ValueError(f"{directory}: idf.npy and bounds.npy must hold one number per term of the vocabulary.")
         return cls(
             algorithm=algorithm,
             parameters=parameters,
@@ -417,20 +340,3 @@ class BM25Index:
             corpus=corpus,
             postings=PostingLists(**arrays),
         )
-
-
-def _check_postings(directory: Path, arrays: dict[str, np.ndarray], n_terms: int, n_docs: int) -> None:
-    """:raises ValueError: If the loaded arrays do not fit each other, the vocabulary and the documents."""
-    starts, doc_indices, dense_terms = arrays["starts"], arrays["doc_indices"], arrays["dense_terms"]
-    if (
-        starts.size != n_terms + 1
-        or starts[0] != 0
-        or starts[-1] != doc_indices.size
-        or arrays["weights"].size != doc_indices.size
-        or arrays["dense_weights"].shape != (dense_terms.size, n_docs)
-    ):
-        raise ValueError(f"{directory}: the posting arrays do not match each other or the vocabulary.")
-    if doc_indices.size and not 0 <= doc_indices.min() <= doc_indices.max() < n_docs:
-        raise ValueError(f"{directory}: the posting lists name documents beyond the index's {n_docs}: it is corrupt.")
-    if dense_terms.size and not 0 <= dense_terms.min() <= dense_terms.max() < n_terms:
-        raise ValueError(f"{directory}: the dense rows name terms beyond the vocabulary: it is corrupt.")

@@ -12,29 +12,54 @@ from typing import Any, overload
 import numpy as np
 import pyarrow as pa
 
-# 4: postings as uint32 (below 2^32 documents in the index), ids in `doc_ids.arrow`; 3 (still read): postings as
-# int64, ids in `doc_ids.json`. Both: fingerprints are sums of per-document hashes at corpus positions.
-FORMAT = "qa_core.retrieval.bm25/4"
-READ_FORMATS = (FORMAT, "qa_core.retrieval.bm25/3")
+# 5: the weights computed at search time from each posting's term count and its document's length (`pair_weights`);
+# postings as uint32 below 2^32 documents, counts and lengths in the smallest unsigned type that holds them, ids in
+# `doc_ids.arrow`. An index of format 3 or 4 (stored float64 weights) must be built again.
+FORMAT = "qa_core.retrieval.bm25/5"
 HEADER_FILE = "index.json"
 VOCABULARY_FILE = "vocabulary.json"
 DOC_IDS_FILE = "doc_ids.arrow"
-JSON_DOC_IDS_FILE = "doc_ids.json"  # format 3's
 _DOC_IDS_SCHEMA = pa.schema([("id", pa.string())])
-# The arrays, the dtypes each may have (the first written, but for `doc_indices`: `posting_dtype`) and its number
-# of dimensions.
+_UNSIGNED = tuple(np.dtype(kind) for kind in (np.uint8, np.uint16, np.uint32, np.uint64))
+# The arrays, the dtypes each may have (written as `array_dtype` chooses) and its number of dimensions. The first
+# four are what counting a shard gives (`counted.CountedShard`); `idf` and `bounds` what weighing it adds.
 ARRAY_SHAPES = {
     "starts": ((np.dtype(np.int64),), 1),
     "doc_indices": ((np.dtype(np.uint32), np.dtype(np.int64)), 1),
-    "weights": ((np.dtype(np.float64),), 1),
-    "dense_terms": ((np.dtype(np.int64),), 1),
-    "dense_weights": ((np.dtype(np.float64),), 2),
+    "term_counts": (_UNSIGNED, 1),
+    "doc_lengths": (_UNSIGNED, 1),
+    "idf": ((np.dtype(np.float64),), 1),
+    "bounds": ((np.dtype(np.float64),), 1),
 }
+COUNTED_ARRAYS = ("starts", "doc_indices", "term_counts", "doc_lengths")
 
 
 def posting_dtype(n_docs: int) -> np.dtype:
     """The smallest dtype of the postings (document indices) of an index of `n_docs` documents: uint32 or int64."""
     return np.dtype(np.uint32) if n_docs <= 2**32 else np.dtype(np.int64)
+
+
+def array_dtype(name: str, values: np.ndarray, n_docs: int) -> np.dtype:
+    """
+    The dtype an index array is written in: postings by `posting_dtype`, term counts and document lengths in the
+    smallest unsigned type that holds their largest value (uint8 for passages), the others as `ARRAY_SHAPES` says.
+    """
+    if name == "doc_indices":
+        return posting_dtype(n_docs)
+    if name in ("term_counts", "doc_lengths"):
+        return np.min_scalar_type(max(1, int(np.max(values, initial=0))))
+    return ARRAY_SHAPES[name][0][0]
+
+
+def write_array(folder: Path, name: str, values: np.ndarray, n_docs: int) -> None:
+    """Writes an index array as `name.npy` in its `array_dtype` (never pickled)."""
+    dtype = array_dtype(name, values, n_docs)
+    np.save(folder / f"{name}.npy", np.ascontiguousarray(values, dtype), allow_pickle=False)
+
+
+def read_arrays(folder: Path, names: tuple[str, ...], mmap: bool) -> dict[str, np.ndarray]:
+    """The `ARRAY_SHAPES` arrays `names` of an index folder (`read_array`)."""
+    return {name: read_array(folder / f"{name}.npy", *ARRAY_SHAPES[name], mmap) for name in names}
 
 
 class DocIds(Sequence[str]):
@@ -77,16 +102,11 @@ def write_doc_ids(path: Path, ids: Sequence[str]) -> None:
 
 def read_doc_ids(folder: Path, mmap: bool = True) -> Sequence[str]:
     """
-    The document ids of an index folder: `doc_ids.arrow` (memory-mapped with `mmap`), or format 3's `doc_ids.json`.
+    The document ids of an index folder: `doc_ids.arrow`, memory-mapped with `mmap`.
 
-    :raises ValueError: If neither is there, or the file is not a column of strings.
+    :raises ValueError: If it is missing, or not a column of strings.
     """
     path = folder / DOC_IDS_FILE
-    if not path.exists() and (folder / JSON_DOC_IDS_FILE).exists():
-        ids = read_json(folder / JSON_DOC_IDS_FILE, list)
-        if not all(isinstance(value, str) for value in ids):
-            raise ValueError(f"{folder / JSON_DOC_IDS_FILE} must hold a list of strings.")
-        return ids
     try:
         source = pa.memory_map(str(path), "r") if mmap else pa.OSFile(str(path), "rb")
         table = pa.ipc.open_file(source).read_all()
@@ -119,15 +139,14 @@ def write_index_files(directory: Path, files: IndexFiles, kept: frozenset[str] =
     Writes an index folder, creating the directory if needed.
 
     :param directory: The folder.
-    :param files: What to write; each array is converted to its `ARRAY_SHAPES` dtype.
+    :param files: What to write; each array is converted to its `array_dtype`.
     :param kept: Names of files the folder already holds with these very bytes (`VOCABULARY_FILE`,
         `DOC_IDS_FILE`, an array's `name.npy`), left as they are; the header is always written.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    for name, (dtypes, _) in ARRAY_SHAPES.items():
-        dtype = posting_dtype(len(files.doc_ids)) if name == "doc_indices" else dtypes[0]
+    for name in ARRAY_SHAPES:
         if f"{name}.npy" not in kept:
-            np.save(directory / f"{name}.npy", np.ascontiguousarray(files.arrays[name], dtype), allow_pickle=False)
+            write_array(directory, name, files.arrays[name], len(files.doc_ids))
     if VOCABULARY_FILE not in kept:
         write_json(directory / VOCABULARY_FILE, files.vocabulary)
     if DOC_IDS_FILE not in kept:
@@ -142,22 +161,22 @@ def read_index_files(directory: Path, mmap: bool) -> IndexFiles:
     :param directory: The folder.
     :param mmap: Memory-map the arrays read-only instead of reading them.
     :returns: Its contents.
-    :raises ValueError: If a file is missing or malformed, the format is not one of `READ_FORMATS` (an index saved
+    :raises ValueError: If a file is missing or malformed, the format is not `FORMAT` (an index saved
         by an earlier version must be built again: the message names its format), or an array has another dtype
         or number of dimensions (object arrays, which need pickle, included).
     """
     header = read_json(directory / HEADER_FILE, dict)
     found = header.pop("format", None)
-    if found not in READ_FORMATS:
+    if found != FORMAT:
         raise ValueError(
-            f"{directory / HEADER_FILE} is an index of format {found!r}, not one of {', '.join(READ_FORMATS)} (an "
-            "index saved by another version of qa_core must be built again with `python -m jobs.index`)."
+            f"{directory / HEADER_FILE} is an index of format {found!r}, not {FORMAT} (an index saved by another "
+            "version of qa_core must be built again with `python -m jobs.index`)."
         )
     vocabulary = read_json(directory / VOCABULARY_FILE, list)
     if not all(isinstance(value, str) for value in vocabulary):
         raise ValueError(f"{directory / VOCABULARY_FILE} must hold a list of strings.")
     doc_ids = read_doc_ids(directory, mmap)
-    arrays = {name: read_array(directory / f"{name}.npy", *shape, mmap) for name, shape in ARRAY_SHAPES.items()}
+    arrays = read_arrays(directory, tuple(ARRAY_SHAPES), mmap)
     return IndexFiles(header=header, vocabulary=vocabulary, doc_ids=doc_ids, arrays=arrays)
 
 

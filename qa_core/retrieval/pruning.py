@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from qa_core.retrieval.pair_weights import PairWeights
+
 # Past this share of the index's documents as candidates, pruning costs more than scoring every document.
 MAX_CANDIDATE_SHARE = 0.03
 # Below this many documents in an index, scoring every document costs less than pruning's bookkeeping (at 5,000
@@ -31,39 +33,37 @@ _EPS = float(np.finfo(np.float64).eps)
 
 class PostingReader:
     """
-    Term lookups on an index's posting arrays (as plain arrays, memory-mapped or not) and each term's bound,
-    computed from its weights the first time a query needs it.
+    Term lookups on an index's posting arrays (as plain arrays, memory-mapped or not): a term's documents, the
+    weights of some of its postings (computed, `pair_weights`) and its bound.
 
     :param starts: `PostingLists.starts`.
     :param doc_indices: `PostingLists.doc_indices`.
-    :param weights: `PostingLists.weights`.
-    :param dense_row_of_term: Each common term's row in `dense_weights`.
-    :param dense_weights: `PostingLists.dense_weights`.
+    :param weights: The postings' weights.
+    :param bounds: `PostingLists.bounds`.
     :param n_docs: Documents in the index.
     """
 
     def __init__(
-        self,
-        starts: np.ndarray,
-        doc_indices: np.ndarray,
-        weights: np.ndarray,
-        dense_row_of_term: dict[int, int],
-        dense_weights: np.ndarray,
-        n_docs: int,
+        self, starts: np.ndarray, doc_indices: np.ndarray, weights: PairWeights, bounds: np.ndarray, n_docs: int
     ) -> None:
         # np.asarray drops np.memmap's subclass, whose Python-level indexing costs more than these small lookups.
         self.starts = np.asarray(starts)
         self.doc_indices = np.asarray(doc_indices)
-        self.weights = np.asarray(weights)
-        self.dense_row_of_term = dense_row_of_term
-        self.dense_weights = np.asarray(dense_weights)
+        self.pair_weights = weights
+        self.bounds = np.asarray(bounds)
         self.n_docs = n_docs
-        self._bounds: dict[int, float] = {}
 
-    def postings(self, term_id: int) -> tuple[np.ndarray, np.ndarray]:
-        """A term's `(postings,)` document indices (ascending) and weights."""
-        start, stop = int(self.starts[term_id]), int(self.starts[term_id + 1])
-        return self.doc_indices[start:stop], self.weights[start:stop]
+    def span(self, term_id: int) -> slice:
+        """Where a term's postings lie in the posting arrays."""
+        return slice(int(self.starts[term_id]), int(self.starts[term_id + 1]))
+
+    def docs(self, term_id: int) -> np.ndarray:
+        """A term's `(postings,)` document indices, ascending."""
+        return self.doc_indices[self.span(term_id)]
+
+    def weights(self, term_id: int) -> np.ndarray:
+        """A term's `(postings,)` weights, in the order of its documents."""
+        return self.pair_weights.weights(term_id, self.span(term_id))
 
     def size(self, term_id: int) -> int:
         """The documents holding a term."""
@@ -71,10 +71,7 @@ class PostingReader:
 
     def bound(self, term_id: int) -> float:
         """A term's largest weight, at least 0.0."""
-        bound = self._bounds.get(term_id)
-        if bound is None:
-            bound = self._bounds[term_id] = float(np.max(self.postings(term_id)[1], initial=0.0))
-        return bound
+        return float(self.bounds[term_id])
 
     def weights_at(self, term_id: int, docs: np.ndarray, scratch: np.ndarray) -> np.ndarray:
         """
@@ -82,25 +79,27 @@ class PostingReader:
 
         :param scratch: `(n_docs,)` int32 zeros, left so (`new_scratch`).
         """
-        dense_row = self.dense_row_of_term.get(term_id)
-        if dense_row is not None:
-            return self.dense_weights[dense_row][docs]
-        term_docs, term_weights = self.postings(term_id)
+        span = self.span(term_id)
+        term_docs = self.doc_indices[span]
         small, large = sorted((term_docs.size, docs.size))
+        weights = np.zeros(docs.size)
         # Measured costs: a table costs about 2 per posting and 3 per candidate, binary searches 1 per level.
         if 2 * term_docs.size + 3 * docs.size < small * math.log2(large + 1):
             scratch[term_docs] = np.arange(1, term_docs.size + 1, dtype=np.int32)  # each document's posting + 1
             at = scratch[docs]
             scratch[term_docs] = 0
-            return np.where(at > 0, term_weights[at - 1], 0.0)
-        if term_docs.size < docs.size:  # look the term's documents up among the candidates
+            found = at > 0
+            postings = at[found] - 1
+        elif term_docs.size < docs.size:  # look the term's documents up among the candidates
             at = np.minimum(np.searchsorted(docs, term_docs), docs.size - 1)
-            found = docs[at] == term_docs
-            weights = np.zeros(docs.size)
-            weights[at[found]] = term_weights[found]
-            return weights
-        at = np.minimum(np.searchsorted(term_docs, docs), term_docs.size - 1)  # the candidates among the postings
-        return np.where(term_docs[at] == docs, term_weights[at], 0.0)
+            held = docs[at] == term_docs
+            found, postings = at[held], np.flatnonzero(held)
+        else:  # the candidates among the postings
+            at = np.minimum(np.searchsorted(term_docs, docs), term_docs.size - 1)
+            found = term_docs[at] == docs
+            postings = at[found]
+        weights[found] = self.pair_weights.weights(term_id, postings + span.start)
+        return weights
 
     def new_scratch(self) -> np.ndarray:
         """Zeros for `weights_at`, one array for any number of lookups (not shared between threads)."""
@@ -130,7 +129,7 @@ def pruned_top_k(
     seed = terms.seed(threshold)
     if terms.sizes[seed] > MAX_CANDIDATE_SHARE * reader.n_docs:
         return None
-    seed_docs, seed_weights = reader.postings(term_ids[seed])
+    seed_docs, seed_weights = reader.docs(term_ids[seed]), reader.weights(term_ids[seed])
     weights = np.empty((seed_docs.size, len(term_ids)))  # (candidates, terms), terms in query order
     weights[:, seed] = seed_weights
     raise_threshold = floor == -np.inf  # no floor: raise the threshold from the seeds' partial sums
@@ -170,8 +169,6 @@ class _Terms:
         self.tolerance = 4 * len(term_ids) * _EPS * self.total
         self.order: list[int] = []
         self.unknown: list[float] = []  # unknown[j]: the bounds of order[j:], then 0.0
-        self.dense_rows: list[int | None] = []  # each term's row in `dense_weights`, in the order
-        self.dense_tail = 0
 
     def seed(self, threshold: float) -> int:
         """
@@ -186,11 +183,6 @@ class _Terms:
         rest = sorted((at for at in everything if at not in required), key=lambda at: -self.bounds[at])
         self.order = required + rest
         seed = self.order[0]
-        dense = [self.reader.dense_row_of_term.get(self.term_ids[at]) for at in self.order]
-        self.dense_tail = len(self.order)  # where the trailing run of terms with dense rows starts in the order
-        while self.dense_tail > 1 and dense[self.dense_tail - 1] is not None:
-            self.dense_tail -= 1
-        self.dense_rows = dense
         self.unknown = [0.0] * (len(self.order) + 1)
         for step in range(len(self.order) - 1, -1, -1):
             self.unknown[step] = self.unknown[step + 1] + self.bounds[self.order[step]]
@@ -216,7 +208,7 @@ class _Terms:
             return None
         marked = np.zeros(self.reader.n_docs, bool)
         for at in needed:
-            marked[self.reader.postings(self.term_ids[at])[0]] = True
+            marked[self.reader.docs(self.term_ids[at])] = True
         marked[seed_docs] = False
         return np.flatnonzero(marked)
 
@@ -250,10 +242,6 @@ def _narrow(
             docs, alive, partial = docs[left], alive[left], partial[left]
             if docs.size == 0:
                 break
-        if step == terms.dense_tail:  # the rest are common terms' dense rows: gathered at once
-            weights = weights[alive]
-            weights[:, order[step:]] = reader.dense_weights[np.ix_(terms.dense_rows[step:], docs)].T
-            return docs, weights, threshold
         row = order[step]
         found = reader.weights_at(terms.term_ids[row], docs, terms.scratch)
         weights[alive, row] = found

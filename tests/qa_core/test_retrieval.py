@@ -27,22 +27,14 @@ from qa_core.retrieval import (
     merge_top_k,
     pruning,
 )
-from qa_core.retrieval import corpus as corpus_module
+from qa_core.retrieval import counted as counted_module
 from qa_core.retrieval import counts as counts_module
 from qa_core.retrieval import index as index_module
-from qa_core.retrieval import sharding as sharding_module
+from qa_core.retrieval import pair_weights as pair_weights_module
+from qa_core.retrieval.counted import CountedShard, count_parts, count_shard
 from qa_core.retrieval.fingerprint import add_fingerprints, fingerprint_hex
 from qa_core.retrieval.scoring import resolve_parameters
-from qa_core.retrieval.sharding import (
-    CountedShard,
-    ShardCounts,
-    count_parts,
-    count_shard,
-    search_shards,
-    shard_bounds,
-    weigh_counted_shard,
-    weigh_shard,
-)
+from qa_core.retrieval.sharding import search_shards, shard_bounds, weigh_counted_shard
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.topk import top_k
 
@@ -214,6 +206,12 @@ def test_three_shards_equal_one_index(algorithm: str) -> None:
         np.testing.assert_array_equal(merged_scores, scores)  # same weights, same summation order: bit-equal
 
 
+def _steps_of(monkeypatch: pytest.MonkeyPatch, postings: int) -> None:
+    """Counting's and weighing's steps of a few postings, so that terms and documents straddle them."""
+    monkeypatch.setattr(counted_module, "PAIRS_PER_STEP", postings)
+    monkeypatch.setattr(index_module, "PAIRS_PER_STEP", postings)
+
+
 def _assert_same_shard(shard: BM25Index, reference: BM25Index) -> None:
     """Bit for bit: the same terms, documents, statistics and arrays (dtypes and bytes)."""
     assert (shard.vocabulary, shard.doc_ids, shard.doc_offset) == (
@@ -237,8 +235,8 @@ def test_shards_counted_apart_and_weighed_with_merged_statistics_equal_build_sha
     in order, then each shard weighed from its loaded counts (its terms put in the corpus's order), a few
     postings at a time, the tfc computed per posting or looked up in a table of the shard's (count, length).
     """
-    monkeypatch.setattr(sharding_module, "_PAIRS_PER_STEP", 7)
-    monkeypatch.setattr(sharding_module, "_TFC_TABLE_SHARE", tfc_table_share)
+    _steps_of(monkeypatch, 7)
+    monkeypatch.setattr(pair_weights_module, "_TFC_TABLE_SHARE", tfc_table_share)
     ids, texts, _ = _search_grid()
     parameters, tokenizer = resolve_parameters(algorithm, None), Tokenizer()
     expected = build_sharded(ids, texts, n_shards=3, algorithm=algorithm)
@@ -252,10 +250,9 @@ def test_shards_counted_apart_and_weighed_with_merged_statistics_equal_build_sha
     for shard, ((counted, statistics), start) in enumerate(zip(parts, bounds, strict=False)):
         counted.save(tmp_path / str(shard))
         loaded = CountedShard.load(tmp_path / str(shard))
+        doc_fingerprint = fingerprint_hex(statistics.fingerprint)
         shards.append(
-            weigh_shard(
-                loaded, start, fingerprint_hex(statistics.fingerprint), weights, algorithm, parameters, tokenizer.regex
-            )[0]
+            BM25Index.from_counted(loaded, start, doc_fingerprint, weights, algorithm, parameters, tokenizer.regex)
         )
     assert any(shard.vocabulary != counted.vocabulary for shard, (counted, _) in zip(shards, parts, strict=True))
     for shard, reference in zip(shards, expected, strict=True):
@@ -271,10 +268,8 @@ def test_a_shard_counted_in_parts_equals_the_shard_counted_at_once() -> None:
     parts = ((ids[start:stop], texts[start:stop]) for start, stop in zip(bounds[:-1], bounds[1:], strict=True))
     counted, statistics = count_parts(parts, 100, Tokenizer())
     assert (counted.vocabulary, counted.doc_ids) == (whole.vocabulary, whole.doc_ids)
-    for name in ("starts", "doc_indices", "counts.term_counts", "counts.doc_lengths"):
-        got, want = counted, whole
-        for attribute in name.split("."):
-            got, want = getattr(got, attribute), getattr(want, attribute)
+    for name, want in whole.arrays().items():
+        got = counted.arrays()[name]
         assert got.dtype == want.dtype and np.array_equal(got, want), name
     fields = ("vocabulary", "n_docs", "total_length", "fingerprint_hex")
     assert [getattr(statistics, field) for field in fields] == [getattr(expected, field) for field in fields]
@@ -301,14 +296,12 @@ def test_shards_weighed_again_for_a_grown_corpus_equal_shards_built_with_its_sta
     def weigh(shard: CountedShard, start: int, statistics: CorpusStatistics, corpus: CorpusStatistics):
         """The shard (whose own statistics are `statistics`) weighed with the statistics of the `corpus`."""
         doc_fingerprint, weights = fingerprint_hex(statistics.fingerprint), corpus.weights(algorithm, parameters)
-        return weigh_shard(shard, start, doc_fingerprint, weights, algorithm, parameters, tokenizer.regex)
+        return BM25Index.from_counted(shard, start, doc_fingerprint, weights, algorithm, parameters, tokenizer.regex)
 
     for (counted, statistics), start in zip(parts[:2], (0, 250), strict=True):
-        shard, counts = weigh(counted, start, statistics, before)
-        shard.save(tmp_path)
-        counts.save(tmp_path)
-        grown, _ = weigh(CountedShard.load(tmp_path), start, statistics, after)  # again, from the saved folder
-        expected, _ = weigh(counted, start, statistics, after)
+        weigh(counted, start, statistics, before).save(tmp_path)
+        grown = weigh(CountedShard.load(tmp_path), start, statistics, after)  # again, from the saved folder
+        expected = weigh(counted, start, statistics, after)
         _assert_same_shard(grown, expected)
     whole = build_sharded(ids, texts, n_shards=1, algorithm=algorithm)[0]
     assert whole.corpus == grown.corpus
@@ -317,8 +310,9 @@ def test_shards_weighed_again_for_a_grown_corpus_equal_shards_built_with_its_sta
 def test_a_shard_weighed_in_its_folder_writes_only_the_files_that_change(tmp_path: Path) -> None:
     """
     `weigh_counted_shard`: a counted shard's folder weighed (its terms put in the corpus's order: its files in term
-    order written again), then weighed again for a grown corpus: each time `weigh_shard`'s index bit for bit, and
-    the second time its weights and header written, its files in term order and its ids left as they were.
+    order written again), then weighed again for a grown corpus: each time `BM25Index.from_counted`'s index bit for
+    bit, and the second time its idf, bounds and header written, its counts, files in term order and ids left as
+    they were.
     """
     ids, texts, _ = _search_grid()
     parameters, tokenizer = resolve_parameters("BM25L", None), Tokenizer()
@@ -334,11 +328,12 @@ def test_a_shard_weighed_in_its_folder_writes_only_the_files_that_change(tmp_pat
             os.utime(tmp_path / name, ns=(0, 0))
         arguments = (250, fingerprint_hex(statistics.fingerprint), weights, "BM25L", parameters, tokenizer.regex)
         terms = weigh_counted_shard(tmp_path, *arguments)
-        expected, counts = weigh_shard(counted, *arguments)
+        expected = BM25Index.from_counted(counted, *arguments)
         _assert_same_shard(BM25Index.load(tmp_path), expected)
         assert terms == len(expected.vocabulary)
-        saved = ShardCounts.load(tmp_path).term_counts  # in the smallest type that holds them
-        assert saved.dtype == np.uint8 and saved.tolist() == counts.term_counts.tolist()
+        saved = CountedShard.load(tmp_path)  # counts and lengths in the smallest type that holds them
+        assert saved.term_counts.dtype == saved.doc_lengths.dtype == np.uint8
+        assert saved.term_counts.tolist() == expected.postings.term_counts.tolist()
         written = [name for name in untouched if (tmp_path / name).stat().st_mtime_ns]
         assert written == ([] if len(corpus) == 3 else ["vocabulary.json", "starts.npy", "doc_indices.npy",
                                                         "term_counts.npy"])  # fmt: skip
@@ -363,28 +358,28 @@ def test_counting_and_weighing_in_steps_equal_doing_it_at_once(monkeypatch: pyte
     ids, texts, _ = _search_grid()
     whole = BM25Index.build(ids, texts)
     monkeypatch.setattr(counts_module, "_CHUNK_DOCS", 7)
-    monkeypatch.setattr(corpus_module, "_DOCS_PER_STEP", 5)
+    monkeypatch.setattr(counted_module, "COUNT_PART_DOCS", 11)
+    _steps_of(monkeypatch, 5)
     chunked = BM25Index.build(ids, texts)
     assert chunked.vocabulary == whole.vocabulary
     for name, array in vars(whole.postings).items():
         np.testing.assert_array_equal(getattr(chunked.postings, name), array)
 
 
-@pytest.mark.parametrize("algorithm", HAYSTACK_ALGORITHMS)
-def test_dense_rows_of_common_terms_score_exactly_as_their_postings(
+@pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L", "BM25Plus", "Lucene"])
+def test_weights_looked_up_or_computed_posting_by_posting_score_bit_for_bit_alike(
     algorithm: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A search's weights come from a table of (count, length) or the formulas per posting: the same bits."""
     ids, texts, queries = _search_grid()
-    with_rows = BM25Index.build(ids, texts, algorithm=algorithm)
-    n_common = with_rows.postings.dense_terms.size
-    assert 0 < n_common < len(with_rows.vocabulary) // 10  # both paths are taken by the grid's queries
-    monkeypatch.setattr(index_module, "DENSE_TERM_SHARE", 2.0)  # no term is in twice the documents
-    without_rows = BM25Index.build(ids, texts, algorithm=algorithm)
-    assert without_rows.postings.dense_terms.size == 0
-    for query in queries:  # bit for bit: the same sums in the same order
-        assert with_rows.score(query).tobytes() == without_rows.score(query).tobytes()
-    for left, right in zip(with_rows.search(queries, 10), without_rows.search(queries, 10), strict=True):
-        assert left.tobytes() == right.tobytes()
+    found = []
+    for share in (0.0, math.inf):
+        monkeypatch.setattr(pair_weights_module, "_TFC_TABLE_SHARE", share)
+        index = BM25Index.build(ids, texts, algorithm=algorithm)
+        assert (index._weights._table is None) == (share == 0.0)
+        scores = [index.score(query).tobytes() for query in queries]
+        found.append(scores + [array.tobytes() for array in index.search(queries, 10)])
+    assert found[0] == found[1]
 
 
 def _windows_corpus() -> tuple[list[str], list[str], list[str]]:
@@ -486,7 +481,7 @@ def test_save_load_round_trip_is_identical_and_memory_mapped(tmp_path: Path) -> 
     for left, right in zip(index.search(queries, 10), loaded.search(queries, 10), strict=True):
         np.testing.assert_array_equal(left, right)
     in_memory = BM25Index.load(tmp_path / "index", mmap=False)
-    assert not isinstance(in_memory.postings.weights, np.memmap)
+    assert not isinstance(in_memory.postings.term_counts, np.memmap)
 
 
 _UNPICKLED: list[str] = []
@@ -504,53 +499,67 @@ class _Payload:
 
 def test_load_refuses_an_array_that_needs_pickle(tmp_path: Path) -> None:
     BM25Index.build(["a", "b"], ["alpha beta", "beta"]).save(tmp_path)
-    np.save(tmp_path / "weights.npy", np.array([_Payload()], dtype=object), allow_pickle=True)
+    np.save(tmp_path / "idf.npy", np.array([_Payload()], dtype=object), allow_pickle=True)
     assert pickle.loads(pickle.dumps(_Payload())) == "payload" and _UNPICKLED == ["ran"]  # the payload is live
     _UNPICKLED.clear()
-    with pytest.raises(ValueError, match="weights.npy"):
+    with pytest.raises(ValueError, match="idf.npy"):
         BM25Index.load(tmp_path)
-    with pytest.raises(ValueError, match="weights.npy"):
+    with pytest.raises(ValueError, match="idf.npy"):
         BM25Index.load(tmp_path, mmap=False)
     assert _UNPICKLED == []
 
 
 def test_load_refuses_a_malformed_folder(tmp_path: Path) -> None:
     BM25Index.build(["a", "b"], ["alpha beta", "beta"]).save(tmp_path)
-    np.save(tmp_path / "weights.npy", np.zeros(3, dtype=np.float32))
+    np.save(tmp_path / "idf.npy", np.zeros(2, dtype=np.float32))
     with pytest.raises(ValueError, match="float64"):
         BM25Index.load(tmp_path)
-    np.save(tmp_path / "weights.npy", np.zeros(7, dtype=np.float64))
-    with pytest.raises(ValueError, match="do not match"):
+    np.save(tmp_path / "idf.npy", np.zeros(7, dtype=np.float64))
+    with pytest.raises(ValueError, match="one number per term"):
         BM25Index.load(tmp_path)
-    np.save(tmp_path / "weights.npy", np.zeros(3, dtype=np.float64))
+    np.save(tmp_path / "idf.npy", np.zeros(2, dtype=np.float64))
+    np.save(tmp_path / "term_counts.npy", np.array([1, 0, 1], np.uint8))
+    with pytest.raises(ValueError, match="counts its term 0 times"):
+        BM25Index.load(tmp_path)
+    np.save(tmp_path / "term_counts.npy", np.array([1, 1, 1], np.uint8))
     np.save(tmp_path / "doc_indices.npy", np.array([0, 2, 1]))  # document 2 of 2
     with pytest.raises(ValueError, match="documents beyond the index's 2: it is corrupt"):
         BM25Index.load(tmp_path)
+    np.save(tmp_path / "doc_indices.npy", np.array([0, 0, 1, 1]))
+    with pytest.raises(ValueError, match="do not match"):
+        BM25Index.load(tmp_path)
     (tmp_path / "index.json").write_text('{"format": "something else"}')
-    with pytest.raises(ValueError, match="is an index of format 'something else', not one of qa_core.retrieval.bm25/4"):
+    with pytest.raises(ValueError, match="is an index of format 'something else', not qa_core.retrieval.bm25/5"):
         BM25Index.load(tmp_path)
     with pytest.raises(ValueError, match="Cannot read"):
         BM25Index.load(tmp_path / "missing")
 
 
-def test_an_index_is_compact_and_one_of_the_format_before_is_still_read(tmp_path: Path) -> None:
-    """Format 4: uint32 postings and ids in `doc_ids.arrow`, memory-mapped; format 3 (int64, `doc_ids.json`) read."""
+def test_an_index_keeps_counts_not_weights_and_one_of_an_earlier_format_is_refused(tmp_path: Path) -> None:
+    """
+    Format 5: uint32 postings, term counts and lengths in a byte each, ids in `doc_ids.arrow`, memory-mapped, and
+    no stored weights; an index of format 4 (stored float64 weights) asks to be built again.
+    """
     texts, queries = CORPORA["english"]
     ids = [f"doc-{i}" for i in range(len(texts))]
-    BM25Index.build(ids, texts).save(tmp_path)
+    built = BM25Index.build(ids, texts)
+    built.save(tmp_path)
     index = BM25Index.load(tmp_path)
-    assert index.postings.doc_indices.dtype == np.uint32 and isinstance(index.postings.doc_indices, np.memmap)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "bounds.npy", "doc_ids.arrow", "doc_indices.npy", "doc_lengths.npy", "idf.npy", "index.json", "starts.npy",
+        "term_counts.npy", "vocabulary.json",
+    ]  # fmt: skip
+    dtypes = {name: getattr(index.postings, name).dtype for name in ("doc_indices", "term_counts", "doc_lengths")}
+    assert dtypes == {"doc_indices": np.uint32, "term_counts": np.uint8, "doc_lengths": np.uint8}
+    assert isinstance(index.postings.doc_indices, np.memmap)
     assert (index.doc_ids[3], index.doc_ids[-2:], list(index.doc_ids)) == ("doc-3", ids[-2:], ids)
-    expected = index.search(queries, 5)
-    header = json.loads((tmp_path / "index.json").read_text())
-    (tmp_path / "index.json").write_text(json.dumps({**header, "format": "qa_core.retrieval.bm25/3"}))
-    np.save(tmp_path / "doc_indices.npy", np.asarray(index.postings.doc_indices, np.int64))
-    (tmp_path / "doc_ids.json").write_text(json.dumps(ids))
-    (tmp_path / "doc_ids.arrow").unlink()
-    older = BM25Index.load(tmp_path)
-    assert older.postings.doc_indices.dtype == np.int64 and older.doc_ids == ids
-    for found, wanted in zip(older.search(queries, 5), expected, strict=True):
+    for found, wanted in zip(index.search(queries, 5), built.search(queries, 5), strict=True):
         assert found.tobytes() == wanted.tobytes()
+    header = json.loads((tmp_path / "index.json").read_text())
+    (tmp_path / "index.json").write_text(json.dumps({**header, "format": "qa_core.retrieval.bm25/4"}))
+    message = "is an index of format 'qa_core.retrieval.bm25/4', not qa_core.retrieval.bm25/5 .* `python -m jobs.index`"
+    with pytest.raises(ValueError, match=message):
+        BM25Index.load(tmp_path)
 
 
 def test_retriever_saves_and_loads_an_index_folder(tmp_path: Path) -> None:

@@ -225,7 +225,7 @@ def test_documents_added_as_shards_give_the_index_of_all_the_documents(
     local_ray, tmp_path: Path, documents: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """
-    `--add`: old shards weighed again from their term counts, only their weights and headers written again, their
+    `--add`: old shards weighed again from their term counts, only their idf, bounds and headers written again, their
     ids checked from their stored hashes; the added shard counted in a part per CPU; the hits, scores and
     statistics of a build of all.
     """
@@ -242,12 +242,13 @@ def test_documents_added_as_shards_give_the_index_of_all_the_documents(
     assert index_command.main(["--documents", str(old), "--output", str(grown), *size]) == 0
     first = Path(shard_locations(str(grown), json.loads((grown / BUILD_FILE).read_text())["shards"])[0])
     assert shard_id_hashes(str(first)).tobytes() == id_hashes(read_doc_ids(str(first))).tobytes()
-    kept = ["vocabulary.json", "doc_ids.arrow", "starts.npy", "doc_indices.npy", "term_counts.npy", ID_HASHES_FILE]
-    for name in [*kept, "weights.npy"]:
+    kept = ["vocabulary.json", "doc_ids.arrow", "starts.npy", "doc_indices.npy", "term_counts.npy", "doc_lengths.npy",
+            ID_HASHES_FILE]  # fmt: skip
+    for name in [*kept, "idf.npy", "bounds.npy"]:
         os.utime(first / name, ns=(0, 0))
     assert index_command.main(["--add", str(Path(documents) / "part-2.parquet"), "--index", str(grown)]) == 0
     assert [(first / name).stat().st_mtime_ns for name in kept] == [0] * len(kept)
-    assert (first / "weights.npy").stat().st_mtime_ns != 0
+    assert (first / "idf.npy").stat().st_mtime_ns != 0 and (first / "bounds.npy").stat().st_mtime_ns != 0
     assert index_command.main(["--documents", documents, "--output", str(whole), *size]) == 0
     record, expected = (json.loads((folder / BUILD_FILE).read_text()) for folder in (grown, whole))
     for key in ("documents", "source_documents", "vocabulary", "fingerprint", "split_length", "shard_size"):
