@@ -44,7 +44,7 @@ class PairWeights:
         self.doc_indices = np.asarray(doc_indices)
         self.term_counts = np.asarray(term_counts)
         self.doc_lengths = np.asarray(doc_lengths)
-        self._formula = (algorithm, parameters, avg_doc_len)
+        self.algorithm, self.parameters, self.avg_doc_len = algorithm, parameters, avg_doc_len
         self._table, self._columns = self._tfc_table()
 
     def weights(self, term_id: int, places: slice | np.ndarray) -> np.ndarray:
@@ -55,8 +55,8 @@ class PairWeights:
         """`(postings,)` float64 the tfc of the postings at these places of the posting arrays."""
         docs = self.doc_indices[places]
         if self._table is None:
-            lengths = self.doc_lengths[docs]
-            return term_frequency_components(*self._formula[:2], self.term_counts[places], lengths, self._formula[2])
+            counts, lengths = self.term_counts[places], self.doc_lengths[docs]
+            return term_frequency_components(self.algorithm, self.parameters, counts, lengths, self.avg_doc_len)
         entries = self.term_counts[places].astype(np.int64)  # (count - 1) * lengths + the document's column
         entries -= 1
         entries *= self._table.shape[1]
@@ -73,7 +73,6 @@ class PairWeights:
         rows = int(np.max(self.term_counts, initial=0))
         if rows * lengths.size > min(_TFC_TABLE_SHARE * self.term_counts.size, _TFC_TABLE_ENTRIES):
             return None, None
-        counts = np.repeat(np.arange(1, rows + 1), lengths.size)
-        algorithm, parameters, avg_doc_len = self._formula
-        table = term_frequency_components(algorithm, parameters, counts, np.tile(lengths, rows), avg_doc_len)
+        counts, pair_lengths = np.repeat(np.arange(1, rows + 1), lengths.size), np.tile(lengths, rows)
+        table = term_frequency_components(self.algorithm, self.parameters, counts, pair_lengths, self.avg_doc_len)
         return table.reshape(rows, lengths.size), columns.astype(np.min_scalar_type(max(1, lengths.size - 1)))
