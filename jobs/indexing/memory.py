@@ -14,9 +14,10 @@ if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (
 
 # Memory a count or weigh task holds per passage of its shard, at its peak: measured on 300,000 synthetic passages
 # of 80 words (`jobs.bench.retrieval.synthetic_texts`, 53 postings a passage) as a process's peak resident memory
-# above its level before the step, the shard counted (`sharding.count_parts`: 1,410 bytes a passage, one part's
-# tokens, then the shard's compact counts) and weighed (`sharding.weigh_counted_shard`: 1,387, postings, counts,
-# weights and their reordered copies). The larger, rounded up, with a margin for Arrow buffers around them.
+# above its level before the step, the shard counted (`counted.count_parts`: 1,410 bytes a passage, one part's
+# tokens, then the shard's compact counts) and weighed (`sharding.weigh_counted_shard`: 1,387 in index format 4,
+# postings, counts, float64 weights and their reordered copies; format 5 holds no weights). The larger, rounded up,
+# with a margin for Arrow buffers around them.
 BYTES_PER_PASSAGE = 2048
 # The share of a node's memory a build uses without `--memory-budget`: room for the other processes of a node.
 MEMORY_SHARE = 0.25

@@ -34,7 +34,7 @@ PASSAGE_SCHEMA = pa.schema(
 _SPLIT_SCHEMA = pa.schema([field for field in PASSAGE_SCHEMA if field.name != "position"])  # before numbering
 _READ_BATCH = 65536  # documents read at a time from a row group
 # Passages a shard's part holds at least, where shards are cut into parts counted by tasks of their own
-# (`shard_parts`): as many as one count holds at a time (`sharding.COUNT_PART_DOCS`), so a part is one such count.
+# (`shard_parts`): as many as one count holds at a time (`counted.COUNT_PART_DOCS`), so a part is one such count.
 LEAST_PART = COUNT_PART_DOCS
 
 

@@ -121,7 +121,7 @@ class CorpusStatistics:
             )
 
     def weights(self, algorithm: str, parameters: dict[str, float]) -> "CorpusWeights":
-        """What a shard of the corpus is weighed with (`sharding.weigh_shard`)."""
+        """What a shard of the corpus is weighed with (`index.BM25Index.from_counted`)."""
         return CorpusWeights(
             term_ids={term: term_id for term_id, term in enumerate(self.vocabulary)},
             idf=inverse_document_frequencies(algorithm, parameters, self.doc_frequencies, self.n_docs),
