@@ -135,7 +135,7 @@ API_TYPES = (
     "qa_core.spans.SequenceSpans",
     "qa_core.retrieval.scored_document.ScoredDocument",
 )
-API_MODULES = ("qa_core.squad", "qa_core.evaluation")
+API_MODULES = ("qa_core.squad", "qa_core.question_files", "qa_core.evaluation")
 
 
 def _load(target: str) -> Any:

@@ -7,7 +7,7 @@
   page by page, and tasks whose `data.question_id` the project already holds are not imported again, so a second
   push adds no duplicates (and a push after a bigger `--review` adds only the new questions). Imported in batches.
 - `pull --url URL --project PROJECT --to FILE [--format JSON|JSON_MIN]`: writes the project's export (every task,
-  reviewed or not), streamed to FILE, then reads it back through `qa_core.annotation.label_studio_dataset` and
+  reviewed or not), streamed to FILE, then reads it back through `qa_core.question_files.read_questions` and
   prints what it holds, so that the file is known to be usable as `jobs.evaluate --gold`, `jobs.train --train` or
   `jobs.bulk_qa --questions` before it is used.
 
@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from qa_core.annotation import LABEL_STUDIO_CONFIG
-from qa_core.squad import SquadFormatError, read_squad
+from qa_core.question_files import read_questions
+from qa_core.squad import SquadFormatError
 
 TOKEN_ENV = "LABEL_STUDIO_API_KEY"
 FORMATS = ("JSON", "JSON_MIN")
@@ -181,7 +182,7 @@ def pull(client: LabelStudio, project: str, to: Path, export_format: str) -> dic
     project_id = client.project_id(project, create=False)
     to.parent.mkdir(parents=True, exist_ok=True)
     client.download(f"/api/projects/{project_id}/export?exportType={export_format}&download_all_tasks=true", to)
-    dataset = read_squad(to)
+    dataset = read_questions(to)
     if not dataset.has_gold:  # nothing reviewed yet: every task is an unlabelled question
         return {"project": project_id, "reviewed": 0, "unreviewed": len(dataset.examples)}
     return {"project": project_id, "reviewed": len(dataset.examples), "unreviewed": len(dataset.unreviewed)}

@@ -65,14 +65,12 @@ class RayLogFilter:
     every other byte goes on, in order, to what `fd` was at `start()` (a terminal, a file, pytest's capture). In
     place of a terminal, `fd` is a pseudo-terminal of the same size: a progress bar still shows as one.
 
-    Usage:
-        ray_logs = RayLogFilter()
-        try:
+    Usage (an entry point's `main`; the `with` block stops the filter, started or not, however the block ends):
+        with RayLogFilter() as ray_logs:
             ray_logs.start()  # before `ray.init`: the driver's core worker logs from its start
             ...
-        finally:
-            ray_logs.stop()  # `fd` as it was, every line written before passed on: a traceback printed after
-            # (the interpreter's, at exit) goes straight to it
+        # `fd` as it was, every line written before passed on: a traceback printed after (the interpreter's, at
+        # exit) goes straight to it
 
     :param fd: The file descriptor to filter (2, stderr).
     """
@@ -81,6 +79,12 @@ class RayLogFilter:
         self.fd = fd
         self._original: int | None = None  # a duplicate of what `fd` was, which the thread writes to
         self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "RayLogFilter":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def start(self) -> None:
         """Points `fd` at a pipe (a pseudo-terminal in place of a terminal) that the filter reads; does nothing if

@@ -3,8 +3,8 @@ A reader's results over a SQuAD dataset in the formats other tools read: the off
 (`predictions.json`, `na_probs.json`), the dataset annotated with its predicted spans (SQuAD JSON, with silver
 labels for unlabelled questions) and Label Studio tasks for review; and the one converter back: a Label Studio
 export of the reviewed tasks as SQuAD questions with gold answers (`label_studio_dataset`, which
-`qa_core.squad.read_squad` calls for a `.json` list, so every reader of SQuAD files reads exports). Pure functions
-over plain records: they know nothing of the reader or of the engine that ran it.
+`qa_core.question_files.read_questions` calls for a `.json` list, so every command that reads SQuAD files reads
+exports). Pure functions over plain records: they know nothing of the reader or of the engine that ran it.
 
 Usage example:
 ```python

@@ -123,9 +123,7 @@ def read_squad(path: str | Path, allow_misaligned_gold: bool = False) -> SquadDa
     """
     Reads SQuAD questions from the official JSON layout or from Hugging Face's `squad` / `squad_v2` layout.
 
-    Layouts, by file name:
-    - `.json` holding a list: a Label Studio export (JSON or JSON-MIN) of reviewed tasks, read by
-      `qa_core.annotation.label_studio_dataset` (see there for its rules).
+    Layouts, by file name (a Label Studio export, a `.json` list, is `qa_core.question_files.read_questions`'s):
     - `.json`: the official layout (`{"version": ..., "data": [{"title", "paragraphs": [{"context", "qas"}]}]}`),
       or Hugging Face rows in its `data` list (`{"version": ..., "data": [{"id", "question", "context", ...}]}`),
       or JSON Lines of Hugging Face rows when the file is not one JSON object with a `data` field.
@@ -153,16 +151,20 @@ def read_squad(path: str | Path, allow_misaligned_gold: bool = False) -> SquadDa
     :raises FileNotFoundError: When `path` does not exist.
     """
     path = Path(path)
-    if path.suffix == ".json" and path.is_file():
-        text = path.read_text(encoding="utf-8")
-        document = _json_or_none(text)
-        if isinstance(document, list):  # a Label Studio export (JSON or JSON-MIN): a list of tasks
-            from qa_core.annotation import label_studio_dataset  # qa_core.annotation builds on this module
+    raw, declared_version = _read_raw(path)
+    return _build_dataset(path, raw, declared_version, allow_misaligned_gold)
 
-            return label_studio_dataset(path, document, allow_misaligned_gold)
-        raw, declared_version = _read_json(path, text, document)
-    else:
-        raw, declared_version = _read_raw(path)
+
+def squad_from_json(path: Path, text: str, document: Any, allow_misaligned_gold: bool = False) -> SquadDataset:
+    """
+    `read_squad` of a `.json` file already read, for a caller that looked at its JSON first.
+
+    :param path: The file, for error messages.
+    :param text: Its text.
+    :param document: The text parsed (`json_or_none`): `None` when it is not one JSON value (JSON Lines).
+    :param allow_misaligned_gold: As `read_squad`'s.
+    """
+    raw, declared_version = _read_json(path, text, document)
     return _build_dataset(path, raw, declared_version, allow_misaligned_gold)
 
 
@@ -180,12 +182,15 @@ def _read_raw(path: Path) -> tuple[list[_RawQuestion], Any]:
         raise SquadFormatError(path, [f"unknown file type {path.suffix!r}: expected .json, .jsonl or .parquet"])
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".json":
-        return _read_json(path, text, _json_or_none(text))
+        return _read_json(path, text, json_or_none(text))
     return [_hf_question(row, f"line {number}") for number, row in _json_lines(path, text)], None
 
 
 def _read_json(path: Path, text: str, document: Any) -> tuple[list[_RawQuestion], Any]:
     """A `.json` file's questions: `document` is its text parsed, `None` when it is not one JSON value."""
+    if isinstance(document, list):
+        problem = "a JSON list, not SQuAD's layout (read a Label Studio export with qa_core.question_files)"
+        raise SquadFormatError(path, [problem])
     if isinstance(document, dict) and "data" in document:
         if _hugging_face_rows(document["data"]):
             rows = [_hf_question(row, f"data[{i}]") for i, row in enumerate(document["data"])]
@@ -204,7 +209,8 @@ def _hugging_face_rows(data: Any) -> bool:
     return "paragraphs" not in data[0] and ("question" in data[0] or "context" in data[0])
 
 
-def _json_or_none(text: str) -> Any:
+def json_or_none(text: str) -> Any:
+    """`text` parsed as one JSON value, or `None` when it is not one (JSON Lines, or not JSON)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -490,8 +496,10 @@ __all__ = [
     "SquadDataset",
     "SquadExample",
     "SquadFormatError",
+    "json_or_none",
     "read_squad",
     "shown",
+    "squad_from_json",
     "squad_json",
     "write_squad_json",
 ]

@@ -29,6 +29,12 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
+def module_name(path: Path) -> str:
+    """`qa_core/ingest/convert.py` -> `qa_core.ingest.convert`; a package's `__init__.py` -> the package."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def modules(folder: str) -> list[Path]:
     paths = sorted((ROOT / folder).rglob("*.py"))
     assert paths, folder
@@ -95,3 +101,39 @@ def test_the_scan_sees_lazy_and_nested_imports() -> None:
     assert "jobs.bulk_qa.waves" in imported_modules(ROOT / "jobs/bulk_qa/driver.py")
     assert {"ray", "torch", "qa_core.reader"} <= imported_modules(ROOT / "jobs/bulk_qa/workers/read.py")
     assert "jobs.storage" in imported_modules(ROOT / "jobs/indexing/bm25.py")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of `qa_core` and `jobs` -> the modules of both it imports (`from package import module` too)."""
+    names = {module_name(path): path for folder in ("qa_core", "jobs") for path in modules(folder)}
+    graph = {}
+    for name, path in names.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
+                imported.add(node.module)  # the package, or the module the names come from
+        graph[name] = {module for module in imported if module in names} - {name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of two or more modules that each reach every other by imports (strongly connected components)."""
+    reach = {name: set() for name in graph}
+    for start in graph:
+        todo = list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module not in reach[start]:
+                reach[start].add(module)
+                todo.extend(graph[module])
+    groups = {frozenset({name} | {other for other in reach[name] if name in reach[other]}) for name in graph}
+    return sorted(sorted(group) for group in groups if len(group) > 1)
+
+
+def test_no_import_circle() -> None:
+    """A module that reaches back to itself through imports (as a lazy import can hide) is one layer, not two."""
+    assert circles(import_graph()) == []
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check can fail

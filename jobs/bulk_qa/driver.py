@@ -168,12 +168,9 @@ def run(config: JobConfig) -> int:
     # Without --verbose, Ray's C++ log lines are dropped from stderr from the moment Ray starts (`start_engine`)
     # until the run ends: stderr is then as it was, every line before passed on, and a traceback of the run,
     # printed after, goes straight to it.
-    ray_logs = RayLogFilter()
     show_model_library_output(config.run.verbose)  # no "Loading weights" bars from an in-process reader
-    try:
+    with RayLogFilter() as ray_logs:
         return run_with(config, ray_logs)
-    finally:
-        ray_logs.stop()
 
 
 def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:

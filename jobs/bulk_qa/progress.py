@@ -11,6 +11,10 @@ from collections.abc import Callable
 from typing import TextIO
 
 PLAIN_LINE_EVERY_S = 30.0
+# Seconds after which the stall watch interrupts the main thread again when the run has not ended: an interrupt that
+# lands in a finalizer (a `__del__`, such as a collected Ray Data executor's, run in the main thread) is dropped by
+# Python ("Exception ignored in ..."). Longer than the run takes to stop its wave once interrupted.
+INTERRUPT_AGAIN_S = 30.0
 
 
 def _duration(seconds: float) -> str:
@@ -96,7 +100,9 @@ class StallWatch:
     long before Ray Data's own no-progress timeout (30 minutes) ends it. Once `missing()` has named what the
     cluster lacks (work that fits on no node as the cluster is, not work waiting for a busy one) for `exit_after_s`
     seconds without a commit, the time an autoscaler or a replaced node has to bring it, it ends the run: it
-    interrupts the main thread, and leaving the watch raises `RunStalled` with the line to show.
+    interrupts the main thread (again every `interrupt_again_s` until the watch is left, as Python drops an interrupt
+    that lands in a finalizer), and leaving the watch raises `RunStalled` with the line to show. A check that fails
+    (the cluster's state unreadable for a moment) is told on the stream, and the next one runs as usual.
 
     Usage: `with StallWatch(300, waiting, 300, missing) as watch: ... watch.committed() ...`; a thread checks every
     few seconds.
@@ -111,6 +117,7 @@ class StallWatch:
     :param stream: Where to write (stderr by default).
     :param clock: Seconds since some start.
     :param interrupt: Interrupts the main thread (a KeyboardInterrupt there, as Ctrl-C).
+    :param interrupt_again_s: Seconds after an interrupt that did not end the run before the next.
     """
 
     def __init__(
@@ -124,14 +131,17 @@ class StallWatch:
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
         interrupt: Callable[[], None] = _thread.interrupt_main,
+        interrupt_again_s: float = INTERRUPT_AGAIN_S,
     ) -> None:
         self.after_s, self.waiting, self.exit_after_s, self.missing = after_s, waiting, exit_after_s, missing
-        self.warn, self.enabled, self.interrupt = warn, enabled, interrupt
+        self.warn, self.enabled, self.interrupt, self.interrupt_again_s = warn, enabled, interrupt, interrupt_again_s
         self.stream = stream or sys.stderr
         self.clock = clock
         self.last_commit = self.last_line = clock()
         self.lacking_since: float | None = None  # since when `missing()` names something, at every check
         self.failure: str | None = None  # the line of a run it ended
+        self.interrupted_at: float | None = None  # when it last interrupted the main thread
+        self._last_error: str | None = None  # the failed check's error, until a check succeeds
         self._lock = threading.Lock()  # no interrupt once the watch is left
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -174,8 +184,19 @@ class StallWatch:
             if self._stop.is_set() or self.failure:
                 return None
             self.failure = failure
-            self.interrupt()
+            self._interrupt()
         return failure
+
+    def _interrupt(self) -> None:
+        """Interrupts the main thread (the caller holds the lock and found the watch not left)."""
+        self.interrupted_at = self.clock()
+        self.interrupt()
+
+    def _interrupt_again(self) -> None:
+        """The main thread interrupted again, `interrupt_again_s` after the last time, unless it left the watch."""
+        with self._lock:
+            if not self._stop.is_set() and self.clock() - self.interrupted_at >= self.interrupt_again_s:
+                self._interrupt()
 
     def __enter__(self) -> "StallWatch":
         if self.enabled:
@@ -197,6 +218,16 @@ class StallWatch:
             raise RunStalled(self.failure) from None
 
     def _watch(self) -> None:
-        every = min(5.0, self.after_s, self.exit_after_s or self.after_s)
-        while not self._stop.wait(every) and not self.failure:
-            self.check()
+        every = min(5.0, self.after_s, self.exit_after_s or self.after_s, self.interrupt_again_s)
+        while not self._stop.wait(every):
+            if self.failure:
+                self._interrupt_again()
+                continue
+            try:
+                self.check()
+            except Exception as error:  # e.g. Ray's state API timed out on a loaded node: the next check retries
+                if repr(error) != self._last_error:  # told once while it lasts, not at every check
+                    print(f"bulk-qa: the stall watch could not read the cluster's state: {error!r}", file=self.stream)
+                self._last_error = repr(error)
+            else:
+                self._last_error = None

@@ -2,9 +2,9 @@
 SQuAD datasets as the job's questions: a `--questions` file in the official SQuAD v1.1 / v2.0 JSON layout, in
 Hugging Face's `squad` / `squad_v2` layout (Parquet, a folder of Parquet, JSON Lines), or a Label Studio export of
 reviewed tasks (JSON or JSON-MIN: the reviewed questions with their gold, `qa_core.annotation`), is read by
-`qa_core.squad.read_squad` in the driver, before Ray starts, and handed to Ray Data as the job's SQuAD-style
-questions table (`id, query, context`) from memory. The dataset, gold answers included, stays in the driver for
-the run's results (`jobs.bulk_qa.results`).
+`qa_core.question_files.read_questions` in the driver, before Ray starts, and handed to Ray Data as the job's
+SQuAD-style questions table (`id, query, context`) from memory. The dataset, gold answers included, stays in the
+driver for the run's results (`jobs.bulk_qa.results`).
 
 Why from memory rather than a converted Parquet file under the output folder: the run's identity is then the
 original file's fingerprint (a converted file would get a new modification time at every conversion, and resume
@@ -20,7 +20,8 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.storage import InputError, parquet_dataset, redact
-from qa_core.squad import SquadDataset, SquadFormatError, read_squad
+from qa_core.question_files import read_questions
+from qa_core.squad import SquadDataset, SquadFormatError
 
 # Rows per block of the questions dataset handed to Ray Data (the unit of its read-side parallelism).
 ROWS_PER_BLOCK = 10_000
@@ -89,7 +90,7 @@ def load_squad_input(questions: str | None, allow_misaligned_gold: bool) -> Squa
         raise InputError(f"{redact(questions)}: a SQuAD dataset must be a local file or folder.")
     path = Path(questions.removeprefix("file://"))
     try:
-        dataset = read_squad(path, allow_misaligned_gold=allow_misaligned_gold)
+        dataset = read_questions(path, allow_misaligned_gold=allow_misaligned_gold)
     except FileNotFoundError:
         raise InputError(f"{questions}: the questions file does not exist.") from None
     except SquadFormatError as error:

@@ -68,11 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
-    ray_logs = RayLogFilter()  # without --verbose, Ray's C++ log lines are kept out of stderr while Ray runs
-    try:
+    with RayLogFilter() as ray_logs:  # without --verbose, Ray's C++ log lines are kept out of stderr while Ray runs
         return _ingest(args, ray_logs)
-    finally:
-        ray_logs.stop()
 
 
 def _ingest(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:

@@ -2,10 +2,10 @@
 `python -m jobs.train --train FILE --output DIR [--model BASE] [--eval FILE] [--epochs N] [--learning-rate LR]
 [--batch-size B] [--max-seq-length L] [--stride S] [--seed N] [--num-workers N [--address A]] [--use-gpu] [--resume]`
 
-Fine-tunes a question-answering model on SQuAD data (any layout `qa_core.squad.read_squad` reads, Label Studio exports
-of reviewed predictions included) and writes a model
-folder (weights, config, tokenizer) that `ExtractiveReader(model=DIR)` loads, with `training.json` (recipe, loss
-curve, per-epoch metrics) next to it and one checkpoint per epoch under `DIR/checkpoints/`.
+Fine-tunes a question-answering model on SQuAD data (any file `qa_core.question_files.read_questions` reads, Label
+Studio exports of reviewed predictions included) and writes a model folder (weights, config, tokenizer) that
+`ExtractiveReader(model=DIR)` loads, with `training.json` (recipe, loss curve, per-epoch metrics) next to it and one
+checkpoint per epoch under `DIR/checkpoints/`.
 
 - Without `--num-workers` the loop runs in this process; with `--num-workers N` it runs data-parallel on Ray
   Train (`TorchTrainer`, N workers, gloo on CPU), on the Ray this process is connected to, or on the cluster of
@@ -212,11 +212,12 @@ def _checked_data(path: Path, flag: str, base: str, config: TrainConfig) -> Path
     from transformers import AutoTokenizer
 
     from jobs.bulk_qa.squad_input import unreviewed_note
-    from qa_core.squad import SquadFormatError, read_squad
+    from qa_core.question_files import read_questions
+    from qa_core.squad import SquadFormatError
     from qa_core.training.features import FeatureError, prepare_train_features
 
     try:
-        dataset = read_squad(path)
+        dataset = read_questions(path)
     except (SquadFormatError, FileNotFoundError) as error:
         raise BadInput(f"{flag}: {error}") from error
     if not dataset.has_gold:

@@ -4,15 +4,8 @@ every file or row that gives no document, the cleaner, and the sentence splitter
 """
 
 from qa_core.ingest.cleaner import CleanerSettings, clean_documents
-from qa_core.ingest.convert import (
-    FORMATS,
-    Converted,
-    Utf8Document,
-    check_unique_ids,
-    convert_file,
-    convert_files,
-    convert_folder,
-)
+from qa_core.ingest.convert import FORMATS, Converted, Utf8Document, check_unique_ids
+from qa_core.ingest.files import convert_file, convert_files, convert_folder
 from qa_core.ingest.limits import ConversionOptions
 from qa_core.ingest.report import BadInput, DuplicateIdError, ReportRow
 from qa_core.ingest.rows import RowColumns

@@ -1,9 +1,11 @@
 """
-Files into documents: the converter for each extension, the ids, and the report of what could not be converted.
+A file into documents, in this process: the converter for each extension, the ids, and the report of what could not
+be converted. `qa_core.ingest.files` converts files and folders within their time and memory limits, in the converter
+process where a limit needs one.
 
 Usage example:
 ```python
-result = convert_folder("corpus/")
+result = convert_in_process("corpus/", "notes/page.html")
 for row in result.report:
     print(row.path, row.line, row.reason)
 ```
@@ -18,11 +20,10 @@ from typing import BinaryIO
 
 from qa_core.document import Document
 from qa_core.ingest.limits import ConversionOptions, too_large, utf8_size_over
-from qa_core.ingest.listing import list_folder_files
 from qa_core.ingest.pdf import pdf_utf8
 from qa_core.ingest.report import BadInput, DuplicateIdError, ReportRow
 from qa_core.ingest.rows import RowColumns, convert_csv, convert_jsonl
-from qa_core.ingest.sources import WIDE_BOMS, ListingOpener, base_meta, file_id, open_file
+from qa_core.ingest.sources import WIDE_BOMS, base_meta, file_id, open_file
 from qa_core.ingest.text import convert_markdown, convert_text
 from qa_core.ingest.utf8 import decode
 from qa_core.ingest.web import convert_html
@@ -59,7 +60,7 @@ _ROW_CONVERTERS = {"jsonl": convert_jsonl, "csv": convert_csv}
 @dataclass
 class Utf8Document:
     """
-    A document whose text stays UTF-8, as its converter wrote it (see `convert_file`'s `utf8_above`): a large
+    A document whose text stays UTF-8, as its converter wrote it (see `convert_in_process`'s `utf8_above`): a large
     file's text, for a caller that stores it as it is, so that it never exists as a `str` too.
 
     :param id: The document's id.
@@ -116,7 +117,7 @@ def file_format(relative_path: str) -> str | None:
 Opener = Callable[[str], BinaryIO]
 
 
-def convert_file(
+def convert_in_process(
     root: str,
     relative_path: str,
     columns: RowColumns | None = None,
@@ -125,7 +126,8 @@ def convert_file(
     utf8_above: int | None = None,
 ) -> Converted:
     """
-    One file's documents, or the report rows saying why it gave none (never an exception for bad input).
+    One file's documents, converted in this process, or the report rows saying why it gave none (never an exception
+    for bad input).
 
     Each document's meta has `file_path` (relative to `root`), `format`, `size_bytes`, `pages` (form feeds + 1,
     the PDF's page count for a PDF), `encoding` and `encoding_confidence` for text formats, and the format's own
@@ -134,22 +136,15 @@ def convert_file(
     :param root: The input folder.
     :param relative_path: The file, relative to `root`, POSIX separators.
     :param columns: The content and id columns of JSONL and CSV files.
-    :param options: The encoding and limits (`limits.ConversionOptions`); with a time or memory limit, the file is
-        converted in this process's converter process (`worker.shared_converter`), killed past the time limit.
-        Default: no limits, converted here.
+    :param options: The encoding and size limits (`limits.ConversionOptions`); its time and memory limits are not
+        applied here (`files.convert_file` applies them, converting in the converter process). Default: no limits.
     :param open_input: What opens the file (a folder on another filesystem); default: `root` is a local folder.
     :param utf8_above: A file of a format converted from the open file (PDF) larger than this many bytes gives a
         `Utf8Document` (its text never decoded); `None`: always a `Document`.
     :returns: The file's documents and report rows.
-    :raises MemoryError: When the file needs more memory than this process has (in the converter process: its
-        report row).
+    :raises MemoryError: When the file needs more memory than this process has.
     """
     options = options or ConversionOptions()
-    if options.isolated:
-        from qa_core.ingest.worker import shared_converter
-
-        kwargs = {"columns": columns, "open_input": open_input, "utf8_above": utf8_above}
-        return shared_converter().convert(root, relative_path, options, **kwargs)
     result = Converted(files=[relative_path])
     opener = open_input or partial(open_file, root, follow_symlinks=options.follow_symlinks)
     try:
@@ -255,37 +250,6 @@ def _read(stream: BinaryIO, limit: int | None = None) -> bytes:
     return data
 
 
-def convert_files(
-    root: str,
-    relative_paths: Iterable[str],
-    columns: RowColumns | None = None,
-    options: ConversionOptions | None = None,
-    open_input: Opener | None = None,
-    utf8_above: int | None = None,
-) -> Converted:
-    """`convert_file` for each file, their results concatenated (ids are not checked here: see `check_unique_ids`)."""
-    result = Converted()
-    for path in relative_paths:
-        result.extend(convert_file(root, path, columns, options, open_input, utf8_above))
-    return result
-
-
-def convert_folder(root: str, columns: RowColumns | None = None, options: ConversionOptions | None = None) -> Converted:
-    """
-    Every file under `root` (see `listing.list_folder_files`: its report rows come first), converted, with ids
-    checked unique.
-
-    :raises DuplicateIdError: If two documents have one id, naming both sources.
-    """
-    options = options or ConversionOptions()
-    listing = list_folder_files(root, options.follow_symlinks)
-    opener = ListingOpener.of(root, listing.files, options.follow_symlinks)
-    result = Converted(report=list(listing.report))
-    result.extend(convert_files(root, listing.paths, columns, options, opener))
-    check_unique_ids((doc.id, source_of(doc)) for doc in result.documents)
-    return result
-
-
 def source_of(doc: Document) -> str:
     """Where a document came from, for messages: its file, and its line for a JSONL or CSV row."""
     line = doc.meta.get("line")
@@ -313,9 +277,7 @@ __all__ = [
     "Opener",
     "Utf8Document",
     "check_unique_ids",
-    "convert_file",
-    "convert_files",
-    "convert_folder",
+    "convert_in_process",
     "file_format",
     "missing_libraries",
 ]

@@ -1,7 +1,7 @@
 """
 How one file is converted and within what bounds: its text encoding, and the limits that make a hostile or broken
 file a report row instead of a stuck task, a crash or a swap (time and memory, enforced from outside the converter
-by `qa_core.ingest.worker`; decompressed bytes and text size, checked as the converters read).
+by `qa_core.ingest.converter_process`; decompressed bytes and text size, checked as the converters read).
 """
 
 from dataclasses import dataclass
@@ -14,7 +14,7 @@ class ConversionOptions:
 
     :param encoding: The text files' encoding (.txt, .md, .jsonl, .csv), used instead of UTF-8 then detection.
     :param timeout_s: Seconds one file's conversion may take (wall clock): past it, the converter's process is
-        killed (`qa_core.ingest.worker`).
+        killed (`qa_core.ingest.converter_process`).
     :param memory_bytes: Address space the converter's process may take (`RLIMIT_AS`): past it, the file is
         reported.
     :param max_document_bytes: Most bytes of UTF-8 text one document may hold.

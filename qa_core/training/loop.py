@@ -317,15 +317,15 @@ def train_loop_per_worker(config: dict[str, Any]) -> TrainResult:
         (a `TrainHooks`, which replaces them).
     :returns: `train`'s result.
     """
-    from qa_core.squad import read_squad
+    from qa_core.question_files import read_questions
 
     settings = TrainConfig(**config.get("train", {}))
     hooks = config.get("hooks") or TrainHooks(
         config.get("checkpoint_dir"), config.get("resume", False), config.get("device")
     )
     model, tokenizer = load_model(config["model"], seed=settings.seed)
-    examples = read_squad(config["train_file"]).examples
-    eval_examples = read_squad(config["eval_file"]).examples if config.get("eval_file") else None
+    examples = read_questions(config["train_file"]).examples
+    eval_examples = read_questions(config["eval_file"]).examples if config.get("eval_file") else None
     return train(model, tokenizer, examples, settings, eval_examples=eval_examples, hooks=hooks)
 
 

@@ -27,7 +27,8 @@ from jobs import label_studio as cli
 from jobs.label_studio import LabelStudio, pull, push
 from qa_core.annotation import PredictedSpan, Prediction, label_studio_tasks, squad_predictions
 from qa_core.evaluation import evaluate
-from qa_core.squad import GoldAnswer, SquadDataset, SquadExample, read_squad, squad_json
+from qa_core.question_files import read_questions
+from qa_core.squad import GoldAnswer, SquadDataset, SquadExample, squad_json
 from tests.jobs.browser import CHROMIUM, Page, browser_page
 from tests.qa_core.reference import squad_v2_official
 
@@ -218,7 +219,7 @@ def test_tasks_import_with_validation_on_and_a_second_push_adds_nothing(server: 
 def test_reviews_pulled_read_back_as_gold(reviewed: dict, export_format: str) -> None:
     path = reviewed["folder"] / f"export-{export_format}.json"
     counts = pull(reviewed["client"], "Review loop", path, export_format)
-    back = read_squad(path)
+    back = read_questions(path)
     assert {e.id: (e.answers, e.is_impossible) for e in back.examples} == EXPECTED
     # JSON lists the task whose only annotation was cancelled as unreviewed; JSON-MIN leaves it out of the file.
     assert back.unreviewed == (["cancel"] if export_format == "JSON" else [])
@@ -230,7 +231,7 @@ def test_reviews_pulled_read_back_as_gold(reviewed: dict, export_format: str) ->
 def test_reviewed_gold_scores_as_the_official_script(reviewed: dict) -> None:
     path = reviewed["folder"] / "export.json"
     pull(reviewed["client"], "Review loop", path, "JSON")
-    gold = read_squad(path)
+    gold = read_questions(path)
     answers, na_probs = squad_predictions({qid: entry[2] for qid, entry in QUESTIONS.items() if qid != "cancel"})
     ours = evaluate(gold, answers, na_probs)
     accepted = [qid for qid, entry in QUESTIONS.items() if entry[3] in ("accept", "two")]
@@ -330,5 +331,5 @@ def test_the_labelling_interface_counts_offsets_in_code_points(server: Server, t
     assert spans == [(30, 37, "𝔘nicode"), (41, 51, "live in it")]
     export = tmp_path / "export.json"
     pull(client, "Offsets in the interface", export, "JSON")
-    [example] = read_squad(export).examples
+    [example] = read_questions(export).examples
     assert example.answers == [GoldAnswer("𝔘nicode", 30), GoldAnswer("live in it", 41)]

@@ -31,9 +31,8 @@ SCRIPT = """
 import os, sys, threading
 from jobs.ray_logs import RayLogFilter
 RAY_ERROR, RAY_INFO, RAY_WARNING, RAY_FATAL, OTHER = {lines}
-ray_logs = RayLogFilter()
-ray_logs.start()
-try:
+with RayLogFilter() as ray_logs:  # as the entry points' `main` use it
+    ray_logs.start()
     os.write(2, RAY_ERROR)
     print(f"terminal {{os.isatty(2)}}, {{os.get_terminal_size(2).columns if os.isatty(2) else None}}", file=sys.stderr)
     writer = threading.Thread(target=os.write, args=(2, RAY_WARNING))
@@ -44,8 +43,6 @@ try:
     os.write(2, RAY_FATAL)
     sys.stderr.write("\\rquestions 6/12")
     raise ValueError("the job's own error")
-finally:
-    ray_logs.stop()
 """
 
 

@@ -16,6 +16,7 @@ from qa_core.annotation import (
     squad_predictions,
     with_silver_labels,
 )
+from qa_core.question_files import read_questions
 from qa_core.squad import (
     GoldAnswer,
     MisalignedAnswer,
@@ -192,7 +193,7 @@ def test_label_studio_export_reads_back_as_squad_gold(tmp_path: Path, layout: st
     export = reviewed_export() if layout == "json" else json_min(reviewed_export())
     path = tmp_path / "export.json"
     path.write_text(json.dumps(export, ensure_ascii=False), encoding="utf-8")
-    back = read_squad(path)
+    back = read_questions(path)
     assert (back.version, back.has_gold, back.unreviewed) == ("2.0", True, ["d"])
     assert {e.id: (e.answers, e.is_impossible) for e in back.examples} == EXPECTED_GOLD
     assert [(e.question, e.context, e.title) for e in back.examples] == [
@@ -207,7 +208,7 @@ def test_label_studio_export_reads_back_as_squad_gold(tmp_path: Path, layout: st
 def test_an_export_without_reviews_is_unlabelled_questions(tmp_path: Path) -> None:
     path = tmp_path / "export.json"
     path.write_text(json.dumps(label_studio_tasks(dataset(True), PREDICTIONS)), encoding="utf-8")
-    back = read_squad(path)
+    back = read_questions(path)
     assert (back.has_gold, back.unreviewed) == (False, [])
     assert [(e.id, e.answers, e.is_impossible) for e in back.examples] == [("b", [], False), ("c", [], False),
                                                                           ("a", [], False)]  # fmt: skip
@@ -224,7 +225,7 @@ def test_a_malformed_export_is_one_line_naming_task_and_field(tmp_path: Path) ->
     path = tmp_path / "export.json"
     path.write_text(json.dumps(export, ensure_ascii=False), encoding="utf-8")
     with pytest.raises(SquadFormatError) as error:
-        read_squad(path)
+        read_questions(path)
     message = str(error.value)
     assert "\n" not in message and "xxxxxxxxxx" not in message and len(message) < 700
     assert error.value.problems == [
@@ -244,8 +245,8 @@ def test_misaligned_export_spans_can_be_left_out(tmp_path: Path) -> None:
     path = tmp_path / "export.json"
     path.write_text(json.dumps(export, ensure_ascii=False), encoding="utf-8")
     with pytest.raises(SquadFormatError, match=r"question 'a': answer 'Pari' at answer_start 50 does not match"):
-        read_squad(path)
-    back = read_squad(path, allow_misaligned_gold=True)
+        read_questions(path)
+    back = read_questions(path, allow_misaligned_gold=True)
     assert back.misaligned == [MisalignedAnswer("a", "Pari", 50)]
     assert [(e.id, e.answers) for e in back.examples if e.id == "a"] == [("a", [GoldAnswer("Kraków", 13)])]
 

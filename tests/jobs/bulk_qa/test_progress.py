@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -99,6 +100,49 @@ def test_a_run_ends_once_the_cluster_has_lacked_what_it_waits_for_for_the_exit_t
     assert said == [None] * 6 + [line, None] and interrupted == [705] and str(stalled.value) == line
 
 
+class SlowFinalizer:
+    """An object whose finalizer takes a while: an interrupt landing in it is dropped by Python."""
+
+    def __del__(self) -> None:
+        for _ in range(20):  # Python code, which a pending interrupt interrupts
+            time.sleep(0.01)
+
+
+def test_an_interrupt_that_python_drops_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """
+    The main thread spends its first second in finalizers (as when Ray Data's executors of earlier stages are
+    collected): the first interrupt lands in one and Python drops it; the watch interrupts again and the run ends.
+    """
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: dropped.append(unraisable.exc_type))
+    watch = StallWatch(60, lambda: "", exit_after_s=0.1, missing=lambda: "GPU 1", warn=False, interrupt_again_s=2.0)
+    started = time.monotonic()
+    with pytest.raises(RunStalled), watch:
+        while time.monotonic() - started < 1:
+            SlowFinalizer()  # collected at once: its finalizer runs here, in the main thread
+        while time.monotonic() - started < 30:
+            time.sleep(0.01)
+    assert dropped == [KeyboardInterrupt] and time.monotonic() - started < 10
+
+
+def test_a_check_that_fails_is_told_once_and_the_watch_goes_on() -> None:
+    answers = iter([RuntimeError("GCS timed out"), RuntimeError("GCS timed out"), None, "GPU 1"])
+
+    def missing() -> str | None:
+        answer = next(answers, "GPU 1")
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    stream, interrupted = io.StringIO(), threading.Event()
+    watch = StallWatch(60, lambda: "", 0.01, missing, warn=False, stream=stream, interrupt=interrupted.set)
+    with pytest.raises(RunStalled), watch:
+        assert interrupted.wait(30)
+        raise KeyboardInterrupt  # as the interrupt of the main thread lands there
+    said = "bulk-qa: the stall watch could not read the cluster's state: RuntimeError('GCS timed out')\n"
+    assert stream.getvalue() == said
+
+
 def test_ctrl_c_stays_ctrl_c() -> None:
     with pytest.raises(KeyboardInterrupt), StallWatch(1, lambda: "", 1, lambda: None, enabled=False):
         raise KeyboardInterrupt
@@ -142,6 +186,7 @@ class Actor:
     """An actor that does nothing: only what it reserves matters."""
 
 
+@pytest.mark.timeout(300)  # about 25 s: a run the watch fails to end fails here, not at CI's limit
 def test_a_run_whose_readers_fit_no_node_ends_with_one_line_and_the_same_command_resumes(
     local_ray, tiny_bert_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

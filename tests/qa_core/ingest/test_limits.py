@@ -13,7 +13,7 @@ import pytest
 
 from jobs.bench.files import docx_with_entity, pdf_bytes, slow_html, write_docx_bomb
 from qa_core.ingest import ConversionOptions, ReportRow, convert_file
-from qa_core.ingest.worker import shared_converter
+from qa_core.ingest.converter_process import shared_converter
 
 TIME_LIMIT_S = 1.5
 KILL_SLACK_S = 1.0  # the kill, the report and a loaded machine's scheduling
