@@ -272,6 +272,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
                 pooled,
                 model_version(config.model.model, identity["model"]),
                 config.run.review,
+                index.shard_locations if index is not None and index.store else None,
             )
         )
         manifest["result_files"] += write_report(output, manifest)  # report.html; none without matplotlib

@@ -2,15 +2,17 @@
 A shard's passage store (`store.arrow`, beside its index files): the ids and texts of its passages in corpus order,
 in an uncompressed Arrow IPC file of record batches of `STORE_BATCH_ROWS` passages. Memory-mapped, a passage is read
 by its corpus position without reading any other: the batch holding it is found from the batch sizes, and only
-its own offsets and bytes are touched. A job over a built index reads the passages it retrieved from here instead
-of reading (and joining) the whole documents table again.
+its own offsets and bytes are touched; passages are found by id from the id column alone. A job over a built index
+reads the passages it retrieved from here, and the contexts of its result files, instead of reading (and joining)
+the whole documents table again.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 STORE_FILE = "store.arrow"
 STORE_SCHEMA = pa.schema([("id", pa.string()), ("content", pa.string())])
@@ -71,3 +73,16 @@ class PassageStore:
         rows = [self._reader.get_batch(int(batch)).slice(int(position - self._starts[batch]), 1)
                 for batch, position in zip(batches, wanted, strict=True)]  # fmt: skip
         return pa.Table.from_batches(rows, STORE_SCHEMA)
+
+    def positions_of(self, ids: Collection[str]) -> dict[str, int]:
+        """
+        The corpus positions of those of these ids that the store holds, by id, reading its id column alone (batch
+        by batch, memory-mapped: no text is touched).
+        """
+        wanted = pc.SetLookupOptions(pa.array(sorted(set(ids)), pa.string()))
+        found: dict[str, int] = {}
+        for batch in range(self._reader.num_record_batches) if ids else ():
+            column = self._reader.get_batch(batch).column(0)  # "id"
+            for row in np.flatnonzero(pc.is_in(column, options=wanted).to_numpy(zero_copy_only=False)):
+                found[column[int(row)].as_py()] = int(self._starts[batch] + row)
+        return found

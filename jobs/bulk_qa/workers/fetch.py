@@ -1,8 +1,11 @@
 """
 The retrieved passages read from the index (a task after the retrieval stage, where the index keeps a passage
 store: `qa_core.retrieval.store`): each retrieved question gets its hits' texts by their corpus positions, so
-that the pairs carry their passages and no documents table is read or joined.
+that the pairs carry their passages and no documents table is read or joined. The result files' contexts are read
+from the same stores, by id (`read_contents`).
 """
+
+from collections.abc import Collection
 
 import pyarrow as pa
 
@@ -27,6 +30,20 @@ def read_passages(stores: list[PassageStore], positions: list[int]) -> dict[int,
             table = store.take(inside)
             texts = zip(table["id"].to_pylist(), table["content"].to_pylist(), strict=True)
             found.update(zip(inside, texts, strict=True))
+    return found
+
+
+def read_contents(locations: list[str], ids: Collection[str]) -> dict[str, str]:
+    """
+    The texts of the passages with these ids, by id, from the passage stores of the index's shards (`locations`),
+    reading their id columns and those passages only; ids that no store holds are left out.
+    """
+    found: dict[str, str] = {}
+    for store in open_stores(locations):
+        positions = store.positions_of(ids)
+        if positions:
+            table = store.take(list(positions.values()))
+            found.update(zip(table["id"].to_pylist(), table["content"].to_pylist(), strict=True))
     return found
 
 
