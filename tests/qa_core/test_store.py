@@ -38,3 +38,19 @@ def test_a_folder_without_a_store_is_refused(tmp_path: Path) -> None:
     """A shard folder without `store.arrow`: a clear error naming the file."""
     with pytest.raises(ValueError, match="Cannot read the passage store"):
         PassageStore(tmp_path, 0)
+
+
+def test_a_store_keeps_the_documents_page_numbers_and_files_they_have(tmp_path: Path) -> None:
+    """`page_number` (as int64) and `file_path` kept where the first table has them, in that order; others ignored."""
+    paged, plain = tmp_path / "paged", tmp_path / "plain"
+    paged.mkdir()
+    plain.mkdir()
+    columns = {"file_path": ["a.pdf", None], "content": ["x", "y"], "id": ["p0", "p1"], "rank": [1, 2]}
+    write_store(paged, [pa.table({**columns, "page_number": pa.array([3, None], pa.int32())})])
+    write_store(plain, [pa.table(columns).drop_columns(["file_path"])])
+    assert PassageStore(paged, 0).take([1, 0]).to_pylist() == [
+        {"id": "p1", "content": "y", "page_number": None, "file_path": None},
+        {"id": "p0", "content": "x", "page_number": 3, "file_path": "a.pdf"},
+    ]
+    assert PassageStore(paged, 0).schema.field("page_number").type == pa.int64()
+    assert PassageStore(plain, 0).schema.names == ["id", "content"]

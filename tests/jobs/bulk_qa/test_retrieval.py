@@ -234,6 +234,62 @@ def test_over_an_index_the_job_reads_only_the_passages_it_retrieved(
         assert json.loads((output / name).read_text()) == json.loads((joined / name).read_text()), name
 
 
+def test_the_stores_keep_the_documents_page_numbers_and_files(
+    corpus: dict, tiny_bert_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    Documents with `page_number` and `file_path` (some null, form feeds in some texts): the stores of an index built
+    by `jobs.index` (on Ray) and of one the job builds in this process keep them, and a job over either reads no row
+    of the documents table (its pages overwritten once indexed), with the answers (their pages and files) and
+    result files of the run that joins the documents table.
+    """
+    root = corpus["root"] / "paged"
+    texts = {key: text for key, text in corpus["documents"].items() if text is not None}
+    texts = {
+        key: text[:150] + "\f" + text[150:] if index % 2 else text for index, (key, text) in enumerate(texts.items())
+    }
+    columns = {
+        "id": list(texts),
+        "content": list(texts.values()),
+        "page_number": pa.array([None if index % 4 == 3 else index % 3 + 1 for index in range(len(texts))], pa.int32()),
+        "file_path": [None if index % 5 == 4 else f"files/{key}.pdf" for index, key in enumerate(texts)],
+    }
+    documents = root / "documents.parquet"
+    write_table(documents, columns)
+    index = root / "index"
+    assert index_command.main(["--documents", str(documents), "--output", str(index), "--index-shards", "2"]) == 0
+    assert json.loads((index / "build.json").read_text())["store_document_columns"] == ["page_number", "file_path"]
+    flags = ["--questions", corpus["paths"]["retrieved_only"], "--documents", documents]
+    flags += ["--model", tiny_bert_model, *FLAGS, "--engine", "in-process"]
+    joined = root / "out-joined"
+    with monkeypatch.context() as patched:  # the stores left unused: the documents table read and joined
+        patched.setattr(driver, "given_store", lambda *args: False)
+        patched.setattr(driver, "reads_store", lambda plan, *args: plan)
+        assert run_job(*flags, "--index", index, "--output", joined) == 0
+    answers = read_output(joined, "answers")
+    spans = [row for row in answers if not row["is_no_answer"]]
+    assert (
+        {row["file_path"] is None for row in spans}
+        == {row["answer_page_number"] is None for row in spans}
+        == {
+            True,
+            False,
+        }
+    )  # some of the answers' documents have a file and a page, some have none
+    built = root / "out-built"  # its own index, built in this process before the pages are overwritten
+    assert run_job(*flags, "--output", built, "--index-shards", "2") == 0
+    overwrite_pages(documents)
+    over_index = root / "out-index"
+    assert run_job(*flags, "--index", index, "--output", over_index) == 0
+    resumed = run_job(*flags, "--output", built, "--index-shards", "2")  # the job again over the index it saved
+    assert resumed == 0
+    for output in (over_index, built):
+        assert "documents_join" not in json.loads((output / "manifest.json").read_text())
+        assert_same_outputs(output, joined, ("questions", "answers"))
+        for name in ("predictions.json", "annotated.squad.json", "label_studio.json"):
+            assert json.loads((output / name).read_text()) == json.loads((joined / name).read_text()), name
+
+
 def record_ids(read: list[str | None], passages: pa.Table) -> pa.Table:
     """`passages`, their ids added to `read`."""
     read.extend(passages["id"].to_pylist())
