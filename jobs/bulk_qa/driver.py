@@ -212,7 +212,8 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         pooled_documents = write_pooled_contexts(output, pooled)
         tables = dataclasses.replace(config, work=dataclasses.replace(config.work, documents=pooled_documents))
     # before Ray starts, when the id columns are small (a folder of files: once converted)
-    kept = saved_index(output) if resuming and config.retrieval.index is None else None  # the index it saved
+    # A resumed run's saved index (not a pooled run's: its questions are SQuAD's, its corpus in the output folder)
+    kept = saved_index(output) if resuming and config.retrieval.index is None and squad is None else None
     unread = schemas.retrieval and given_store(config.retrieval, tables.work.questions, tables.work.documents, kept)
     # an index's passage stores serve the run: the documents' ids are the index's, checked when it was built
     ids = check_small_ids(tables, dataclasses.replace(schemas, documents=None) if unread else schemas, squad, engine,
