@@ -235,11 +235,12 @@ def test_over_an_index_the_job_reads_only_the_passages_it_retrieved(
 
 
 def test_the_stores_keep_the_documents_page_numbers_and_files(
-    corpus: dict, tiny_bert_model: Path, monkeypatch: pytest.MonkeyPatch
+    local_ray, corpus: dict, tiny_bert_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """
     Documents with `page_number` and `file_path` (some null, form feeds in some texts): the stores of an index built
-    by `jobs.index` (on Ray) and of one the job builds in this process keep them, and a job over either reads no row
+    by `jobs.index` (on Ray) and of one the job builds in this process keep them, and a job over either (on Ray, and
+    in this process; then again, resumed over the index it saved) reads no row
     of the documents table (its pages overwritten once indexed), with the answers (their pages and files) and
     result files of the run that joins the documents table.
     """
@@ -260,12 +261,13 @@ def test_the_stores_keep_the_documents_page_numbers_and_files(
     assert index_command.main(["--documents", str(documents), "--output", str(index), "--index-shards", "2"]) == 0
     assert json.loads((index / "build.json").read_text())["store_document_columns"] == ["page_number", "file_path"]
     flags = ["--questions", corpus["paths"]["retrieved_only"], "--documents", documents]
-    flags += ["--model", tiny_bert_model, *FLAGS, "--engine", "in-process"]
+    flags += ["--model", tiny_bert_model, *FLAGS]
+    in_process = ["--engine", "in-process"]
     joined = root / "out-joined"
     with monkeypatch.context() as patched:  # the stores left unused: the documents table read and joined
         patched.setattr(driver, "given_store", lambda *args: False)
         patched.setattr(driver, "reads_store", lambda plan, *args: plan)
-        assert run_job(*flags, "--index", index, "--output", joined) == 0
+        assert run_job(*flags, *in_process, "--index", index, "--output", joined) == 0
     answers = read_output(joined, "answers")
     spans = [row for row in answers if not row["is_no_answer"]]
     assert (
@@ -277,11 +279,13 @@ def test_the_stores_keep_the_documents_page_numbers_and_files(
         }
     )  # some of the answers' documents have a file and a page, some have none
     built = root / "out-built"  # its own index, built in this process before the pages are overwritten
-    assert run_job(*flags, "--output", built, "--index-shards", "2") == 0
+    assert run_job(*flags, *in_process, "--output", built, "--index-shards", "2") == 0
     overwrite_pages(documents)
     over_index = root / "out-index"
-    assert run_job(*flags, "--index", index, "--output", over_index) == 0
-    resumed = run_job(*flags, "--output", built, "--index-shards", "2")  # the job again over the index it saved
+    assert run_job(*flags, "--engine", "ray", "--index", index, "--output", over_index) == 0
+    resumed = run_job(
+        *flags, *in_process, "--output", built, "--index-shards", "2"
+    )  # the job again over the index it saved
     assert resumed == 0
     for output in (over_index, built):
         assert "documents_join" not in json.loads((output / "manifest.json").read_text())
