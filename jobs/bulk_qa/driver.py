@@ -52,7 +52,14 @@ from jobs.bulk_qa.pooled_contexts import (
 )
 from jobs.bulk_qa.progress import Progress, RunStalled, StallWatch
 from jobs.bulk_qa.results import model_version, write_results
-from jobs.bulk_qa.retrieval import complete_index, given_store, needs_retrieval, prepare_index, reads_store
+from jobs.bulk_qa.retrieval import (
+    complete_index,
+    given_store,
+    needs_retrieval,
+    prepare_index,
+    reads_store,
+    saved_index,
+)
 from jobs.bulk_qa.squad_input import SquadInput, load_squad_input
 from jobs.bulk_qa.waves import (
     MAX_SHUFFLE_PARTITIONS,
@@ -202,7 +209,9 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         pooled_documents = write_pooled_contexts(output, pooled)
         tables = dataclasses.replace(config, work=dataclasses.replace(config.work, documents=pooled_documents))
     # before Ray starts, when the id columns are small (a folder of files: once converted)
-    unread = schemas.retrieval and given_store(config.retrieval, tables.work.questions, tables.work.documents)
+    # A resumed run's saved index (not a pooled run's: its questions are SQuAD's, its corpus in the output folder)
+    kept = saved_index(output) if resuming and config.retrieval.index is None and squad is None else None
+    unread = schemas.retrieval and given_store(config.retrieval, tables.work.questions, tables.work.documents, kept)
     # an index's passage stores serve the run: the documents' ids are the index's, checked when it was built
     ids = check_small_ids(tables, dataclasses.replace(schemas, documents=None) if unread else schemas, squad, engine,
                           n_questions)  # fmt: skip
@@ -269,6 +278,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
                 pooled,
                 model_version(config.model.model, identity["model"]),
                 config.run.review,
+                index.shard_locations if index is not None and index.store else None,
             )
         )
         manifest["result_files"] += write_report(output, manifest)  # report.html; none without matplotlib

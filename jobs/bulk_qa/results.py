@@ -8,7 +8,9 @@ inputs), with gold answers `evaluation.json` (the official script's metrics) and
 
 For a SQuAD input the annotated dataset is the input dataset; for Parquet questions and documents it is a SQuAD
 v2.0 dataset built from them: each question with, as its context, the document of its best span (else its first
-document with content), and only the spans in that document. Questions with no such document are left out.
+document with content), and only the spans in that document. Questions with no such document are left out. When
+the index's passage stores served the run (`jobs.bulk_qa.retrieval.reads_store`), those contexts are read from the
+stores by id (`workers.fetch.read_contents`), not from the documents table, which the run then never reads.
 
 Retrieval quality (recall@k and MRR of the retrieved documents, `qa_core.retrieval.quality`) is reported in
 `evaluation.json`'s `retrieval` when there is gold for it: a questions table's `relevant_document_ids`, or with
@@ -33,6 +35,7 @@ from jobs.bulk_qa.inputs import is_squad_style
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.pooled_contexts import PooledContexts
 from jobs.bulk_qa.squad_input import SquadInput
+from jobs.bulk_qa.workers.fetch import read_contents
 from jobs.storage import parquet_dataset
 from qa_core.annotation import (
     LABEL_STUDIO_CONFIG,
@@ -136,6 +139,7 @@ def write_results(
     pooled: PooledContexts | None = None,
     model_version: str = "bulk-qa",
     review: int | None = None,
+    stores: list[str] | None = None,
 ) -> dict[str, Any]:
     """
     Writes the run's result files (see the module's documentation); `na_probs.json` holds the no-answer scores of
@@ -144,6 +148,8 @@ def write_results(
     :param pooled: The corpus of a `--pool-contexts` run: each question's own context is its relevant document.
     :param model_version: The Label Studio predictions' `model_version`: the model's fingerprint.
     :param review: `label_studio.json` holds only the `review` least sure questions (all when `None`).
+    :param stores: The index's shard folders, when their passage stores served the run: the contexts are read
+        from them.
     :returns: What the manifest records of them: the files written, with gold the dataset's summary and the
         official metrics (`evaluation`), with gold for retrieval its recall and MRR (`retrieval_quality`).
     """
@@ -173,7 +179,7 @@ def write_results(
         if pooled is not None:  # the annotated files show each question's own context
             predictions = own_context_predictions(dataset, predictions, span_documents)
     else:
-        dataset, predictions = dataset_from_tables(work, predictions, span_documents, pooled is not None)
+        dataset, predictions = dataset_from_tables(work, predictions, span_documents, pooled is not None, stores)
     if quality is not None:
         metrics["retrieval"] = quality
         results["retrieval_quality"] = quality
@@ -290,11 +296,14 @@ def dataset_from_tables(
     predictions: dict[str, Prediction],
     span_documents: dict[str, list[str]],
     pooled: bool = False,
+    stores: list[str] | None = None,
 ) -> tuple[SquadDataset, dict[str, Prediction]]:
     """
     An unlabelled SQuAD v2.0 dataset from the run's Parquet questions (with a `context` column, or with documents),
     and the predictions with only the spans in each question's context (see the module's documentation; with
-    `pooled`, a `--pool-contexts` run, the spans of other retrieved documents are left out).
+    `pooled`, a `--pool-contexts` run, the spans of other retrieved documents are left out). With `stores` (the
+    index's shard folders, whose passage stores served the run) the contexts are read from them, else from the
+    documents table.
     """
     names = parquet_dataset(work.questions).schema.names
     with_context = is_squad_style(names)
@@ -315,10 +324,7 @@ def dataset_from_tables(
             for qid, document_ids in zip(questions["id"], listed, strict=True)
         }
         needed = sorted({document_id for ids in candidates.values() for document_id in ids})
-        documents = parquet_dataset(work.documents).to_table(
-            columns=["id", "content"], filter=pc.field("id").isin(needed)
-        )
-        contents = {key: text for key, text in zip(*documents.to_pydict().values(), strict=True) if text}
+        contents = read_contents(stores, needed) if stores is not None else _document_contents(work.documents, needed)
         chosen = {}
         for qid, ids in candidates.items():
             document_id = next((key for key in ids if key in contents), None)
@@ -339,6 +345,12 @@ def dataset_from_tables(
         examples.append(SquadExample(id=qid, title=document_id, question=query, context=context))
         kept[qid] = dataclasses.replace(prediction, spans=spans)
     return SquadDataset(examples=examples, version="2.0", has_gold=False), kept
+
+
+def _document_contents(documents: str, ids: list[str]) -> dict[str, str]:
+    """The contents of the documents with these ids, by id, from the documents table (those with content only)."""
+    table = parquet_dataset(documents).to_table(columns=["id", "content"], filter=pc.field("id").isin(ids))
+    return {key: text for key, text in zip(*table.to_pydict().values(), strict=True) if text}
 
 
 def _json(value: Any, indent: int | None = None) -> bytes:

@@ -9,8 +9,9 @@ positions weighed with the whole corpus's statistics), plus `build.json`, writte
 build seconds, splitting). A run saves its index as `_index/` in its output folder, so that a resumed run does
 not rebuild it; the retrieval actors memory-map it from there. With `split_length` the index holds passages of
 the documents, and each shard folder also holds `passages.json` (`jobs.passages`): where each passage lies
-in its source document; without it, each shard folder holds its documents' ids and texts (`store.arrow`,
-`qa_core.retrieval.store`), which a run whose every question is retrieved for reads its hits from (`reads_store`)
+in its source document; without it, each shard folder holds its documents' ids and texts, and their `page_number`
+and `file_path` where they have them (`store.arrow`, `qa_core.retrieval.store`; `build.json` names those kept in
+`store_document_columns`), which a run whose every question is retrieved for reads its hits from (`reads_store`)
 instead of reading and joining the documents table.
 
 With the Ray engine (and in `python -m jobs.index`) the index is built by Ray Data (`build_index_with_ray`,
@@ -64,7 +65,7 @@ from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.index_io import HEADER_FILE
 from qa_core.retrieval.sharding import build_shards, shard_bounds
 from qa_core.retrieval.statistics import FREQUENCIES_FILE, STATISTICS_FILE, CorpusStatistics
-from qa_core.retrieval.store import write_store
+from qa_core.retrieval.store import STORED_DOCUMENT_FIELDS, write_store
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX
 
 INDEX_FOLDER = "_index"  # the run's index, inside its output folder
@@ -77,6 +78,10 @@ QUESTIONS_PER_RETRIEVAL_BATCH = 256
 BM25_STAGES_PER_CPU = 1
 # The CPUs a retrieval actor reserves at most (less on a small cluster, so that tasks always find some)
 RETRIEVAL_ACTOR_MAX_CPUS = 0.5
+# The documents' columns that passage stores keep besides ids and texts, where the documents have them; and the
+# key of `build.json` that names those an index's stores keep.
+STORED_COLUMNS = [field.name for field in STORED_DOCUMENT_FIELDS]
+STORE_COLUMNS_KEY = "store_document_columns"
 # Documents read per batch when building the index or fingerprinting the corpus.
 _DOCUMENTS_PER_READ = 65536
 
@@ -89,13 +94,14 @@ class BuiltIndex:
     :param shards: The shards, in corpus order.
     :param record: The build record (`build.json`).
     :param passages: With `split_length`, where the indexed passages lie in their documents, in corpus order.
-    :param texts: Without it, the documents' ids and texts, in corpus order, for the shards' passage stores.
+    :param store: Without it, the shards' passage stores' columns (`id`, `content` and the documents' stored
+        columns), in corpus order.
     """
 
     shards: list[BM25Index]
     record: dict[str, Any]
     passages: Passages | None = None
-    texts: tuple[list[str], list[str]] | None = None
+    store: pa.Table | None = None
 
 
 @dataclass(frozen=True)
@@ -146,33 +152,45 @@ def reads_store(
 ) -> IndexPlan:
     """
     The plan, reading the retrieved passages from the index's passage stores (`workers.fetch`) where it can: an
-    index of whole documents (no `split_length`) whose shards keep stores (or that this run builds by Ray, which
-    writes them), every question retrieved for (none names `document_ids`), and documents without `page_number`
-    or `file_path` (a store holds ids and texts). Else the documents table is joined as before.
+    index of whole documents (no `split_length`) whose shards keep stores (or that this run builds, which writes
+    them), every question retrieved for (none names `document_ids`), and the documents' `page_number` and
+    `file_path` kept in the stores where the documents have them (an index built before they were kept has
+    ids and texts only). Else the documents table is joined as before.
     """
-    stored = plan.pending or plan.record.get("store", False) or bool(plan.built and plan.built.texts)
-    return replace(plan, store=stored and _store_serves(settings, questions_path, questions, documents))
+    built = plan.pending or plan.built is not None  # built by this run: its stores keep all the columns
+    stored = plan.pending or plan.record.get("store", False)
+    kept = STORED_COLUMNS if built else plan.record.get(STORE_COLUMNS_KEY, [])
+    return replace(plan, store=stored and _store_serves(settings, questions_path, questions, documents, kept))
 
 
-def given_store(settings: RetrievalSettings, questions_path: str, documents_path: str) -> bool:
+def given_store(
+    settings: RetrievalSettings, questions_path: str, documents_path: str, location: str | None = None
+) -> bool:
     """
-    Whether a run given `--index` will read its retrieved passages from the index's passage stores (`reads_store`),
-    from the index's `build.json` before it is checked: then the run reads no documents table, whatever its size.
+    Whether a run given `--index` (or the index folder at `location`: the one a resumed run saved) will read its
+    retrieved passages from the index's passage stores (`reads_store`), from the index's `build.json` before it is
+    checked: then the run reads no documents table, whatever its size.
     """
-    record = _read_json(settings.index, BUILD_FILE) if settings.index is not None else None
+    location = location or settings.index
+    record = _read_json(location, BUILD_FILE) if location is not None else None
     if not isinstance(record, dict) or not record.get("store"):
         return False
     questions, documents = parquet_dataset(questions_path).schema, parquet_dataset(documents_path).schema
-    return _store_serves(settings, questions_path, questions, documents)
+    return _store_serves(settings, questions_path, questions, documents, record.get(STORE_COLUMNS_KEY, []))
 
 
-def _store_serves(settings: RetrievalSettings, questions_path: str, questions: pa.Schema, documents: pa.Schema) -> bool:
-    """Whether passage stores serve the run: whole documents, every question retrieved for, no page or file columns."""
+def _store_serves(
+    settings: RetrievalSettings, questions_path: str, questions: pa.Schema, documents: pa.Schema, kept: list[str]
+) -> bool:
+    """
+    Whether passage stores that keep the documents' columns `kept` serve the run: whole documents, every question
+    retrieved for, and each of the documents' `page_number` and `file_path` kept.
+    """
     named = "document_ids" in questions.names and parquet_dataset(questions_path).count_rows(
         filter=pc.field("document_ids").is_valid()
     )
-    plain = not {"page_number", "file_path"} & set(documents.names)
-    return settings.split_length is None and not named and plain
+    unkept = set(STORED_COLUMNS) & set(documents.names) - set(kept)
+    return settings.split_length is None and not named and not unkept
 
 
 def prepare_index(
@@ -188,7 +206,7 @@ def prepare_index(
     """
     if settings.index is not None:
         return IndexPlan(settings.index, {**check_given_index(settings, documents), "source": "given"})
-    saved = f"{output.uri.rstrip('/')}/{INDEX_FOLDER}"
+    saved = saved_index(output)
     if resuming:
         record = _read_json(saved, BUILD_FILE)
         if isinstance(record, dict):
@@ -197,6 +215,11 @@ def prepare_index(
         return IndexPlan(saved, {"source": "built"}, pending=True)
     built = build_index(settings, documents)
     return IndexPlan(saved, {**_summary(built.record), "source": "built"}, built=built)
+
+
+def saved_index(output: OutputFolder) -> str:
+    """Where a run saves the index it builds: `INDEX_FOLDER` in its output folder."""
+    return f"{output.uri.rstrip('/')}/{INDEX_FOLDER}"
 
 
 def complete_index(
@@ -321,10 +344,13 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
     ids: list[str] = []
     texts: list[str] = []
     passages: list[Passages] = []
-    for batch_ids, batch_texts, batch_passages in _indexed_texts(documents, settings):
+    stored: list[pa.RecordBatch] = []  # whole documents: the shards' passage stores
+    for batch in _document_batches(documents, stored=settings.split_length is None):
+        batch_ids, batch_texts, batch_passages = _indexed_batch(batch, settings)
         ids += batch_ids
         texts += batch_texts
         passages += [batch_passages] if batch_passages is not None else []
+        stored += [batch] if batch_passages is None else []
     _check_shards(settings, len(texts))
     size = settings.shard_size(len(texts))
     bounds = [*range(0, len(texts), size), len(texts)]
@@ -336,7 +362,8 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
     n_sources = len(set(sources.source_ids)) if sources is not None else None
     corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
     record = _build_record(settings, documents, corpus, (len(shards), size, budget), n_sources, started)
-    return BuiltIndex(shards, record, sources, (ids, texts) if sources is None else None)
+    store = pa.Table.from_batches(stored) if stored else None
+    return BuiltIndex(shards, record, sources, store if sources is None else None)
 
 
 def build_index_with_ray(settings: RetrievalSettings, documents: str, location: str) -> dict[str, Any]:
@@ -504,6 +531,8 @@ def add_documents_with_ray(location: str, documents: str, budget_gib: float | No
     if settings.split_length is not None:
         grown["source_documents"] = record["source_documents"] + added.sources
     grown["store"] = grown["store"] and record.get("store", False)  # an older index's shards have none
+    old_columns = record.get(STORE_COLUMNS_KEY, [])  # the columns every shard's store keeps
+    grown[STORE_COLUMNS_KEY] = [name for name in grown[STORE_COLUMNS_KEY] if name in old_columns]
     (folder / BUILD_FILE).write_text(json.dumps(grown, indent=2, sort_keys=True), encoding="utf-8")
     return grown
 
@@ -536,6 +565,7 @@ def _build_record(
         "shard_size": shard_size,
         "memory_budget": budget,
         "store": settings.split_length is None,  # each shard's passages in its `store.arrow`
+        STORE_COLUMNS_KEY: stored_columns(documents) if settings.split_length is None else [],
         "vocabulary": n_terms,
         "build_s": round(time.time() - started, 3),
         "algorithm": settings.bm25_algorithm,
@@ -589,9 +619,8 @@ def _save_shards(built: BuiltIndex, folder: Path) -> None:
         window = slice(shard.doc_offset, shard.doc_offset + len(shard.doc_ids))
         if built.passages is not None:
             built.passages[window].save(Path(shard_folder))
-        if built.texts is not None:
-            ids, texts = built.texts
-            write_store(Path(shard_folder), [pa.table({"id": ids[window], "content": texts[window]})])
+        if built.store is not None:
+            write_store(Path(shard_folder), [built.store.slice(window.start, window.stop - window.start)])
 
 
 def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, Any]:
@@ -760,25 +789,39 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in record.items() if key not in ("documents_files", "tokenization_regex")}
 
 
-def _documents_with_content(documents: str) -> Iterator[tuple[list[str], list[str]]]:
-    """The documents' ids and contents, batch by batch in table order, skipping documents without content."""
+def stored_columns(documents: str) -> list[str]:
+    """The documents' columns that the passage stores of an index of them keep besides ids and texts."""
+    names = parquet_dataset(documents).schema.names
+    return [name for name in STORED_COLUMNS if name in names]
+
+
+def _document_batches(documents: str, stored: bool = False) -> Iterator[pa.RecordBatch]:
+    """
+    The documents with content, batch by batch in table order: `id` and `content`, with `stored` also the columns
+    of theirs that passage stores keep (`stored_columns`).
+    """
+    columns = ["id", "content", *(stored_columns(documents) if stored else [])]
     scanner = parquet_dataset(documents).scanner(
-        columns=["id", "content"], filter=pc.field("content").is_valid(), batch_size=_DOCUMENTS_PER_READ
+        columns=columns, filter=pc.field("content").is_valid(), batch_size=_DOCUMENTS_PER_READ
     )
-    for batch in scanner.to_batches():
-        yield batch.column("id").to_pylist(), batch.column("content").to_pylist()
+    yield from scanner.to_batches()
+
+
+def _indexed_batch(batch: pa.RecordBatch, settings: RetrievalSettings) -> tuple[list[str], list[str], Any]:
+    """
+    What the index holds of a batch of documents with content: the documents (ids, texts, None), or with
+    `split_length` their passages (ids, texts, and where they lie in their documents).
+    """
+    ids, texts = batch.column("id").to_pylist(), batch.column("content").to_pylist()
+    if settings.split_length is None:
+        return ids, texts, None
+    return split_batch(ids, texts, settings.split_length, settings.split_overlap)
 
 
 def _indexed_texts(documents: str, settings: RetrievalSettings) -> Iterator[tuple[list[str], list[str], Any]]:
-    """
-    What the index holds, batch by batch in table order: the documents with content (ids, texts, None), or with
-    `split_length` their passages (ids, texts, and where they lie in their documents).
-    """
-    for ids, texts in _documents_with_content(documents):
-        if settings.split_length is None:
-            yield ids, texts, None
-        else:
-            yield split_batch(ids, texts, settings.split_length, settings.split_overlap)
+    """What the index holds (`_indexed_batch`), batch by batch in table order."""
+    for batch in _document_batches(documents):
+        yield _indexed_batch(batch, settings)
 
 
 def _read_json(location: str, name: str) -> Any | None:

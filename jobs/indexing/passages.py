@@ -1,6 +1,8 @@
 """
 The passages an index holds, as a Ray Dataset read and split by Ray Data tasks: the documents with content in
-table order (or, with `split_length`, their passages), numbered by corpus position.
+table order (or, with `split_length`, their passages), numbered by corpus position. Whole documents also carry
+their `page_number` and `file_path` where the documents table has them, for the shards' passage stores
+(`qa_core.retrieval.store`).
 """
 
 import math
@@ -15,11 +17,13 @@ import pyarrow.parquet as pq
 from jobs.passages import split_batch
 from jobs.storage import parquet_dataset, resolve_path
 from qa_core.retrieval.counted import COUNT_PART_DOCS
+from qa_core.retrieval.store import STORED_DOCUMENT_FIELDS
 
 if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
     from jobs.retrieval_settings import RetrievalSettings
 
-# The columns of `indexed_passages`: `position`, `id` and `content`, and where the passage lies in its document.
+# The columns of `indexed_passages`: `position`, `id` and `content`, and where the passage lies in its document
+# (whole documents: then the `STORED_DOCUMENT_FIELDS` of the documents that have them, after these).
 PASSAGE_SCHEMA = pa.schema(
     [
         ("position", pa.int64()),  # corpus position 0, 1, ...: contiguous, in table order
@@ -125,7 +129,7 @@ def read_shard(shard: dict[str, Any]) -> pa.Table:
                 break
             skip = max(first - start, 0)
             tables.append(passages.slice(skip, min(stop - start, passages.num_rows) - skip))
-    return pa.concat_tables(tables) if tables else PASSAGE_SCHEMA.empty_table()
+    return pa.concat_tables(tables, promote_options="default") if tables else PASSAGE_SCHEMA.empty_table()
 
 
 def _row_groups(
@@ -189,12 +193,17 @@ def _counts_in_footers(row_groups: list[pq.RowGroupMetaData]) -> list[int] | Non
     return counts
 
 
-def _row_group_batches(path: str, row_group: int, documents: str) -> Iterator[pa.RecordBatch]:
-    """The `id` and `content` of a row group of a documents file, in batches."""
+def _row_group_batches(path: str, row_group: int, documents: str, stored: bool = False) -> Iterator[pa.RecordBatch]:
+    """
+    The `id` and `content` of a row group of a documents file, in batches, with `stored` also the
+    `STORED_DOCUMENT_FIELDS` the file has.
+    """
     filesystem, _ = resolve_path(documents)
     with filesystem.open_input_file(path) as file:
         parquet = pq.ParquetFile(file)
-        yield from parquet.iter_batches(_READ_BATCH, row_groups=[row_group], columns=["id", "content"])
+        names = parquet.schema_arrow.names
+        kept = [field.name for field in STORED_DOCUMENT_FIELDS if stored and field.name in names]
+        yield from parquet.iter_batches(_READ_BATCH, row_groups=[row_group], columns=["id", "content", *kept])
 
 
 def _count_row_group(
@@ -223,7 +232,7 @@ def _numbered_passages(
     path: str, row_group: int, position: int, documents: str, split_length: int | None, split_overlap: int
 ) -> Iterator[pa.Table]:
     """A row group's passages (`PASSAGE_SCHEMA`), numbered from `position`, batch by batch."""
-    for batch in _row_group_batches(path, row_group, documents):
+    for batch in _row_group_batches(path, row_group, documents, stored=split_length is None):
         passages = _passages_of_batch(pa.Table.from_batches([batch]), split_length, split_overlap)
         numbers = pa.array(np.arange(position, position + passages.num_rows, dtype=np.int64))
         position += passages.num_rows
@@ -231,13 +240,18 @@ def _numbered_passages(
 
 
 def _passages_of_batch(batch: pa.Table, split_length: int | None, split_overlap: int) -> pa.Table:
-    """A batch of documents -> its documents with content, or their passages (`PASSAGE_SCHEMA` without position)."""
+    """
+    A batch of documents -> its documents with content (and their `STORED_DOCUMENT_FIELDS` the batch has), or their
+    passages (`PASSAGE_SCHEMA` without position).
+    """
     batch = batch.filter(pc.is_valid(batch["content"]))
     if split_length is None:  # each document is its own passage, all of its content: no Python strings made
         ids, texts = batch["id"].cast(pa.string()), batch["content"].cast(pa.string())
         ends = pc.utf8_length(texts).cast(pa.int64())  # in characters, as Python's len
         columns = [ids, texts, ids, pa.array(np.zeros(batch.num_rows, np.int64)), ends]
-        return pa.Table.from_arrays(columns, schema=_SPLIT_SCHEMA)
+        kept = [field for field in STORED_DOCUMENT_FIELDS if field.name in batch.column_names]
+        columns += [batch[field.name].cast(field.type) for field in kept]
+        return pa.Table.from_arrays(columns, schema=pa.schema([*_SPLIT_SCHEMA, *kept]))
     documents = batch["id"].to_pylist(), batch["content"].to_pylist()
     ids, texts, passages = split_batch(*documents, split_length, split_overlap)
     values = (ids, texts, passages.source_ids, passages.starts, passages.ends)

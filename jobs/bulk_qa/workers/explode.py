@@ -83,8 +83,8 @@ def explode_pairs(
     """
     The wave's questions that can be asked -> one `pair` row per document to read (a retrieved passage: its
     document and the passage's range there). SQuAD-style questions carry their document in `context`, and with
-    `stored` retrieved questions their documents' texts in `passage_contents` (`workers.fetch`): their pairs carry
-    the content directly, as a known document.
+    `stored` retrieved questions their documents' texts, page numbers and files (`workers.fetch`): their pairs carry
+    them directly, as a known document.
     """
     rows: list[dict[str, Any]] = []
     for shard, question in _wave_questions(batch, num_shards, shards):
@@ -96,7 +96,12 @@ def explode_pairs(
             if squad:
                 pair.update(content=question["context"], known=True)
             elif stored:
-                pair.update(content=question["passage_contents"][position], known=True)
+                pair.update(
+                    content=question["passage_contents"][position],
+                    page_number=question["passage_page_numbers"][position],
+                    file_path=question["passage_file_paths"][position],
+                    known=True,
+                )
             rows.append(pair)
     schema = pa.schema(list(PAIRS_SCHEMA) + DOCUMENT_COLUMNS) if squad or stored else PAIRS_SCHEMA
     return table(rows, schema)

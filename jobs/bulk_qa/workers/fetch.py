@@ -1,13 +1,24 @@
 """
 The retrieved passages read from the index (a task after the retrieval stage, where the index keeps a passage
 store: `qa_core.retrieval.store`): each retrieved question gets its hits' texts by their corpus positions, so
-that the pairs carry their passages and no documents table is read or joined.
+that the pairs carry their passages and no documents table is read or joined. The result files' contexts are read
+from the same stores, by id (`read_contents`).
 """
+
+from collections.abc import Collection
+from typing import Any
 
 import pyarrow as pa
 
 from jobs.storage import local_index_folder
 from qa_core.retrieval.store import PassageStore
+
+# The columns `fetch_passages` adds: each the list of the hits' values of a store's column, by name.
+FETCHED_COLUMNS = {
+    "passage_contents": ("content", pa.string()),
+    "passage_page_numbers": ("page_number", pa.int64()),
+    "passage_file_paths": ("file_path", pa.string()),
+}
 
 
 def open_stores(locations: list[str]) -> list[PassageStore]:
@@ -18,38 +29,54 @@ def open_stores(locations: list[str]) -> list[PassageStore]:
     return stores
 
 
-def read_passages(stores: list[PassageStore], positions: list[int]) -> dict[int, tuple[str, str]]:
-    """The `(id, content)` of the passages at these corpus positions, from the shards' stores, nothing else read."""
-    found: dict[int, tuple[str, str]] = {}
+def read_passages(stores: list[PassageStore], positions: list[int]) -> dict[int, dict[str, Any]]:
+    """
+    The passages at these corpus positions (`id`, `content` and the documents' columns their store keeps), from the
+    shards' stores, nothing else read.
+    """
+    found: dict[int, dict[str, Any]] = {}
     for store in stores:
         inside = [position for position in positions if store.doc_offset <= position < store.doc_offset + len(store)]
         if inside:
-            table = store.take(inside)
-            texts = zip(table["id"].to_pylist(), table["content"].to_pylist(), strict=True)
-            found.update(zip(inside, texts, strict=True))
+            found.update(zip(inside, store.take(inside).to_pylist(), strict=True))
+    return found
+
+
+def read_contents(locations: list[str], ids: Collection[str]) -> dict[str, str]:
+    """
+    The texts of the passages with these ids, by id, from the passage stores of the index's shards (`locations`),
+    reading their id columns and those passages only; ids that no store holds are left out.
+    """
+    found: dict[str, str] = {}
+    for store in open_stores(locations):
+        positions = store.positions_of(ids)
+        if positions:
+            table = store.take(list(positions.values()))
+            found.update(zip(table["id"].to_pylist(), table["content"].to_pylist(), strict=True))
     return found
 
 
 def fetch_passages(batch: pa.Table, locations: list[str]) -> pa.Table:
     """
-    Retrieved questions -> the same with `passage_contents`: each hit's text (null for the questions not retrieved
-    for), read from the index's passage stores by its corpus position (`retrieved_positions`).
+    Retrieved questions -> the same with each hit's text (`passage_contents`) and its document's page number and file
+    (`passage_page_numbers`, `passage_file_paths`: null where the documents have none), all null for the questions not
+    retrieved for, read from the index's passage stores by its corpus position (`retrieved_positions`).
 
     :raises ValueError: If a store's passage is not the one the index retrieved (a store of other documents).
     """
     positions = batch["retrieved_positions"].to_pylist()
     wanted = sorted({position for row in positions if row for position in row})
     found = read_passages(open_stores(locations), wanted) if wanted else {}
-    contents = []
+    columns: dict[str, list[list[Any] | None]] = {name: [] for name in FETCHED_COLUMNS}
     for row, ids in zip(positions, batch["document_ids"].to_pylist(), strict=True):
-        if row is None:
-            contents.append(None)
-            continue
-        for position, document_id in zip(row, ids, strict=True):
-            if found[position][0] != document_id:
+        for position, document_id in zip(row, ids, strict=True) if row is not None else ():
+            if found[position]["id"] != document_id:
                 raise ValueError(
-                    f"The index's passage store holds {found[position][0]!r} at position {position}, where the index "
-                    f"has {document_id!r}: rebuild the index with `python -m jobs.index`."
+                    f"The index's passage store holds {found[position]['id']!r} at position {position}, where the "
+                    f"index has {document_id!r}: rebuild the index with `python -m jobs.index`."
                 )
-        contents.append([found[position][1] for position in row])
-    return batch.append_column("passage_contents", pa.array(contents, pa.list_(pa.string())))
+        for name, (key, _) in FETCHED_COLUMNS.items():
+            columns[name].append(None if row is None else [found[position].get(key) for position in row])
+    for name, (_, kind) in FETCHED_COLUMNS.items():
+        batch = batch.append_column(name, pa.array(columns[name], pa.list_(kind)))
+    return batch

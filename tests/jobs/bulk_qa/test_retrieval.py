@@ -5,9 +5,12 @@ gives the same output; unusable retrieval input or options exit 2 before Ray sta
 """
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from haystack import Document as HaystackDocument
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
@@ -190,26 +193,121 @@ def test_over_an_index_the_job_reads_only_the_passages_it_retrieved(
 ) -> None:
     """
     Every question retrieved for: the hits' texts are read from the index's passage stores by position, each hit once,
-    nothing else (the documents table is neither read nor joined); the answers are those of the run that joined
-    the documents.
+    then the result files' contexts from the same stores, each annotated question's once; the documents table is
+    never read (once the index is built its pages are overwritten, its footer, size and modification time kept: a
+    read of any row fails). The answers are those of the run that joined the documents, and every result file is the
+    one the same questions get over the same index with the documents table joined (as for an index without stores).
     """
+    documents = corpus["root"] / "documents-read.parquet"
+    shutil.copy2(corpus["paths"]["documents"], documents)
     index = corpus["root"] / "index-read"
-    build = ["--documents", corpus["paths"]["documents"], "--output", str(index), "--index-shards", "2"]
-    assert index_command.main(build) == 0
-    read: list[int] = []
-    take = PassageStore.take
-    monkeypatch.setattr(PassageStore, "take", lambda store, positions: read.extend(positions) or take(store, positions))
+    assert index_command.main(["--documents", str(documents), "--output", str(index), "--index-shards", "2"]) == 0
+    flags = ["--questions", corpus["paths"]["retrieved_only"], "--documents", documents, "--index", index]
+    flags += ["--model", tiny_bert_model, *FLAGS, "--engine", "in-process"]
+    joined = corpus["root"] / "out-read-joined"
+    with monkeypatch.context() as patched:  # the stores left unused: the documents table read and joined
+        patched.setattr(driver, "given_store", lambda *args: False)
+        patched.setattr(driver, "reads_store", lambda plan, *args: plan)
+        assert run_job(*flags, "--output", joined) == 0
+    assert json.loads((joined / "manifest.json").read_text())["documents_join"] == "broadcast"
+    overwrite_pages(documents)
+    with pytest.raises(OSError):  # ArrowInvalid is an OSError too
+        pq.read_table(documents)
+    read: list[str | None] = []  # the ids of the passages read from the stores; None where the results start
+    take, write_results = PassageStore.take, driver.write_results
+    monkeypatch.setattr(PassageStore, "take", lambda store, positions: record_ids(read, take(store, positions)))
+    monkeypatch.setattr(driver, "write_results", lambda *args: read.append(None) or write_results(*args))
     output = corpus["root"] / "out-read"
-    status = run_job(
-        "--questions", corpus["paths"]["retrieved_only"], "--documents", corpus["paths"]["documents"],
-        "--index", index, "--output", output, "--model", tiny_bert_model, *FLAGS, "--engine", "in-process",
-    )  # fmt: skip
-    assert status == 0
+    assert run_job(*flags, "--output", output) == 0
     retrieved = [row["retrieved_document_ids"] or [] for row in read_output(output, "questions")]
     assert sum(map(len, retrieved)) == 4 * TOP_K  # r05 finds none
-    assert len(read) == len(set(read)) == len({hit for hits in retrieved for hit in hits}) == 10  # 2 found twice
+    fetched, contexts = read[: read.index(None)], read[read.index(None) + 1 :]
+    assert len(fetched) == len(set(fetched)) == 10  # 2 found twice
+    assert set(fetched) == {hit for hits in retrieved for hit in hits}
+    annotated = json.loads((output / "annotated.squad.json").read_text())
+    titles = {article["title"] for article in annotated["data"]}
+    assert len(contexts) == len(titles) > 0 and set(contexts) == titles
     assert "documents_join" not in json.loads((output / "manifest.json").read_text())
     assert_same_retrieved(output, job_output)
+    assert_same_outputs(output, joined, ("questions", "answers"))
+    for name in ("predictions.json", "na_probs.json", "annotated.squad.json", "label_studio.json"):
+        assert json.loads((output / name).read_text()) == json.loads((joined / name).read_text()), name
+
+
+def test_the_stores_keep_the_documents_page_numbers_and_files(
+    local_ray, corpus: dict, tiny_bert_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    Documents with `page_number` and `file_path` (some null, form feeds in some texts): the stores of an index built
+    by `jobs.index` (on Ray) and of one the job builds in this process keep them, and a job over either (on Ray, and
+    in this process; then again, resumed over the index it saved) reads no row
+    of the documents table (its pages overwritten once indexed), with the answers (their pages and files) and
+    result files of the run that joins the documents table.
+    """
+    root = corpus["root"] / "paged"
+    texts = {key: text for key, text in corpus["documents"].items() if text is not None}
+    texts = {
+        key: text[:150] + "\f" + text[150:] if index % 2 else text for index, (key, text) in enumerate(texts.items())
+    }
+    columns = {
+        "id": list(texts),
+        "content": list(texts.values()),
+        "page_number": pa.array([None if index % 4 == 3 else index % 3 + 1 for index in range(len(texts))], pa.int32()),
+        "file_path": [None if index % 5 == 4 else f"files/{key}.pdf" for index, key in enumerate(texts)],
+    }
+    documents = root / "documents.parquet"
+    write_table(documents, columns)
+    index = root / "index"
+    assert index_command.main(["--documents", str(documents), "--output", str(index), "--index-shards", "2"]) == 0
+    assert json.loads((index / "build.json").read_text())["store_document_columns"] == ["page_number", "file_path"]
+    flags = ["--questions", corpus["paths"]["retrieved_only"], "--documents", documents]
+    flags += ["--model", tiny_bert_model, *FLAGS]
+    in_process = ["--engine", "in-process"]
+    joined = root / "out-joined"
+    with monkeypatch.context() as patched:  # the stores left unused: the documents table read and joined
+        patched.setattr(driver, "given_store", lambda *args: False)
+        patched.setattr(driver, "reads_store", lambda plan, *args: plan)
+        assert run_job(*flags, *in_process, "--index", index, "--output", joined) == 0
+    answers = read_output(joined, "answers")
+    spans = [row for row in answers if not row["is_no_answer"]]
+    assert (
+        {row["file_path"] is None for row in spans}
+        == {row["answer_page_number"] is None for row in spans}
+        == {
+            True,
+            False,
+        }
+    )  # some of the answers' documents have a file and a page, some have none
+    built = root / "out-built"  # its own index, built in this process before the pages are overwritten
+    assert run_job(*flags, *in_process, "--output", built, "--index-shards", "2") == 0
+    overwrite_pages(documents)
+    over_index = root / "out-index"
+    assert run_job(*flags, "--engine", "ray", "--index", index, "--output", over_index) == 0
+    resumed = run_job(
+        *flags, *in_process, "--output", built, "--index-shards", "2"
+    )  # the job again over the index it saved
+    assert resumed == 0
+    for output in (over_index, built):
+        assert "documents_join" not in json.loads((output / "manifest.json").read_text())
+        assert_same_outputs(output, joined, ("questions", "answers"))
+        for name in ("predictions.json", "annotated.squad.json", "label_studio.json"):
+            assert json.loads((output / name).read_text()) == json.loads((joined / name).read_text()), name
+
+
+def record_ids(read: list[str | None], passages: pa.Table) -> pa.Table:
+    """`passages`, their ids added to `read`."""
+    read.extend(passages["id"].to_pylist())
+    return passages
+
+
+def overwrite_pages(path: Path) -> None:
+    """Zeroes a Parquet file's pages, keeping its footer (its schema and row counts), size and modification time."""
+    stat = path.stat()
+    footer = int.from_bytes(path.read_bytes()[-8:-4], "little") + 8  # the footer, its length and the magic bytes
+    with path.open("r+b") as file:
+        file.seek(4)  # after the leading magic bytes
+        file.write(bytes(stat.st_size - 4 - footer))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
 def assert_same_retrieved(output: Path, job_output: Path) -> None:
