@@ -41,7 +41,7 @@ from qa_core.retrieval.index_io import DOC_IDS_FILE
 from qa_core.retrieval.index_io import read_doc_ids as index_doc_ids
 from qa_core.retrieval.sharding import weigh_counted_shard
 from qa_core.retrieval.statistics import CorpusStatistics
-from qa_core.retrieval.store import STORE_FILE, write_store
+from qa_core.retrieval.store import STORE_FILE, PassageStore, write_store
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
 
 if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
@@ -354,8 +354,8 @@ def _gather_parts(parts: list[Path], folder: Path) -> None:
     passages = [Passages.load(part) for part in parts]
     if passages[0] is not None:
         Passages.concat(passages).save(folder)
-    if (parts[0] / STORE_FILE).exists():  # the parts' stores one after the other, each memory-mapped
-        write_store(folder, (pa.ipc.open_file(pa.memory_map(str(part / STORE_FILE))).read_all() for part in parts))
+    if (parts[0] / STORE_FILE).exists():  # the parts' stores one after the other, a batch at a time
+        write_store(folder, (table for part in parts for table in PassageStore(part, 0).tables()))
 
 
 def _all_cores_at_once(dataset: Any) -> Any:

@@ -100,7 +100,7 @@ def write_doc_ids(path: Path, ids: Sequence[str]) -> None:
         writer.write_table(pa.table([array], schema=_DOC_IDS_SCHEMA))
 
 
-def read_doc_ids(folder: Path, mmap: bool = True) -> Sequence[str]:
+def read_doc_ids(folder: Path, mmap: bool = True) -> DocIds:
     """
     The document ids of an index folder: `doc_ids.arrow`, memory-mapped with `mmap`.
 
