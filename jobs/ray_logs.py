@@ -32,6 +32,19 @@ DRAIN_TIMEOUT_S = 10.0  # `stop` waits this long for the rest (a child process t
 # The logger of Ray's notice that it enabled token authentication for a Ray it started, as it should (on every run
 # where RAY_AUTH_MODE is unset): shown with --verbose only.
 RAY_AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
+# Ray Data's warning, when a dataset starts at an instant no CPU is free, that it "will hang": a Ray just started on
+# a loaded machine reports its CPUs late, and a job's own actors hold them between its datasets; the job goes on.
+NO_FREE_CPU_WARNING = "Warning: The Ray cluster currently does not have any available CPUs"
+
+
+class _NoFreeCpuWarning(logging.Filter):
+    """Drops Ray Data's no-free-CPU warning (`NO_FREE_CPU_WARNING`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(NO_FREE_CPU_WARNING)
+
+
+_NO_FREE_CPU_FILTER = _NoFreeCpuWarning()
 
 
 def is_ray_log_line(line: bytes) -> bool:
@@ -42,14 +55,20 @@ def is_ray_log_line(line: bytes) -> bool:
 def quiet_ray_data(verbose: bool) -> None:
     """
     Ray Data's own output for the datasets this process makes from now on (each copies the current `DataContext`):
-    its logs at INFO, its progress bars and operator tables, and its issue detectors' warnings (advice such as
-    requesting memory for an actor pool, every 30 s of a long run) show only when `verbose`; otherwise its warnings
-    and errors alone. The entry points (`jobs.bulk_qa`, `jobs.index`, `jobs.ingest`) print their own progress.
+    its logs at INFO, its progress bars and operator tables, its issue detectors' warnings (advice such as
+    requesting memory for an actor pool, every 30 s of a long run) and its no-free-CPU warning show only when
+    `verbose`; otherwise its other warnings and errors alone. The entry points (`jobs.bulk_qa`, `jobs.index`,
+    `jobs.ingest`) print their own progress.
     """
     import ray.data
 
     level = logging.INFO if verbose else logging.WARNING
     logging.getLogger("ray.data").setLevel(level)
+    dataset_logger = logging.getLogger("ray.data.dataset")
+    if verbose:
+        dataset_logger.removeFilter(_NO_FREE_CPU_FILTER)
+    else:
+        dataset_logger.addFilter(_NO_FREE_CPU_FILTER)
     # Its one notice is that the bars it would show are off.
     logging.getLogger("ray.data._internal.progress").setLevel(level if verbose else logging.ERROR)
     context = ray.data.DataContext.get_current()

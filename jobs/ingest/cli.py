@@ -41,8 +41,6 @@ from qa_core.ingest import CleanerSettings
 from qa_core.ingest.convert import missing_libraries
 from qa_core.retrieval.splitter import SPLIT_BY
 
-# Seconds a Ray started here may take to report its CPUs available (`_wait_for_cpus`).
-CPUS_WAIT_S = 10.0
 # Report rows printed on the terminal (all of them are in report.parquet).
 SHOWN_REPORT_ROWS = 20
 
@@ -114,20 +112,8 @@ def _start_ray(address: str | None, verbose: bool, ray_logs: RayLogFilter) -> fl
         level = logging.INFO if verbose else logging.WARNING
         logging.getLogger(RAY_AUTH_SETUP_LOGGER).setLevel(level if verbose else logging.ERROR)
         ray.init(address=address, log_to_driver=verbose, logging_level=level, include_dashboard=dashboard)
-        if address == "local":
-            _wait_for_cpus(ray)
     quiet_ray_data(verbose)
     return ray.cluster_resources().get("CPU", 1.0)
-
-
-def _wait_for_cpus(ray) -> None:
-    """
-    Waits (at most `CPUS_WAIT_S`) until a Ray just started here reports its CPUs available: on a loaded machine its
-    first report can lag, and Ray Data then warns that the cluster has no CPU and the dataset will hang.
-    """
-    deadline = time.monotonic() + CPUS_WAIT_S
-    while not ray.available_resources().get("CPU") and time.monotonic() < deadline:
-        time.sleep(0.1)
 
 
 def _settings(args) -> tuple[IngestSettings, CleanerSettings, SplitSettings]:

@@ -109,3 +109,37 @@ def test_a_line_not_ended_shows_at_once_on_the_stderr_of_the_moment(capfd: pytes
     assert err == "[progress] 1/2"
     os.write(2, b"unfiltered\n")
     assert capfd.readouterr().err == "unfiltered\n"
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose"])
+def test_ray_datas_no_free_cpu_warning_shows_only_when_verbose(verbose: bool) -> None:
+    """Ray Data's warning that a dataset started with no CPU free "will hang" (a Ray just started on a loaded machine,
+    a job's actors between its datasets) is dropped unless verbose; its other warnings always show."""
+    import logging
+
+    from jobs.ray_logs import quiet_ray_data
+
+    def shown(message: str) -> bool:
+        record = logging.LogRecord("ray.data.dataset", logging.WARNING, "dataset.py", 8601, message, None, None)
+        return bool(logging.getLogger("ray.data.dataset").filter(record))
+
+    no_cpu = (
+        "Warning: The Ray cluster currently does not have any available CPUs. The Dataset job will hang unless "
+        "more CPUs are freed up."
+    )
+    import ray.data
+
+    loggers = [logging.getLogger(name) for name in ("ray.data", "ray.data._internal.progress", "ray.data.dataset")]
+    context = ray.data.DataContext.get_current()
+    before = [(logger.level, list(logger.filters)) for logger in loggers]
+    before_context = (context.enable_progress_bars, context.issue_detectors_config)
+    try:
+        quiet_ray_data(False)
+        quiet_ray_data(verbose)  # a second call, quiet or verbose, decides
+        assert shown(no_cpu) is verbose
+        assert shown("Warning: something else about the dataset") is True
+    finally:  # this process's other tests find Ray Data as it was
+        for logger, (level, filters) in zip(loggers, before, strict=True):
+            logger.setLevel(level)
+            logger.filters[:] = filters
+        context.enable_progress_bars, context.issue_detectors_config = before_context
