@@ -313,18 +313,21 @@ def test_the_labelling_interface_counts_offsets_in_code_points(server: Server, t
     project = push(client, path, "Offsets in the interface")["project"]
     [task] = client.request("GET", f"/api/tasks?project={project}&fields=task_only&include=id,data")["tasks"]
 
-    async def session() -> list[str]:
+    async def session() -> tuple[list[str], list[dict]]:
         async with browser_page(session_cookies(server.url), server.url) as page:
-            return await review_in_browser(
+            shown = await review_in_browser(
                 page, f"{server.url}/projects/{project}/data?task={task['id']}", "live in it"
             )
+            # The page saves the submission asynchronously: the browser stays open until the server has it.
+            for _ in range(120):
+                annotations = client.request("GET", f"/api/tasks/{task['id']}/annotations")
+                if annotations:
+                    break
+                await asyncio.sleep(0.5)
+            return shown, annotations
 
-    assert asyncio.run(session()) == ["𝔘nicode"]
-    for _ in range(40):  # the submission is saved asynchronously
-        annotations = client.request("GET", f"/api/tasks/{task['id']}/annotations")
-        if annotations:
-            break
-        time.sleep(0.5)
+    shown, annotations = asyncio.run(session())
+    assert shown == ["𝔘nicode"]
     [annotation] = annotations
     spans = sorted((r["value"]["start"], r["value"]["end"], r["value"]["text"]) for r in annotation["result"])
     assert NILE.index("live in it") == 41 and len(NILE[:41].encode("utf-16-le")) // 2 == 48
