@@ -1,8 +1,9 @@
 """
-The memory an index build may use on a node, and the shard size that keeps it there: a build's count and weigh
-tasks each hold one shard (or part of one) at a time, about `BYTES_PER_PASSAGE` per passage, and a node runs a
-task per CPU at once. Without a shard setting (`--index-shards`, `--index-shard-size`) the shard size is the
-budget over the tasks a node runs at once, so the default build of any corpus stays within the budget.
+The memory an index build may use on a node, and the shard size that keeps it there: a build holds
+`BUILD_BASE_BYTES` whatever its shards (Ray's processes, its workers' libraries), and its count and weigh tasks
+each hold one shard (or part of one) at a time, about `BYTES_PER_PASSAGE` per passage, a task per CPU at once.
+Without a shard setting (`--index-shards`, `--index-shard-size`) the shard size is what the budget leaves over the
+base, over the tasks a node runs at once, so the default build of any corpus stays within the budget.
 """
 
 import os
@@ -19,6 +20,10 @@ if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (
 # postings, counts, float64 weights and their reordered copies; format 5 holds no weights). The larger, rounded up,
 # with a margin for Arrow buffers around them.
 BYTES_PER_PASSAGE = 2048
+# Memory a build holds whatever its shards, machine-wide: Ray's processes, its workers with their libraries loaded,
+# the driver. Measured (`jobs.bench.retrieval --build ray`) as the machine's peak above idle while building 100,000
+# passages on 2 CPUs, 2.0 GiB, less its shard's 100,000 x `BYTES_PER_PASSAGE`.
+BUILD_BASE_BYTES = int(1.8 * 2**30)
 # The share of a node's memory a build uses without `--memory-budget`: room for the other processes of a node.
 MEMORY_SHARE = 0.25
 # The fewest passages a shard sized by the budget holds (a tiny budget would make a shard per passage).
@@ -38,10 +43,10 @@ def memory_budget(budget_gib: float | None) -> int:
 
 def bounded_shard_size(budget: int, tasks_at_once: int) -> int:
     """
-    Passages per shard so that `tasks_at_once` tasks, each holding one shard, stay within `budget` bytes (at least
-    `LEAST_SHARD_SIZE`).
+    Passages per shard so that the build's base and `tasks_at_once` tasks, each holding one shard, stay within
+    `budget` bytes (at least `LEAST_SHARD_SIZE`).
     """
-    return max(LEAST_SHARD_SIZE, budget // (max(1, tasks_at_once) * BYTES_PER_PASSAGE))
+    return max(LEAST_SHARD_SIZE, (budget - BUILD_BASE_BYTES) // (max(1, tasks_at_once) * BYTES_PER_PASSAGE))
 
 
 def bounded(settings: "RetrievalSettings", tasks_at_once: int) -> "RetrievalSettings":

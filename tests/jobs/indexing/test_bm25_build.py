@@ -192,11 +192,12 @@ def test_a_small_memory_budget_builds_shards_that_search_as_one_shard_bit_for_bi
     local_ray, tmp_path: Path, documents: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     """
-    No shard setting: the shard size is the budget over the node's 2 CPUs (20 passages here), printed and recorded;
-    the shards find the hits and scores of one shard bit for bit, and their stores hold the passages in order.
+    No shard setting: the shard size is the budget (less a base, none here) over the node's 2 CPUs (20 passages
+    here), printed and recorded; the shards find the hits and scores of one shard bit for bit, and their stores hold the passages in order.
     """
     monkeypatch.setattr(memory, "BYTES_PER_PASSAGE", memory.GIB // 40)
     monkeypatch.setattr(memory, "LEAST_SHARD_SIZE", 1)
+    monkeypatch.setattr(memory, "BUILD_BASE_BYTES", 0)
     small, one = tmp_path / "small", tmp_path / "one"
     assert index_command.main(["--documents", documents, "--output", str(small), "--memory-budget", "1"]) == 0
     assert "218 documents (" in (printed := capsys.readouterr().out)
