@@ -28,6 +28,7 @@ from haystack_integrations.components.embedders.sentence_transformers import (
 from jobs import index as index_command
 from jobs.bulk_qa.retrieval import BUILD_FILE, INDEX_FOLDER
 from jobs.indexing import ann as ann_build
+from jobs.indexing import embed as embed_module
 from jobs.indexing.embed import EmbedPassages
 from qa_core.retrieval.dense import DenseIndex
 from qa_core.retrieval.quality import retrieval_quality
@@ -43,6 +44,7 @@ QUERIES = {
 }
 GIVEN = {"g1": ("What is returned?", ["d00"])}
 RELEVANT = {"q1": ["d00", "d03"], "q2": ["d05"], "q3": ["d07"], "g1": ["d00"]}  # gold for the retrieval's recall
+DENSE_SHARD = 8  # passages embedded and written at a time in the Ray run (`PASSAGES_PER_SHARD`)
 READER = ["--max-seq-length=96", "--stride=16", "--retriever-top-k", str(TOP_K)]
 
 
@@ -86,7 +88,8 @@ def hybrid_output(local_ray, corpus: dict, tiny_bert_model: Path) -> Path:
     output = corpus["root"] / "hybrid"
     paths = corpus["paths"]
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    with contextlib.redirect_stdout(printed), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(embed_module, "PASSAGES_PER_SHARD", DENSE_SHARD)  # the corpus embedded in several batches
         status = run_job(
             "--questions", paths["questions"], "--documents", paths["documents"], "--output", output,
             "--model", tiny_bert_model, "--engine", "ray", "--retrieval", "hybrid", "--embedding-model", EMBEDDER,
@@ -117,7 +120,9 @@ def test_hybrid_retrieval_equals_haystacks_joiner_over_bm25_and_embeddings(hybri
     assert (given["retrieved_document_ids"], given["dense_scores"]) == (None, None)
     record = json.loads((hybrid_output / INDEX_FOLDER / BUILD_FILE).read_text())
     assert record["dense"]["model"] == EMBEDDER and record["dense"]["dimension"] == 384
-    assert sum(shard["n"] for shard in record["dense"]["shards"]) == record["documents"]
+    # The vectors embedded and written a batch at a time, whatever the corpus: its memory is bounded.
+    sizes = [shard["n"] for shard in record["dense"]["shards"]]
+    assert sum(sizes) == record["documents"] and max(sizes) <= DENSE_SHARD < record["documents"]
     manifest = json.loads((hybrid_output / "manifest.json").read_text())
     assert manifest["index"]["dense"]["pooling"] == "mean_tokens"
 

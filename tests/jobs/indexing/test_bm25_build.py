@@ -193,7 +193,8 @@ def test_a_small_memory_budget_builds_shards_that_search_as_one_shard_bit_for_bi
 ) -> None:
     """
     No shard setting: the shard size is the budget (less a base, none here) over the node's 2 CPUs (20 passages
-    here), printed and recorded; the shards find the hits and scores of one shard bit for bit, and their stores hold the passages in order.
+    here), printed and recorded; the shards find the hits and scores of one shard bit for bit, and their stores hold
+    the passages in order. `--add` under the budget makes shards of that size too.
     """
     monkeypatch.setattr(memory, "BYTES_PER_PASSAGE", memory.GIB // 40)
     monkeypatch.setattr(memory, "LEAST_SHARD_SIZE", 1)
@@ -220,6 +221,12 @@ def test_a_small_memory_budget_builds_shards_that_search_as_one_shard_bit_for_bi
     assert [(row["id"], row["content"]) for row in stored] == indexed
     assert PassageStore(one, 0).take([217, 3]).to_pylist() == [{"id": indexed[i][0], "content": indexed[i][1]}
                                                                 for i in (217, 3)]  # fmt: skip
+    # --add under the same budget: the new documents in shards of 20 after the index's one shard of 218.
+    added = tmp_path / "added.parquet"
+    pq.write_table(pa.table({"id": [f"new{i}" for i in range(45)], "content": ["fresh words"] * 45}), added)
+    assert index_command.main(["--add", str(added), "--index", str(one), "--memory-budget", "1"]) == 0
+    shards = shard_locations(str(one), json.loads((one / BUILD_FILE).read_text())["shards"])
+    assert [BM25Index.load(shard).doc_offset for shard in shards] == [0, 218, 238, 258]
 
 
 def test_documents_added_as_shards_give_the_index_of_all_the_documents(
