@@ -1,6 +1,10 @@
-"""Ray's C++ log lines dropped from stderr, everything else passed on as written (`jobs.ray_logs`): no Ray needed."""
+"""
+Ray's C++ log lines dropped from stderr, everything else passed on as written, and Ray Data's own output quiet unless
+verbose (`jobs.ray_logs`): no running Ray needed.
+"""
 
 import fcntl
+import logging
 import os
 import struct
 import subprocess
@@ -11,7 +15,7 @@ import tty
 
 import pytest
 
-from jobs.ray_logs import RayLogFilter, is_ray_log_line
+from jobs.ray_logs import RayLogFilter, is_ray_log_line, quiet_ray_data
 from tests.jobs.conftest import ROOT
 
 # Lines as Ray 2.60's driver writes them (the first is Ray Data's, on every cluster run).
@@ -113,11 +117,11 @@ def test_a_line_not_ended_shows_at_once_on_the_stderr_of_the_moment(capfd: pytes
 
 @pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose"])
 def test_ray_datas_no_free_cpu_warning_shows_only_when_verbose(verbose: bool) -> None:
-    """Ray Data's warning that a dataset started with no CPU free "will hang" (a Ray just started on a loaded machine,
-    a job's actors between its datasets) is dropped unless verbose; its other warnings always show."""
-    import logging
-
-    from jobs.ray_logs import quiet_ray_data
+    """
+    Ray Data's warning that a dataset started with no CPU free "will hang" (a Ray just started on a loaded machine,
+    a job's actors between its datasets) is dropped unless verbose; its other warnings always show.
+    """
+    import ray.data  # the library only, as `quiet_ray_data` imports it: no Ray is started
 
     def shown(message: str) -> bool:
         record = logging.LogRecord("ray.data.dataset", logging.WARNING, "dataset.py", 8601, message, None, None)
@@ -127,8 +131,6 @@ def test_ray_datas_no_free_cpu_warning_shows_only_when_verbose(verbose: bool) ->
         "Warning: The Ray cluster currently does not have any available CPUs. The Dataset job will hang unless "
         "more CPUs are freed up."
     )
-    import ray.data
-
     loggers = [logging.getLogger(name) for name in ("ray.data", "ray.data._internal.progress", "ray.data.dataset")]
     context = ray.data.DataContext.get_current()
     before = [(logger.level, list(logger.filters)) for logger in loggers]
