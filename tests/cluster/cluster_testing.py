@@ -56,14 +56,23 @@ def run_command(args: list[str], env: dict[str, str | None], timeout_s: float) -
     )
 
 
+_PORTS_GIVEN: set[int] = set()  # every port `free_port` returned in this process
+
+
 def free_port() -> int:
     """
-    A TCP port on 127.0.0.1 that nothing listens on right now. Another process may take it before the caller
-    listens on it: a caller retries with fresh ports when it finds it taken (see `LocalRayHead.start`).
+    A TCP port on 127.0.0.1 that nothing listens on right now and that this process was not given before: the
+    operating system may offer a port again once its probe closed, and Ray refuses to start when two of its
+    components are given the same port. Another process may still take it before the caller listens on it: a
+    caller retries with fresh ports when it finds it taken (see `LocalRayHead.start`).
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(port)
+            return port
 
 
 # A job of the sample's size takes about a minute on 2 idle cores, several on a loaded machine.

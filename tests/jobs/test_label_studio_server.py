@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -29,6 +28,7 @@ from qa_core.annotation import PredictedSpan, Prediction, label_studio_tasks, sq
 from qa_core.evaluation import evaluate
 from qa_core.question_files import read_questions
 from qa_core.squad import GoldAnswer, SquadDataset, SquadExample, squad_json
+from tests.cluster.cluster_testing import free_port
 from tests.jobs.browser import CHROMIUM, Page, browser_page
 from tests.qa_core.reference import squad_v2_official
 
@@ -43,12 +43,6 @@ class Server:
     url: str
     log: Path
     started_in_s: float
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
