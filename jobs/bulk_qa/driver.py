@@ -219,7 +219,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     if schemas.retrieval:  # checked (in-process: built) before any question is read: an unusable index fails at once
         distributed = isinstance(engine, RayEngine)  # built by Ray Data once Ray runs
         index = prepare_index(config.retrieval, tables.work.documents, output, resuming, distributed)
-        index = reads_store(index, config.retrieval, tables.work.questions, schemas.questions, schemas.documents)
+        index = reads_store(index, tables.work.questions, schemas.questions, schemas.documents)
         if index.store:  # the retrieved passages are read from the index: no documents table is read or joined
             schemas = dataclasses.replace(schemas, documents=None)
     if cluster is None:

@@ -7,12 +7,12 @@ more than one shard one such folder per shard (`shard-00000/`, ...: contiguous r
 positions weighed with the whole corpus's statistics), plus `build.json`, written last: what it was built from
 (the documents' files and fingerprint) and how (algorithm, parameters, shards and their size, vocabulary size,
 build seconds, splitting). A run saves its index as `_index/` in its output folder, so that a resumed run does
-not rebuild it; the retrieval actors memory-map it from there. With `split_length` the index holds passages of
-the documents, and each shard folder also holds `passages.json` (`jobs.passages`): where each passage lies
-in its source document; without it, each shard folder holds its documents' ids and texts, and their `page_number`
-and `file_path` where they have them (`store.arrow`, `qa_core.retrieval.store`; `build.json` names those kept in
-`store_document_columns`), which a run whose every question is retrieved for reads its hits from (`reads_store`)
-instead of reading and joining the documents table.
+not rebuild it; the retrieval actors memory-map it from there. Each shard folder holds its documents' ids and
+texts, and their `page_number` and `file_path` where they have them (`store.arrow`, `qa_core.retrieval.store`;
+`build.json` names those kept in `store_document_columns`); with `split_length` the index holds passages of the
+documents, and each shard folder holds where each passage lies in its source document and those documents in a
+store of their own instead (`jobs.passages`). A run whose every question is retrieved for reads its hits from
+there (`reads_store`) instead of reading and joining the documents table.
 
 With the Ray engine (and in `python -m jobs.index`) the index is built by Ray Data (`build_index_with_ray`,
 `jobs.indexing`): the driver holds the corpus statistics only; each shard is tokenized once by a task that
@@ -57,7 +57,7 @@ from jobs.indexing.bm25 import (
 )
 from jobs.indexing.memory import bounded, memory_budget
 from jobs.indexing.passages import passage_shards
-from jobs.passages import Passages, split_batch
+from jobs.passages import save_split, split_batch, split_window
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError, parquet_dataset, redact, resolve_path
 from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
@@ -93,15 +93,16 @@ class BuiltIndex:
 
     :param shards: The shards, in corpus order.
     :param record: The build record (`build.json`).
-    :param passages: With `split_length`, where the indexed passages lie in their documents, in corpus order.
-    :param store: Without it, the shards' passage stores' columns (`id`, `content` and the documents' stored
-        columns), in corpus order.
+    :param store: The shards' passage stores' columns (`id`, `content` and the documents' stored columns), in
+        corpus order: the documents', or with `split_length` their source documents'.
+    :param passages: With `split_length`, where the indexed passages lie in their documents (`passage_columns`,
+        `source` a row of `store`), in corpus order.
     """
 
     shards: list[BM25Index]
     record: dict[str, Any]
-    passages: Passages | None = None
-    store: pa.Table | None = None
+    store: pa.Table
+    passages: pa.Table | None = None
 
 
 @dataclass(frozen=True)
@@ -147,20 +148,17 @@ def needs_retrieval(questions_path: str, schema: pa.Schema) -> bool:
     return parquet_dataset(questions_path).count_rows(filter=pc.field("document_ids").is_null()) > 0
 
 
-def reads_store(
-    plan: IndexPlan, settings: RetrievalSettings, questions_path: str, questions: pa.Schema, documents: pa.Schema
-) -> IndexPlan:
+def reads_store(plan: IndexPlan, questions_path: str, questions: pa.Schema, documents: pa.Schema) -> IndexPlan:
     """
     The plan, reading the retrieved passages from the index's passage stores (`workers.fetch`) where it can: an
-    index of whole documents (no `split_length`) whose shards keep stores (or that this run builds, which writes
-    them), every question retrieved for (none names `document_ids`), and the documents' `page_number` and
-    `file_path` kept in the stores where the documents have them (an index built before they were kept has
-    ids and texts only). Else the documents table is joined as before.
+    index whose shards keep stores (or that this run builds, which writes them), every question retrieved for (none
+    names `document_ids`), and the documents' `page_number` and `file_path` kept in the stores where the documents
+    have them (an index built before they were kept has ids and texts only). Else the documents table is joined.
     """
     built = plan.pending or plan.built is not None  # built by this run: its stores keep all the columns
     stored = plan.pending or plan.record.get("store", False)
     kept = STORED_COLUMNS if built else plan.record.get(STORE_COLUMNS_KEY, [])
-    return replace(plan, store=stored and _store_serves(settings, questions_path, questions, documents, kept))
+    return replace(plan, store=stored and _store_serves(questions_path, questions, documents, kept))
 
 
 def given_store(
@@ -176,21 +174,19 @@ def given_store(
     if not isinstance(record, dict) or not record.get("store"):
         return False
     questions, documents = parquet_dataset(questions_path).schema, parquet_dataset(documents_path).schema
-    return _store_serves(settings, questions_path, questions, documents, record.get(STORE_COLUMNS_KEY, []))
+    return _store_serves(questions_path, questions, documents, record.get(STORE_COLUMNS_KEY, []))
 
 
-def _store_serves(
-    settings: RetrievalSettings, questions_path: str, questions: pa.Schema, documents: pa.Schema, kept: list[str]
-) -> bool:
+def _store_serves(questions_path: str, questions: pa.Schema, documents: pa.Schema, kept: list[str]) -> bool:
     """
-    Whether passage stores that keep the documents' columns `kept` serve the run: whole documents, every question
-    retrieved for, and each of the documents' `page_number` and `file_path` kept.
+    Whether passage stores that keep the documents' columns `kept` serve the run: every question retrieved for, and
+    each of the documents' `page_number` and `file_path` kept.
     """
     named = "document_ids" in questions.names and parquet_dataset(questions_path).count_rows(
         filter=pc.field("document_ids").is_valid()
     )
     unkept = set(STORED_COLUMNS) & set(documents.names) - set(kept)
-    return settings.split_length is None and not named and not unkept
+    return not named and not unkept
 
 
 def prepare_index(
@@ -335,7 +331,7 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
     corpora that fit in its memory (the in-process engine's). `build_index_with_ray` builds the same index, bit
     for bit, by Ray Data.
 
-    :returns: The shards, the build record and the passages' sources.
+    :returns: The shards, the build record, the documents (the shards' stores) and where the passages lie.
     :raises InputError: If the documents cannot be indexed, naming the documents file.
     """
     started = time.time()
@@ -343,14 +339,16 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
     settings = bounded(settings, 1)  # one process builds the whole corpus
     ids: list[str] = []
     texts: list[str] = []
-    passages: list[Passages] = []
-    stored: list[pa.RecordBatch] = []  # whole documents: the shards' passage stores
-    for batch in _document_batches(documents, stored=settings.split_length is None):
+    passages: list[pa.Table] = []  # split: where each passage lies, `source` counted over all the documents
+    stored: list[pa.RecordBatch] = []  # the documents: the shards' passage (or source) stores
+    for batch in _document_batches(documents, stored=True):
         batch_ids, batch_texts, batch_passages = _indexed_batch(batch, settings)
         ids += batch_ids
         texts += batch_texts
-        passages += [batch_passages] if batch_passages is not None else []
-        stored += [batch] if batch_passages is None else []
+        if batch_passages is not None:
+            first = sum(map(len, stored))
+            passages.append(batch_passages.set_column(0, "source", pc.add(batch_passages["source"], first)))
+        stored.append(batch)
     _check_shards(settings, len(texts))
     size = settings.shard_size(len(texts))
     bounds = [*range(0, len(texts), size), len(texts)]
@@ -358,12 +356,12 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
         shards, statistics = build_shards(ids, texts, bounds, settings.bm25_algorithm, settings.parameters())
     except ValueError as error:
         raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
-    sources = Passages.concat(passages) if settings.split_length is not None else None
-    n_sources = len(set(sources.source_ids)) if sources is not None else None
+    store = pa.Table.from_batches(stored)  # not empty: `build_shards` refuses a corpus without passages
+    where = pa.concat_tables(passages) if settings.split_length is not None else None
+    n_sources = len(pc.unique(store["id"].take(where["source"]))) if where is not None else None
     corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
     record = _build_record(settings, documents, corpus, (len(shards), size, budget), n_sources, started)
-    store = pa.Table.from_batches(stored) if stored else None
-    return BuiltIndex(shards, record, sources, store if sources is None else None)
+    return BuiltIndex(shards, record, store, where)
 
 
 def build_index_with_ray(settings: RetrievalSettings, documents: str, location: str) -> dict[str, Any]:
@@ -486,6 +484,7 @@ def add_documents_with_ray(location: str, documents: str, budget_gib: float | No
             f"--index {redact(location)}: it holds the passages' vectors too (dense retrieval); --add grows a BM25 "
             "index only: build the dense or hybrid index again with --documents and --output."
         )
+    _check_split_layout(location, record)
     try:
         before = CorpusStatistics.load(folder)
     except ValueError as error:
@@ -564,8 +563,8 @@ def _build_record(
         "shards": n_shards,
         "shard_size": shard_size,
         "memory_budget": budget,
-        "store": settings.split_length is None,  # each shard's passages in its `store.arrow`
-        STORE_COLUMNS_KEY: stored_columns(documents) if settings.split_length is None else [],
+        "store": True,  # each shard's passages in its `store.arrow` (split: its source documents, `jobs.passages`)
+        STORE_COLUMNS_KEY: stored_columns(documents),
         "vocabulary": n_terms,
         "build_s": round(time.time() - started, 3),
         "algorithm": settings.bm25_algorithm,
@@ -612,15 +611,19 @@ def write_index(built: BuiltIndex, location: str) -> None:
 
 
 def _save_shards(built: BuiltIndex, folder: Path) -> None:
-    """Each shard into its folder, with the passages it holds when the documents were split, else its store."""
+    """
+    Each shard into its folder, with its passage store, or when the documents were split where its passages lie
+    and its source documents' store.
+    """
     shards = built.shards
     for shard, shard_folder in zip(shards, shard_locations(str(folder), len(shards)), strict=True):
         shard.save(shard_folder)
-        window = slice(shard.doc_offset, shard.doc_offset + len(shard.doc_ids))
-        if built.passages is not None:
-            built.passages[window].save(Path(shard_folder))
-        if built.store is not None:
-            write_store(Path(shard_folder), [built.store.slice(window.start, window.stop - window.start)])
+        start, stop = shard.doc_offset, shard.doc_offset + len(shard.doc_ids)
+        if built.passages is None:
+            write_store(Path(shard_folder), [built.store.slice(start, stop - start)])
+        else:
+            passages, sources = split_window(built.passages, built.store, start, stop)
+            save_split(Path(shard_folder), passages, [sources])
 
 
 def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, Any]:
@@ -661,6 +664,7 @@ def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, 
             f"--index {shown} was built with {built_split}, not this run's split_length {settings.split_length} "
             f"and split_overlap {settings.split_overlap}: rebuild it or pass the settings it was built with."
         )
+    _check_split_layout(settings.index, record)
     if header.get("doc_offset") != 0 or header.get("corpus", {}).get("n_docs") != record.get("documents"):
         raise InputError(f"--index {shown}: its first shard's corpus does not match its {BUILD_FILE}.")
     if settings.dense:
@@ -676,6 +680,18 @@ def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, 
                 "and contents differ from the index's fingerprint): rebuild it with `python -m jobs.index`."
             )
     return _summary(record)
+
+
+def _check_split_layout(location: str, record: dict[str, Any]) -> None:
+    """
+    :raises InputError: If an index of split passages keeps them in the earlier layout (`passages.json`, no store
+        of their source documents: `jobs.passages`).
+    """
+    if record.get("split_length") is not None and not record.get("store"):
+        raise InputError(
+            f"--index {redact(location)}: an index of split passages built by an earlier version (no store of their "
+            "source documents): rebuild it with `python -m jobs.index`."
+        )
 
 
 def _check_dense(shown: str, record: dict[str, Any], settings: RetrievalSettings) -> None:
@@ -810,7 +826,7 @@ def _document_batches(documents: str, stored: bool = False) -> Iterator[pa.Recor
 def _indexed_batch(batch: pa.RecordBatch, settings: RetrievalSettings) -> tuple[list[str], list[str], Any]:
     """
     What the index holds of a batch of documents with content: the documents (ids, texts, None), or with
-    `split_length` their passages (ids, texts, and where they lie in their documents).
+    `split_length` their passages (ids, texts, and where they lie: `passage_columns`, `source` a row of the batch).
     """
     ids, texts = batch.column("id").to_pylist(), batch.column("content").to_pylist()
     if settings.split_length is None:

@@ -6,10 +6,11 @@ statistics only:
    fewer than the CPUs) reads its passages itself (`read_shard`: no regrouping of blocks, a shard is counted as
    soon as it is read, and its texts never pass through the object store) and tokenizes them once, in parts of
    `counted.COUNT_PART_DOCS` passages whose compact counts it merges (so a task holds one part's tokens, not its
-   shard's), writes its term counts and ids into its folder (`counted_folder`: `counted.CountedShard`, with
-   `passages.json` when split) and returns only their statistics; the driver merges them in corpus order
-   (`CorpusStatistics.merge`: the single-process build's vocabulary order, so the same idf sums) and checks that
-   no id occurs twice in the corpus (from a 64-bit hash of each id that the tasks return);
+   shard's), writes its term counts and ids into its folder (`counted_folder`: `counted.CountedShard`, with its
+   passage store, or when split where its passages lie and its source documents' store: `jobs.passages`) and
+   returns only their statistics; the driver merges them in corpus order (`CorpusStatistics.merge`: the
+   single-process build's vocabulary order, so the same idf sums) and checks that no id occurs twice in the corpus
+   (from a 64-bit hash of each id that the tasks return);
 2. weigh (`weigh_shards`): a task per shard weighs its stored counts (its parts' put together) with the corpus's
    statistics (`sharding.weigh_counted_shard`: counts are read, not texts) and writes the shard's index beside
    them.
@@ -33,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from jobs.indexing.passages import read_shard
-from jobs.passages import Passages
+from jobs.passages import Passages, passage_columns, save_split
 from jobs.storage import resolve_path
 from qa_core.retrieval.counted import COUNT_PART_DOCS, CountedShard, count_parts
 from qa_core.retrieval.fingerprint import fingerprint_hex
@@ -102,8 +103,8 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
 
     :param shards: `passage_shards`' dataset.
     :param locations: The folders of the shards these passages make, in order.
-    :param split: Whether the passages are split documents (each shard then keeps `passages.json`; else its
-        passage store, `qa_core.retrieval.store`).
+    :param split: Whether the passages are split documents (each shard then keeps their sources and its source
+        documents' store, `jobs.passages`; else its passage store, `qa_core.retrieval.store`).
     :returns: The passages' statistics, sources, shard fingerprints and parts, id hashes and counted folders.
     :raises ValueError: If a shard's passages cannot be indexed (ids invalid, or one twice in the shard).
     """
@@ -247,7 +248,7 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
     its statistics, one row.
     """
     item = rows.to_pylist()[0]
-    batch = read_shard(item)
+    batch, sources = read_shard(item)
     first, stop = item["first"], item["stop"]
     positions = batch["position"].to_numpy()
     if positions.size != stop - first or positions[0] != first:
@@ -263,12 +264,8 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
     except ValueError as error:  # bad input: the driver raises it
         columns = {name: [None] for name in _COUNTED_SCHEMA.names}
         return pa.table({**columns, **where, "error": [str(error)]}, schema=_COUNTED_SCHEMA)
-    passages = None
-    if split:
-        passages = Passages(batch["source_id"].to_pylist(), batch["start"].to_pylist(), batch["end"].to_pylist())
     hashes = id_hashes(counted.doc_ids)
-    store = batch if passages is None else None  # whole documents: their texts kept for the job to read
-    save_files(folder, lambda local: _save_counted(counted, passages, store, hashes, local))
+    save_files(folder, lambda local: _save_counted(counted, batch, sources, hashes, local))
     row = {
         **where,
         "vocabulary": [statistics.vocabulary],
@@ -286,14 +283,18 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
 
 
 def _save_counted(
-    counted: CountedShard, passages: Passages | None, store: pa.Table | None, hashes: np.ndarray, folder: Path
+    counted: CountedShard, passages: pa.Table, sources: pa.Table | None, hashes: np.ndarray, folder: Path
 ) -> None:
+    """
+    A counted shard's files: its counts, its ids' hashes, and its passage store, or with `sources` (split
+    passages) where its passages lie and its source documents' store.
+    """
     counted.save(folder)
     np.save(folder / ID_HASHES_FILE, hashes, allow_pickle=False)  # the ids checked against a later addition's
-    if passages is not None:
-        passages.save(folder)
-    if store is not None:
-        write_store(folder, [store])
+    if sources is None:  # whole documents: their texts kept for the job to read
+        write_store(folder, [passages])
+    else:
+        save_split(folder, passages, [sources])
 
 
 def weigh_shards(
@@ -348,14 +349,36 @@ def _weigh(batch: dict[str, Any], weights: Any, algorithm: str, parameters: dict
 
 
 def _gather_parts(parts: list[Path], folder: Path) -> None:
-    """A shard's own files besides its counts (`_save_counted`'s: its ids' hashes, its passages), from its parts."""
+    """
+    A shard's own files besides its counts (`_save_counted`'s: its ids' hashes, its store, its passages' sources),
+    from its parts, their stores one after the other a batch at a time.
+    """
     hashes = [np.load(part / ID_HASHES_FILE, allow_pickle=False) for part in parts]
     np.save(folder / ID_HASHES_FILE, np.concatenate(hashes), allow_pickle=False)
-    passages = [Passages.load(part) for part in parts]
-    if passages[0] is not None:
-        Passages.concat(passages).save(folder)
-    if (parts[0] / STORE_FILE).exists():  # the parts' stores one after the other, a batch at a time
+    if (parts[0] / STORE_FILE).exists():
         write_store(folder, (table for part in parts for table in PassageStore(part, 0).tables()))
+        return
+    passages = [Passages.load(part) for part in parts]
+    rows, first_row = [], 0  # split: each part's source rows follow the earlier parts'
+    shared = [index > 0 and part.starts[0] > 0 for index, part in enumerate(passages)]
+    for part, continued in zip(passages, shared, strict=True):
+        rows.append(part.rows.astype(np.int64) + first_row - continued)
+        first_row += len(part.source_ids) - continued
+    where = passage_columns(np.concatenate(rows), *(np.concatenate([getattr(part, name) for part in passages])
+                                                    for name in ("starts", "ends")))  # fmt: skip
+    save_split(folder, where, _sources_once(passages, shared))
+
+
+def _sources_once(parts: list[Passages], shared: list[bool]) -> Iterator[pa.Table]:
+    """
+    The source documents of a shard's parts, in order, each once: a part whose first passage does not start its
+    document (`shared`) continues the previous part's last document, which it keeps too.
+    """
+    for part, continued in zip(parts, shared, strict=True):
+        tables = part.sources().tables()
+        if continued:
+            yield next(tables).slice(1)
+        yield from tables
 
 
 def _all_cores_at_once(dataset: Any) -> Any:

@@ -2,7 +2,8 @@
 The passages an index holds, as a Ray Dataset read and split by Ray Data tasks: the documents with content in
 table order (or, with `split_length`, their passages), numbered by corpus position. Whole documents also carry
 their `page_number` and `file_path` where the documents table has them, for the shards' passage stores
-(`qa_core.retrieval.store`).
+(`qa_core.retrieval.store`); a shard of split passages is read with its source documents (`read_shard`), for its
+source store (`jobs.passages`).
 """
 
 import math
@@ -14,10 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs.passages import split_batch
+from jobs.passages import split_batch, split_window
 from jobs.storage import parquet_dataset, resolve_path
 from qa_core.retrieval.counted import COUNT_PART_DOCS
-from qa_core.retrieval.store import STORED_DOCUMENT_FIELDS
+from qa_core.retrieval.store import STORED_DOCUMENT_FIELDS, store_schema
 
 if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (seconds per worker)
     from jobs.retrieval_settings import RetrievalSettings
@@ -112,24 +113,32 @@ def shard_parts(first: int, stop: int, parts: int) -> list[int]:
     return [first + part * (stop - first) // parts for part in range(parts + 1)]
 
 
-def read_shard(shard: dict[str, Any]) -> pa.Table:
+def read_shard(shard: dict[str, Any]) -> tuple[pa.Table, pa.Table | None]:
     """
-    A shard's (or part's) passages (`PASSAGE_SCHEMA`, in corpus order), read from its row groups: a row of
-    `passage_shards`.
+    A shard's (or part's) passages (`PASSAGE_SCHEMA`, in corpus order), read from its row groups (a row of
+    `passage_shards`), and, for split passages, their source documents (`id`, `content` and the documents' stored
+    columns), the passages' `source` column their rows there (None for whole documents).
     """
     first, stop = shard["first"], shard["stop"]
     options = (shard["documents"], shard["split_length"], shard["split_overlap"])
-    tables = []
+    split = shard["split_length"] is not None
+    tables, sources = [], []
     for path, row_group, position in zip(shard["paths"], shard["row_groups"], shard["firsts"], strict=True):
-        for passages in _numbered_passages(path, row_group, position, *options):
+        for passages, documents in _numbered_passages(path, row_group, position, *options):
             if not passages.num_rows or passages["position"][-1].as_py() < first:
                 continue
             start = passages["position"][0].as_py()
             if start >= stop:  # the rest of the row group lies in the next shards
                 break
-            skip = max(first - start, 0)
-            tables.append(passages.slice(skip, min(stop - start, passages.num_rows) - skip))
-    return pa.concat_tables(tables, promote_options="default") if tables else PASSAGE_SCHEMA.empty_table()
+            window = (max(first - start, 0), min(stop - start, passages.num_rows))
+            if split:
+                passages, documents = split_window(passages, documents, *window, sum(map(len, sources)))
+                tables.append(passages)
+                sources.append(documents)
+            else:
+                tables.append(passages.slice(window[0], window[1] - window[0]))
+    passages = pa.concat_tables(tables, promote_options="default") if tables else PASSAGE_SCHEMA.empty_table()
+    return passages, (pa.concat_tables(sources, promote_options="default") if sources else None) if split else None
 
 
 def _row_groups(
@@ -216,7 +225,7 @@ def _count_row_group(
         if split_length is None:
             count += batch.num_rows - batch.column("content").null_count
         else:
-            count += _passages_of_batch(pa.Table.from_batches([batch]), split_length, split_overlap).num_rows
+            count += _passages_of_batch(pa.Table.from_batches([batch]), split_length, split_overlap)[0].num_rows
     return {"index": item["index"], "passages": [count]}
 
 
@@ -225,35 +234,39 @@ def _row_group_passages(
 ) -> Iterator[pa.Table]:
     """A row group -> its passages (`PASSAGE_SCHEMA`), numbered from its first position, batch by batch."""
     path, row_group, position = item["path"][0].as_py(), item["row_group"][0].as_py(), item["first"][0].as_py()
-    yield from _numbered_passages(path, row_group, position, documents, split_length, split_overlap)
+    for passages, _ in _numbered_passages(path, row_group, position, documents, split_length, split_overlap):
+        yield passages.drop_columns(["source"]) if split_length is not None else passages
 
 
 def _numbered_passages(
     path: str, row_group: int, position: int, documents: str, split_length: int | None, split_overlap: int
-) -> Iterator[pa.Table]:
-    """A row group's passages (`PASSAGE_SCHEMA`), numbered from `position`, batch by batch."""
-    for batch in _row_group_batches(path, row_group, documents, stored=split_length is None):
-        passages = _passages_of_batch(pa.Table.from_batches([batch]), split_length, split_overlap)
+) -> Iterator[tuple[pa.Table, pa.Table]]:
+    """A row group's passages (`_passages_of_batch`), numbered from `position`, and their documents, batch by batch."""
+    for batch in _row_group_batches(path, row_group, documents, stored=True):
+        passages, sources = _passages_of_batch(pa.Table.from_batches([batch]), split_length, split_overlap)
         numbers = pa.array(np.arange(position, position + passages.num_rows, dtype=np.int64))
         position += passages.num_rows
-        yield passages.add_column(0, "position", numbers)
+        yield passages.add_column(0, "position", numbers), sources
 
 
-def _passages_of_batch(batch: pa.Table, split_length: int | None, split_overlap: int) -> pa.Table:
+def _passages_of_batch(batch: pa.Table, split_length: int | None, split_overlap: int) -> tuple[pa.Table, pa.Table]:
     """
-    A batch of documents -> its documents with content (and their `STORED_DOCUMENT_FIELDS` the batch has), or their
-    passages (`PASSAGE_SCHEMA` without position).
+    A batch of documents -> its passages: its documents with content (and their `STORED_DOCUMENT_FIELDS` the batch
+    has), or their passages (`PASSAGE_SCHEMA` without position, and `source`: each passage's row among the
+    documents); and those documents (`id`, `content` and the stored fields).
     """
     batch = batch.filter(pc.is_valid(batch["content"]))
+    kept = [field for field in STORED_DOCUMENT_FIELDS if field.name in batch.column_names]
+    ids, texts = batch["id"].cast(pa.string()), batch["content"].cast(pa.string())
+    stored = [batch[field.name].cast(field.type) for field in kept]
+    documents = pa.Table.from_arrays([ids, texts, *stored], schema=store_schema(batch.column_names))
     if split_length is None:  # each document is its own passage, all of its content: no Python strings made
-        ids, texts = batch["id"].cast(pa.string()), batch["content"].cast(pa.string())
         ends = pc.utf8_length(texts).cast(pa.int64())  # in characters, as Python's len
         columns = [ids, texts, ids, pa.array(np.zeros(batch.num_rows, np.int64)), ends]
-        kept = [field for field in STORED_DOCUMENT_FIELDS if field.name in batch.column_names]
-        columns += [batch[field.name].cast(field.type) for field in kept]
-        return pa.Table.from_arrays(columns, schema=pa.schema([*_SPLIT_SCHEMA, *kept]))
-    documents = batch["id"].to_pylist(), batch["content"].to_pylist()
-    ids, texts, passages = split_batch(*documents, split_length, split_overlap)
-    values = (ids, texts, passages.source_ids, passages.starts, passages.ends)
-    columns = [pa.array(column, field.type) for column, field in zip(values, _SPLIT_SCHEMA, strict=True)]
-    return pa.Table.from_arrays(columns, schema=_SPLIT_SCHEMA)
+        columns += stored
+        return pa.Table.from_arrays(columns, schema=pa.schema([*_SPLIT_SCHEMA, *kept])), documents
+    passage_ids, passage_texts, where = split_batch(ids.to_pylist(), texts.to_pylist(), split_length, split_overlap)
+    where = where.append_column("source_id", ids.take(where["source"].combine_chunks()))
+    columns = [pa.array(passage_ids, pa.string()), pa.array(passage_texts, pa.string()),
+               *(where[name].combine_chunks() for name in ("source_id", "start", "end", "source"))]  # fmt: skip
+    return pa.Table.from_arrays(columns, schema=_SPLIT_SCHEMA.append(pa.field("source", pa.int64()))), documents

@@ -100,13 +100,14 @@ def write_doc_ids(path: Path, ids: Sequence[str]) -> None:
         writer.write_table(pa.table([array], schema=_DOC_IDS_SCHEMA))
 
 
-def read_doc_ids(folder: Path, mmap: bool = True) -> DocIds:
+def read_doc_ids(folder: Path, mmap: bool = True, name: str = DOC_IDS_FILE) -> DocIds:
     """
-    The document ids of an index folder: `doc_ids.arrow`, memory-mapped with `mmap`.
+    The document ids of an index folder: `doc_ids.arrow` (or another file `write_doc_ids` wrote, `name`),
+    memory-mapped with `mmap`.
 
     :raises ValueError: If it is missing, or not a column of strings.
     """
-    path = folder / DOC_IDS_FILE
+    path = folder / name
     try:
         source = pa.memory_map(str(path), "r") if mmap else pa.OSFile(str(path), "rb")
         table = pa.ipc.open_file(source).read_all()

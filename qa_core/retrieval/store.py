@@ -37,9 +37,10 @@ def store_schema(names: Collection[str]) -> pa.Schema:
     return pa.schema([*STORE_SCHEMA, *(field for field in STORED_DOCUMENT_FIELDS if field.name in names)])
 
 
-def write_store(folder: Path, tables: Iterable[pa.Table]) -> int:
+def write_store(folder: Path, tables: Iterable[pa.Table], name: str = STORE_FILE) -> int:
     """
-    Writes the store of a shard's passages into its folder.
+    Writes the store of a shard's passages into its folder (as `name`: a split index's shard also keeps its
+    source documents in a store of their own, `jobs.passages`).
 
     :param tables: The passages' `id` and `content`, and the `STORED_DOCUMENT_FIELDS` the first table has (other
         columns ignored), in corpus order, in any number of tables of any sizes.
@@ -50,7 +51,7 @@ def write_store(folder: Path, tables: Iterable[pa.Table]) -> int:
     schema = store_schema(first.column_names if first is not None else ())
     with_size = schema.with_metadata({_BATCH_ROWS_KEY: str(STORE_BATCH_ROWS).encode()})
     with (
-        pa.OSFile(str(folder / STORE_FILE), "wb") as sink,
+        pa.OSFile(str(folder / name), "wb") as sink,
         pa.ipc.new_file(sink, with_size, options=_COMPRESSION) as writer,
     ):
         for batch in _exact_batches(chain([first], tables) if first is not None else (), schema):
@@ -78,11 +79,13 @@ class PassageStore:
 
     :param folder: The shard's folder.
     :param doc_offset: The corpus position of its first passage.
+    :param name: The store's file (a split index's source documents: `jobs.passages.SOURCES_FILE`).
+    :param ids: The file of its passages' ids, beside it (`index_io.write_doc_ids`'s).
     :raises ValueError: If the folder has no store, or its file is not one.
     """
 
-    def __init__(self, folder: Path, doc_offset: int) -> None:
-        path = folder / STORE_FILE
+    def __init__(self, folder: Path, doc_offset: int, name: str = STORE_FILE, ids: str = DOC_IDS_FILE) -> None:
+        path = folder / name
         try:
             self._reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
         except (OSError, pa.ArrowInvalid) as error:
@@ -93,7 +96,7 @@ class PassageStore:
                 f"{path} is not a passage store of this version (columns {schema.names}): rebuild the index with "
                 "`python -m jobs.index`."
             )
-        self._folder, self._batch_rows = folder, int(metadata[_BATCH_ROWS_KEY])
+        self._folder, self._ids, self._batch_rows = folder, ids, int(metadata[_BATCH_ROWS_KEY])
         batches = self._reader.num_record_batches
         self._size = (batches - 1) * self._batch_rows + self._reader.get_batch(batches - 1).num_rows if batches else 0
         self.doc_offset = doc_offset
@@ -131,15 +134,15 @@ class PassageStore:
 
     def positions_of(self, ids: Collection[str]) -> dict[str, int]:
         """
-        The corpus positions of those of these ids that the store holds, by id, from the shard's `doc_ids.arrow`
-        (memory-mapped: no text is read).
+        The corpus positions of those of these ids that the store holds, by id, from its ids' file (the shard's
+        `doc_ids.arrow`, memory-mapped: no text is read); an id the store holds twice, its first.
 
-        :raises ValueError: If the shard's ids are missing or not as many as its passages.
+        :raises ValueError: If the ids are missing or not as many as its passages.
         """
         if not ids:
             return {}
-        column = read_doc_ids(self._folder).arrow()
+        column = read_doc_ids(self._folder, name=self._ids).arrow()
         if len(column) != self._size:
-            raise ValueError(f"{self._folder / DOC_IDS_FILE} holds {len(column)} ids for {self._size} stored passages.")
+            raise ValueError(f"{self._folder / self._ids} holds {len(column)} ids for {self._size} stored passages.")
         rows = np.flatnonzero(pc.is_in(column, value_set=pa.array(sorted(set(ids)), pa.string())).to_numpy(False))
-        return {column[int(row)].as_py(): self.doc_offset + int(row) for row in rows}
+        return {column[int(row)].as_py(): self.doc_offset + int(row) for row in reversed(rows)}

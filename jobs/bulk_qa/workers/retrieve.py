@@ -118,7 +118,8 @@ class RetrieveDocuments:
         shard, passages, index = self.shards[at], self.passages[at], position - self._offsets[at]
         if passages is None:
             return Hit(shard.doc_ids[index])
-        return Hit(passages.source_ids[index], shard.doc_ids[index], passages.starts[index], passages.ends[index])
+        source_id, start, end = passages.hit(index)
+        return Hit(source_id, shard.doc_ids[index], start, end)
 
 
 def retrieved_table(

@@ -10,6 +10,7 @@ The rows keep the joined hits (`document_ids`, `retrieval_scores`, ...) and each
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from jobs.bulk_qa.workers.retrieve import (
@@ -23,7 +24,7 @@ from jobs.bulk_qa.workers.retrieve import (
     set_row_hits,
 )
 from jobs.bulk_qa.workers.tables import RETRIEVER_FIELDS
-from jobs.passages import Passages
+from jobs.passages import Passages, ShardPassages
 from jobs.retrieval_settings import JOINED
 from qa_core.embedding import SentenceEmbedder
 from qa_core.hardware import resolve_precision
@@ -88,7 +89,9 @@ class RetrieveDense:
         ]
         self.ids = [doc_id for shard in self.shards for doc_id in shard.ids]
         parts = [Passages.load(local_index_folder(shard)) for shard in bm25_shards]
-        self.passages = Passages.concat(parts) if all(part is not None for part in parts) else None
+        self.passages = None  # whole documents
+        if all(part is not None for part in parts):
+            self.passages = ShardPassages(parts, np.cumsum([0, *map(len, parts[:-1])]).tolist())
         self._check_bm25(folder, bm25_shards)
         self.embedder = SentenceEmbedder(dense["model"], precision=dense["precision"], device=device)
         self.embedder.warm_up()
@@ -155,7 +158,5 @@ class RetrieveDense:
         """The document (or passage) at corpus `position`."""
         if self.passages is None:
             return Hit(self.ids[position])
-        passages = self.passages
-        return Hit(
-            passages.source_ids[position], self.ids[position], passages.starts[position], passages.ends[position]
-        )
+        source_id, start, end = self.passages.hit(position)
+        return Hit(source_id, self.ids[position], start, end)

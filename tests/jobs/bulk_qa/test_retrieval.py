@@ -234,17 +234,18 @@ def test_over_an_index_the_job_reads_only_the_passages_it_retrieved(
         assert json.loads((output / name).read_text()) == json.loads((joined / name).read_text()), name
 
 
+@pytest.mark.parametrize("split", [[], ["--split-length", "12", "--split-overlap", "4"]], ids=["whole", "split"])
 def test_the_stores_keep_the_documents_page_numbers_and_files(
-    local_ray, corpus: dict, tiny_bert_model: Path, monkeypatch: pytest.MonkeyPatch
+    local_ray, corpus: dict, tiny_bert_model: Path, monkeypatch: pytest.MonkeyPatch, split: list[str]
 ) -> None:
     """
     Documents with `page_number` and `file_path` (some null, form feeds in some texts): the stores of an index built
-    by `jobs.index` (on Ray) and of one the job builds in this process keep them, and a job over either (on Ray, and
-    in this process; then again, resumed over the index it saved) reads no row
-    of the documents table (its pages overwritten once indexed), with the answers (their pages and files) and
-    result files of the run that joins the documents table.
+    by `jobs.index` (on Ray) and of one the job builds in this process keep them (split: the stores of the passages'
+    source documents), and a job over either (on Ray, and in this process; then again, resumed over the index it
+    saved) reads no row of the documents table (its pages overwritten once indexed), with the answers (their pages
+    and files) and result files of the run that joins the documents table.
     """
-    root = corpus["root"] / "paged"
+    root = corpus["root"] / f"paged-{len(split)}"
     texts = {key: text for key, text in corpus["documents"].items() if text is not None}
     texts = {
         key: text[:150] + "\f" + text[150:] if index % 2 else text for index, (key, text) in enumerate(texts.items())
@@ -253,15 +254,16 @@ def test_the_stores_keep_the_documents_page_numbers_and_files(
         "id": list(texts),
         "content": list(texts.values()),
         "page_number": pa.array([None if index % 4 == 3 else index % 3 + 1 for index in range(len(texts))], pa.int32()),
-        "file_path": [None if index % 5 == 4 else f"files/{key}.pdf" for index, key in enumerate(texts)],
+        "file_path": [None if index % 3 == 1 else f"files/{key}.pdf" for index, key in enumerate(texts)],
     }
     documents = root / "documents.parquet"
     write_table(documents, columns)
     index = root / "index"
-    assert index_command.main(["--documents", str(documents), "--output", str(index), "--index-shards", "2"]) == 0
+    build = ["--documents", str(documents), "--output", str(index), "--index-shards", "2", *split]
+    assert index_command.main(build) == 0
     assert json.loads((index / "build.json").read_text())["store_document_columns"] == ["page_number", "file_path"]
     flags = ["--questions", corpus["paths"]["retrieved_only"], "--documents", documents]
-    flags += ["--model", tiny_bert_model, *FLAGS]
+    flags += ["--model", tiny_bert_model, *FLAGS, *split]
     in_process = ["--engine", "in-process"]
     joined = root / "out-joined"
     with monkeypatch.context() as patched:  # the stores left unused: the documents table read and joined

@@ -7,6 +7,7 @@ the module; the bad settings and the refused resumes exit 2 before Ray starts.
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,20 +18,34 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from jobs import index as index_command
-from jobs.bulk_qa import main
-from jobs.bulk_qa.retrieval import INDEX_FOLDER, build_index, shard_locations, shard_stages, write_index
+from jobs.bulk_qa import driver, main
+from jobs.bulk_qa.retrieval import BUILD_FILE, INDEX_FOLDER, build_index, shard_locations, shard_stages, write_index
 from jobs.bulk_qa.workers.aggregate import RefusalSettings, question_result
 from jobs.bulk_qa.workers.retrieve import RetrieveDocuments
 from jobs.bulk_qa.workers.rows import AGGREGATION_SCHEMA, CANDIDATE, PAIR, SEQUENCE
 from jobs.bulk_qa.workers.tokenize import tokenize
-from jobs.passages import PASSAGES_FILE
+from jobs.passages import PASSAGES_FILE, SOURCE_IDS_FILE, SOURCES_FILE, Passages
 from jobs.retrieval_settings import RetrievalSettings
 from qa_core import Document, ExtractiveReader
 from qa_core.models import ModelSettings
+from qa_core.retrieval.store import PassageStore
 from qa_core.selection import SelectionSettings
 from qa_core.tokenization import TokenizationSettings
-from tests.jobs.bulk_qa.test_retrieval import fails_before_ray, no_ray_for_bad_input  # noqa: F401 (a fixture)
-from tests.jobs.conftest import TEXTS, by_question, read_output, run_job, write_corpus
+from tests.jobs.bulk_qa.test_retrieval import (  # noqa: F401 (a fixture)
+    fails_before_ray,
+    no_ray_for_bad_input,
+    overwrite_pages,
+    record_ids,
+)
+from tests.jobs.conftest import (
+    TEXTS,
+    assert_same_outputs,
+    by_question,
+    read_output,
+    run_job,
+    write_corpus,
+    write_table,
+)
 from tests.jobs.driver_reads import DriverReads
 
 SPLIT_LENGTH, SPLIT_OVERLAP, TOP_K = 12, 4, 3
@@ -205,6 +220,59 @@ def test_manifest_and_index_record_the_splitting(job_output: Path, corpus: dict,
     assert [name for name, columns in driver_reads.columns if "content" in columns] == []
 
 
+def test_over_a_split_index_the_job_reads_only_the_documents_of_its_passages(
+    job_output: Path, corpus: dict, tiny_bert_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    Every question retrieved for, over an index of passages in 2 shards built by `jobs.index` (on Ray): the reader
+    reads its passages' ranges of their documents, read from the shards' stores of source documents (each hit's
+    document once), then the result files' contexts from the same stores by id; the documents table is never read
+    (its pages overwritten once indexed). The questions' rows are those of the module's run, which joined the
+    documents table, and the result files those of the same run over the index with the table joined.
+    """
+    documents = corpus["root"] / "documents-read.parquet"
+    shutil.copy2(corpus["paths"]["documents"], documents)
+    index = corpus["root"] / "index-read"
+    split = [f"--split-length={SPLIT_LENGTH}", f"--split-overlap={SPLIT_OVERLAP}"]
+    build = ["--documents", str(documents), "--output", str(index), "--index-shards", "2", *split]
+    assert index_command.main(build) == 0
+    retrieved = {"id": list(RETRIEVED), "query": list(RETRIEVED.values())}
+    questions = write_table(corpus["root"] / "retrieved.parquet", retrieved)
+    flags = ["--questions", questions, "--documents", documents, "--index", index, "--model", tiny_bert_model]
+    flags += [*FLAGS, "--engine", "in-process"]
+    joined = corpus["root"] / "out-read-joined"
+    with monkeypatch.context() as patched:  # the stores left unused: the documents table read and joined
+        patched.setattr(driver, "given_store", lambda *args: False)
+        patched.setattr(driver, "reads_store", lambda plan, *args: plan)
+        assert run_job(*flags, "--output", joined) == 0
+    overwrite_pages(documents)
+    read: list[str | None] = []  # the ids of the documents read from the stores; None where the results start
+    take, write_results = PassageStore.take, driver.write_results
+    monkeypatch.setattr(PassageStore, "take", lambda store, positions: record_ids(read, take(store, positions)))
+    monkeypatch.setattr(driver, "write_results", lambda *args: read.append(None) or write_results(*args))
+    output = corpus["root"] / "out-read"
+    assert run_job(*flags, "--output", output) == 0
+    rows = read_output(output, "questions")
+    assert [row["question_id"] for row in rows] == list(RETRIEVED)
+    hits = [hit for row in rows for hit in row["retrieved_document_ids"] or []]
+    assert len(hits) == 3 * TOP_K > len(set(hits))  # s04 finds none; dx's two passages, one document
+    fetched, contexts = read[: read.index(None)], read[read.index(None) + 1 :]
+    assert sorted(fetched) == sorted(set(hits))
+    annotated = json.loads((output / "annotated.squad.json").read_text())
+    assert sorted(contexts) == sorted({article["title"] for article in annotated["data"]}) != []
+    assert "documents_join" not in json.loads((output / "manifest.json").read_text())
+    for table in ("questions", "answers"):
+        expected = [row for row in read_output(job_output, table) if row["question_id"] in RETRIEVED]
+        found = read_output(output, table)
+        assert [row.keys() for row in found] == [row.keys() for row in expected]
+        for row, expected_row in zip(found, expected, strict=True):  # in this process, the module's run on Ray
+            for key, value in row.items():
+                assert value == pytest.approx(expected_row[key], abs=1e-6), (table, row["question_id"], key)
+    assert_same_outputs(output, joined, ("questions", "answers"))
+    for name in ("predictions.json", "na_probs.json", "annotated.squad.json", "label_studio.json"):
+        assert json.loads((output / name).read_text()) == json.loads((joined / name).read_text()), name
+
+
 def test_resume_with_other_splitting_is_refused(
     capsys: pytest.CaptureFixture, job_output: Path, corpus: dict, tiny_bert_model: Path
 ) -> None:
@@ -228,6 +296,29 @@ def test_index_built_with_other_splitting_is_refused(
     assert f"--index {index} was built with split_length 10, split_overlap 0, not this run's split_length 12" in error
     error = fails_before_ray(capsys, tmp_path / "out", *args)
     assert "not this run's split_length None and split_overlap 0" in error
+
+
+def test_a_split_index_of_the_earlier_layout_is_refused(
+    capsys: pytest.CaptureFixture, tmp_path: Path, corpus: dict, tiny_bert_model: Path
+) -> None:
+    """An index of passages in `passages.json`, without stores of their documents: the job and `--add` refuse it."""
+    index = tmp_path / "index"
+    split = ["--split-length", str(SPLIT_LENGTH), "--split-overlap", str(SPLIT_OVERLAP)]
+    assert index_command.main(["--documents", corpus["paths"]["documents"], "--output", str(index), *split]) == 0
+    for name in (PASSAGES_FILE, SOURCE_IDS_FILE, SOURCES_FILE):  # as an earlier version left it
+        (index / name).unlink()
+    (index / "passages.json").write_text(json.dumps({"source_ids": [], "starts": [], "ends": []}))
+    record = json.loads((index / BUILD_FILE).read_text())
+    (index / BUILD_FILE).write_text(json.dumps({**record, "store": False, "store_document_columns": []}))
+    capsys.readouterr()
+    message = f"--index {index}: an index of split passages built by an earlier version (no store of their source "
+    message += "documents): rebuild it with `python -m jobs.index`."
+    args = [*_job_args(corpus, tmp_path / "out", tiny_bert_model)[:-4], "--index", index, "--model", tiny_bert_model]
+    assert message in fails_before_ray(capsys, tmp_path / "out", *args, *split)
+    assert index_command.main(["--add", corpus["paths"]["documents"], "--index", str(index)]) == 2
+    assert message in capsys.readouterr().err
+    with pytest.raises(ValueError, match="an index of split passages of an earlier version .* rebuild it"):
+        Passages.load(index)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -26,11 +27,11 @@ from jobs.indexing import memory
 from jobs.indexing import passages as passages_module
 from jobs.indexing.bm25 import ID_HASHES_FILE, id_hashes, read_doc_ids, shard_id_hashes
 from jobs.indexing.passages import _counts_in_footers, indexed_passages, passage_shards, read_shard
-from jobs.passages import PASSAGES_FILE, Passages
+from jobs.passages import PASSAGES_FILE, SOURCE_IDS_FILE, SOURCES_FILE, Passages, split_batch
 from jobs.retrieval_settings import RetrievalSettings
 from qa_core.retrieval import BM25Index, merge_top_k
 from qa_core.retrieval.index_io import ARRAY_SHAPES
-from qa_core.retrieval.store import PassageStore
+from qa_core.retrieval.store import STORE_FILE, PassageStore
 from tests.jobs.conftest import TEXTS
 
 QUERIES = ["What does the function return?", "the of and", "sorted list items", "module import", "zzzqqq"]
@@ -63,13 +64,15 @@ def test_documents_with_content_are_counted_from_the_footers_or_not_at_all(tmp_p
 def test_indexed_passages_are_the_drivers_in_corpus_order(local_ray, documents: str, split_length) -> None:
     settings = RetrievalSettings(split_length=split_length, split_overlap=3 if split_length else 0)
     rows = indexed_passages(documents, settings).take_all()
-    expected = []
-    for ids, texts, passages in _indexed_texts(documents, settings):
-        if passages is None:  # a whole document is its own source, all of it
-            sources = [(doc_id, 0, len(text)) for doc_id, text in zip(ids, texts, strict=True)]
-        else:
-            sources = list(zip(passages.source_ids, passages.starts, passages.ends, strict=True))
-        expected += [(passage_id, text, *source) for passage_id, text, source in zip(ids, texts, sources, strict=True)]
+    table = pq.ParquetDataset(documents).read(columns=["id", "content"]).filter(pc.is_valid(pc.field("content")))
+    ids, texts = table["id"].to_pylist(), table["content"].to_pylist()
+    if split_length is None:  # a whole document is its own source, all of it
+        expected = [(doc_id, text, doc_id, 0, len(text)) for doc_id, text in zip(ids, texts, strict=True)]
+    else:
+        passage_ids, passage_texts, where = split_batch(ids, texts, split_length, 3)
+        sources = [ids[row] for row in where["source"].to_pylist()]
+        expected = list(zip(passage_ids, passage_texts, sources, where["start"].to_pylist(), where["end"].to_pylist(),
+                            strict=True))  # fmt: skip
     assert [row["position"] for row in rows] == list(range(len(expected)))
     assert [(row["id"], row["content"], row["source_id"], row["start"], row["end"]) for row in rows] == expected
 
@@ -95,7 +98,14 @@ def test_each_shard_or_part_reads_its_passages_across_row_groups_and_files(
         assert [(item["shard"], item["part"], item["parts"]) for item in items] == [
             (shard, part, parts) for shard in range(len(range(0, n_passages, shard_size))) for part in range(parts)
         ]
-        read = [read_shard(item).to_pylist() for item in items]
+        read = []
+        for item in items:  # a shard's split passages with their source documents, each once, in order
+            passages, sources = read_shard(item)
+            if split_length is not None:
+                assert sources["id"].take(passages["source"]).equals(passages["source_id"])
+                assert sources["id"].to_pylist() == list(dict.fromkeys(passages["source_id"].to_pylist()))
+                passages = passages.drop_columns(["source"])
+            read.append(passages.to_pylist())
         sizes = [len(passages) for passages in read]
         if parts == 1:
             assert [item["first"] for item in items] == list(range(7, 7 + n_passages, 30))
@@ -141,8 +151,11 @@ def test_ray_build_equals_the_single_process_build_bit_for_bit(
     for ours, theirs in zip(*folders, strict=True):
         for name in ["index.json", "vocabulary.json", "doc_ids.arrow"] + [f"{array}.npy" for array in ARRAY_SHAPES]:
             assert (Path(ours) / name).read_bytes() == (Path(theirs) / name).read_bytes(), name
-        assert Passages.load(Path(ours)) == Passages.load(Path(theirs))
-        assert (Path(ours) / PASSAGES_FILE).exists() == (split_length is not None)
+        # The passages' stores (split: where the passages lie, and their source documents, each once), alike.
+        stored = [PASSAGES_FILE, SOURCE_IDS_FILE, SOURCES_FILE] if split_length else [STORE_FILE]
+        for name in stored:
+            assert (Path(ours) / name).read_bytes() == (Path(theirs) / name).read_bytes(), name
+        assert not {PASSAGES_FILE, STORE_FILE} <= {path.name for path in Path(ours).iterdir()}
         assert shard_id_hashes(ours).tobytes() == id_hashes(read_doc_ids(ours)).tobytes()  # kept for an addition
     # The same hits and scores as one index of the whole corpus, bit for bit.
     ids = [doc_id for shard in built.shards for doc_id in shard.doc_ids]
@@ -274,9 +287,26 @@ def test_documents_added_as_shards_give_the_index_of_all_the_documents(
     )
     for ours, theirs in zip(found, wanted, strict=True):
         assert ours.tobytes() == theirs.tobytes()
+    # Its passages lie where the whole build's do, their texts read from the shards' stores of source documents.
+    grown_passages = _split_passages(shard_locations(str(grown), record["shards"]))
+    assert grown_passages == _split_passages(shard_locations(str(whole), expected["shards"]))
+    assert len(grown_passages) == record["documents"]
     # The grown index is the index of the documents, old then new (checked by fingerprint: other files).
     settings = RetrievalSettings(index=str(grown), split_length=12)
     assert check_given_index(settings, documents)["documents"] == expected["documents"]
+
+
+def _split_passages(locations: list[str]) -> list[tuple[str, int, int, str]]:
+    """Each passage of a split index's shards: its source document's id, its range there and its text."""
+    found = []
+    for location in locations:
+        passages = Passages.load(Path(location))
+        sources = passages.sources().take(passages.rows.tolist()).to_pylist()
+        for index, source in enumerate(sources):
+            source_id, start, end = passages.hit(index)
+            assert source["id"] == source_id
+            found.append((source_id, start, end, source["content"][start:end]))
+    return found
 
 
 def test_adding_refuses_ids_the_index_holds_and_dense_indexes_leaving_the_index_as_it_was(
