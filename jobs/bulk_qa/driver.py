@@ -211,7 +211,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     # before Ray starts, when the id columns are small (a folder of files: once converted)
     # A resumed run's saved index (not a pooled run's: its questions are SQuAD's, its corpus in the output folder)
     kept = saved_index(output) if resuming and config.retrieval.index is None and squad is None else None
-    unread = schemas.retrieval and given_store(config.retrieval, tables.work.questions, tables.work.documents, kept)
+    unread = schemas.retrieval and given_store(config.retrieval, tables.work.documents, kept)
     # an index's passage stores serve the run: the documents' ids are the index's, checked when it was built
     ids = check_small_ids(tables, dataclasses.replace(schemas, documents=None) if unread else schemas, squad, engine,
                           n_questions)  # fmt: skip
@@ -219,8 +219,8 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     if schemas.retrieval:  # checked (in-process: built) before any question is read: an unusable index fails at once
         distributed = isinstance(engine, RayEngine)  # built by Ray Data once Ray runs
         index = prepare_index(config.retrieval, tables.work.documents, output, resuming, distributed)
-        index = reads_store(index, tables.work.questions, schemas.questions, schemas.documents)
-        if index.store:  # the retrieved passages are read from the index: no documents table is read or joined
+        index = reads_store(index, tables.work.documents, schemas.documents)
+        if index.store:  # the documents are read from the index's stores: no documents table is joined
             schemas = dataclasses.replace(schemas, documents=None)
     if cluster is None:
         cluster = start_engine(config.run, engine, ray_logs, shared, probed=probed)
@@ -555,8 +555,8 @@ def choose_engine(
     running = ray_module is not None and ray_module.is_initialized()
     joins = bool(run.address or os.environ.get("RAY_ADDRESS")) or running
     documents = config.work.documents if squad is None else None
-    if documents is not None and corpus is None and given_store(config.retrieval, config.work.questions, documents):
-        documents = None  # the retrieved passages are read from the index, not the documents table
+    if documents is not None and corpus is None and given_store(config.retrieval, documents):
+        documents = None  # the documents are read from the index's stores, no documents table joined
     small = (
         n_questions <= IN_PROCESS_MAX_QUESTIONS
         and (run.num_actors or 1) == 1

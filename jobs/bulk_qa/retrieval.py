@@ -11,8 +11,8 @@ not rebuild it; the retrieval actors memory-map it from there. Each shard folder
 texts, and their `page_number` and `file_path` where they have them (`store.arrow`, `qa_core.retrieval.store`;
 `build.json` names those kept in `store_document_columns`); with `split_length` the index holds passages of the
 documents, and each shard folder holds where each passage lies in its source document and those documents in a
-store of their own instead (`jobs.passages`). A run whose every question is retrieved for reads its hits from
-there (`reads_store`) instead of reading and joining the documents table.
+store of their own instead (`jobs.passages`). A run over the index reads its hits, and the documents its
+questions name, from there (`reads_store`) instead of reading and joining the documents table.
 
 With the Ray engine (and in `python -m jobs.index`) the index is built by Ray Data (`build_index_with_ray`,
 `jobs.indexing`): the driver holds the corpus statistics only; each shard is tokenized once by a task that
@@ -115,8 +115,8 @@ class IndexPlan:
         `source`: `built` (by this run), `resumed` (kept from the run this one resumes) or `given` (`--index`).
     :param built: An index this run built in memory, not saved yet (`complete_index` saves and drops it).
     :param pending: The index is still to be built by Ray into `location` (`complete_index` builds it).
-    :param store: The run reads its retrieved passages from the index's passage stores (`reads_store`), and no
-        documents table.
+    :param store: The run reads its documents from the index's stores (`reads_store`), and joins no documents table.
+    :param documents: With `store`, the documents table: read only for the named ids that the stores lack.
     """
 
     location: str
@@ -124,6 +124,7 @@ class IndexPlan:
     built: BuiltIndex | None = None
     pending: bool = False
     store: bool = False
+    documents: str | None = None
 
     @property
     def shard_locations(self) -> list[str]:
@@ -148,45 +149,38 @@ def needs_retrieval(questions_path: str, schema: pa.Schema) -> bool:
     return parquet_dataset(questions_path).count_rows(filter=pc.field("document_ids").is_null()) > 0
 
 
-def reads_store(plan: IndexPlan, questions_path: str, questions: pa.Schema, documents: pa.Schema) -> IndexPlan:
+def reads_store(plan: IndexPlan, documents_path: str, documents: pa.Schema) -> IndexPlan:
     """
-    The plan, reading the retrieved passages from the index's passage stores (`workers.fetch`) where it can: an
-    index whose shards keep stores (or that this run builds, which writes them), every question retrieved for (none
-    names `document_ids`), and the documents' `page_number` and `file_path` kept in the stores where the documents
-    have them (an index built before they were kept has ids and texts only). Else the documents table is joined.
+    The plan, reading the documents it hands the reader from the index's stores (`workers.fetch`) where it can: an
+    index whose shards keep stores (or that this run builds, which writes them), and the documents' `page_number`
+    and `file_path` kept in the stores where the documents have them (an index built before they were kept has ids
+    and texts only). Then the retrieved passages are read from the stores by position, and the documents that
+    questions name in `document_ids` by id: the documents table (`documents_path`) is read only for named ids that
+    the stores lack (documents without content, or split into no passage). Else the documents table is joined.
     """
     built = plan.pending or plan.built is not None  # built by this run: its stores keep all the columns
     stored = plan.pending or plan.record.get("store", False)
     kept = STORED_COLUMNS if built else plan.record.get(STORE_COLUMNS_KEY, [])
-    return replace(plan, store=stored and _store_serves(questions_path, questions, documents, kept))
+    serves = stored and _store_serves(documents, kept)
+    return replace(plan, store=serves, documents=documents_path if serves else None)
 
 
-def given_store(
-    settings: RetrievalSettings, questions_path: str, documents_path: str, location: str | None = None
-) -> bool:
+def given_store(settings: RetrievalSettings, documents_path: str, location: str | None = None) -> bool:
     """
     Whether a run given `--index` (or the index folder at `location`: the one a resumed run saved) will read its
-    retrieved passages from the index's passage stores (`reads_store`), from the index's `build.json` before it is
-    checked: then the run reads no documents table, whatever its size.
+    documents from the index's stores (`reads_store`), from the index's `build.json` before it is checked: then
+    the run joins no documents table, whatever its size.
     """
     location = location or settings.index
     record = _read_json(location, BUILD_FILE) if location is not None else None
     if not isinstance(record, dict) or not record.get("store"):
         return False
-    questions, documents = parquet_dataset(questions_path).schema, parquet_dataset(documents_path).schema
-    return _store_serves(questions_path, questions, documents, record.get(STORE_COLUMNS_KEY, []))
+    return _store_serves(parquet_dataset(documents_path).schema, record.get(STORE_COLUMNS_KEY, []))
 
 
-def _store_serves(questions_path: str, questions: pa.Schema, documents: pa.Schema, kept: list[str]) -> bool:
-    """
-    Whether passage stores that keep the documents' columns `kept` serve the run: every question retrieved for, and
-    each of the documents' `page_number` and `file_path` kept.
-    """
-    named = "document_ids" in questions.names and parquet_dataset(questions_path).count_rows(
-        filter=pc.field("document_ids").is_valid()
-    )
-    unkept = set(STORED_COLUMNS) & set(documents.names) - set(kept)
-    return not named and not unkept
+def _store_serves(documents: pa.Schema, kept: list[str]) -> bool:
+    """Whether stores that keep the documents' columns `kept` serve the run: each of `STORED_COLUMNS` it has kept."""
+    return not set(STORED_COLUMNS) & set(documents.names) - set(kept)
 
 
 def prepare_index(
@@ -722,8 +716,8 @@ def retrieved_questions(
 ) -> Any:
     """
     The wave's questions, those without `document_ids` given their retrieved documents (see
-    `workers.retrieve.RetrieveDocuments`), and with `plan.store` their texts (`workers.fetch`), materialized: both
-    the explode and the question stages read them.
+    `workers.retrieve.RetrieveDocuments`), and with `plan.store` each its documents' texts (`workers.fetch`),
+    materialized: both the explode and the question stages read them.
     The index's shards are memory-mapped by retrieval actors, a run of consecutive shards each, their stages chained
     (each merges its hits into the earlier stages'); like the reader actors, the actors reserve a fraction of a CPU,
     together at most a quarter of the cluster's, so that the tasks around them always find CPUs.
@@ -755,7 +749,10 @@ def retrieved_questions(
         )
     if plan.store:
         retrieved = retrieved.map_batches(
-            fetch_passages, batch_format="pyarrow", fn_kwargs={"locations": locations}, num_cpus=engine.task_cpus
+            fetch_passages,
+            batch_format="pyarrow",
+            fn_kwargs={"locations": locations, "documents": plan.documents},
+            num_cpus=engine.task_cpus,
         )
     return retrieved.materialize()
 

@@ -178,7 +178,7 @@ def answer_wave(
         questions = retrieved_questions(
             questions, wave, config.retrieval, inputs.index, inputs.cluster_cpus, inputs.engine
         )
-    stored = inputs.index is not None and inputs.index.store  # the retrieved texts read from the index
+    stored = inputs.index is not None and inputs.index.store  # the documents' texts read from the index
     pairs = questions.map_batches(
         explode_pairs, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad, "stored": stored}, **tasks
     )

@@ -83,8 +83,8 @@ def explode_pairs(
     """
     The wave's questions that can be asked -> one `pair` row per document to read (a retrieved passage: its
     document and the passage's range there). SQuAD-style questions carry their document in `context`, and with
-    `stored` retrieved questions their documents' texts, page numbers and files (`workers.fetch`): their pairs carry
-    them directly, as a known document.
+    `stored` the questions their documents' texts, page numbers and files and whether each is known
+    (`workers.fetch`): their pairs carry them directly.
     """
     rows: list[dict[str, Any]] = []
     for shard, question in _wave_questions(batch, num_shards, shards):
@@ -100,7 +100,7 @@ def explode_pairs(
                     content=question["passage_contents"][position],
                     page_number=question["passage_page_numbers"][position],
                     file_path=question["passage_file_paths"][position],
-                    known=True,
+                    known=question["passage_known"][position],
                 )
             rows.append(pair)
     schema = pa.schema(list(PAIRS_SCHEMA) + DOCUMENT_COLUMNS) if squad or stored else PAIRS_SCHEMA

@@ -28,6 +28,7 @@ from jobs.bulk_qa.retrieval import (
     shard_stages,
     write_index,
 )
+from jobs.bulk_qa.workers import fetch
 from jobs.bulk_qa.workers.retrieve import RetrieveDocuments
 from jobs.engines import Engine, RayEngine
 from jobs.ray_logs import RayLogFilter
@@ -232,6 +233,68 @@ def test_over_an_index_the_job_reads_only_the_passages_it_retrieved(
     assert_same_outputs(output, joined, ("questions", "answers"))
     for name in ("predictions.json", "na_probs.json", "annotated.squad.json", "label_studio.json"):
         assert json.loads((output / name).read_text()) == json.loads((joined / name).read_text()), name
+
+
+def test_named_documents_are_read_from_the_stores_by_id(
+    local_ray, corpus: dict, tiny_bert_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    Questions retrieved for beside questions naming their `document_ids` (one of them a document without content
+    and an id the documents lack): over an index with stores, the named documents are read from the stores by id,
+    each once, and the documents table only for the rows of the ids the stores lack (read with their ids as a
+    filter: the document without content); no documents table is joined, and every output is the joined run's.
+    """
+    root = corpus["root"] / "named"
+    named = {"g01": ("What is returned?", ["d00", "d01"]),
+             "g02": ("Which exception is raised?", ["d05", "no-content", "unknown"])}  # fmt: skip
+    questions = {**{key: (query, None) for key, query in RETRIEVED.items()}, **named}
+    paths = write_corpus(root, corpus["documents"], questions)
+    index = root / "index"
+    assert index_command.main(["--documents", paths["documents"], "--output", str(index), "--index-shards", "2"]) == 0
+    flags = ["--questions", paths["questions"], "--documents", paths["documents"], "--index", index]
+    flags += ["--model", tiny_bert_model, *FLAGS, "--engine", "in-process"]
+    joined = root / "out-joined"
+    with monkeypatch.context() as patched:  # the stores left unused: the documents table read and joined
+        patched.setattr(driver, "given_store", lambda *args: False)
+        patched.setattr(driver, "reads_store", lambda plan, *args: plan)
+        assert run_job(*flags, "--output", joined) == 0
+    assert json.loads((joined / "manifest.json").read_text())["documents_join"] == "broadcast"
+    read: list[str | None] = []  # the ids of the documents read from the stores; None where the results start
+    take, write_results = PassageStore.take, driver.write_results
+    monkeypatch.setattr(PassageStore, "take", lambda store, positions: record_ids(read, take(store, positions)))
+    monkeypatch.setattr(driver, "write_results", lambda *args: read.append(None) or write_results(*args))
+    from_table: list[str] = []  # the ids of the documents table's rows read
+    rows_with_ids = fetch.rows_with_ids
+    monkeypatch.setattr(fetch, "rows_with_ids", lambda *args: record_rows(from_table, rows_with_ids(*args)))
+    output = root / "out"
+    assert run_job(*flags, "--output", output) == 0
+    assert "documents_join" not in json.loads((output / "manifest.json").read_text())
+    fetched = read[: read.index(None)]
+    hits = {hit for row in read_output(output, "questions") for hit in row["retrieved_document_ids"] or []}
+    assert len(fetched) == len(hits) + 3 and set(fetched) == hits | {"d00", "d01", "d05"}  # by position, by id
+    assert from_table == ["no-content"]
+    assert_same_outputs(output, joined, ("questions", "answers"))
+    for name in ("predictions.json", "na_probs.json", "annotated.squad.json", "label_studio.json"):
+        assert json.loads((output / name).read_text()) == json.loads((joined / name).read_text()), name
+    errors = {row["question_id"]: row["error"] for row in read_output(output, "questions")}
+    assert errors["g02"] == "unknown document ids: 'unknown' (the known documents were read)"
+
+
+def record_rows(ids: list[str], rows: list[dict]) -> list[dict]:
+    """`rows`, their ids added to `ids`."""
+    ids.extend(row["id"] for row in rows)
+    return rows
+
+
+def test_rows_with_ids_reads_the_row_groups_that_hold_them(tmp_path: Path) -> None:
+    """The documents table's rows with the ids asked for, across files and row groups, in table order; no others."""
+    for part, first in ((0, 0), (1, 7)):
+        table = pa.table({"id": [f"d{i}" for i in range(first, first + 7)], "content": [None, *"abcdef"],
+                          "page_number": pa.array(range(7), pa.int32())})  # fmt: skip
+        pq.write_table(table, tmp_path / f"part-{part}.parquet", row_group_size=3)
+    rows = fetch.rows_with_ids(str(tmp_path), {"d0", "d8", "d13", "d99"})
+    assert rows == [{"id": "d0", "content": None, "page_number": 0}, {"id": "d8", "content": "a", "page_number": 1},
+                    {"id": "d13", "content": "f", "page_number": 6}]  # fmt: skip
 
 
 @pytest.mark.parametrize("split", [[], ["--split-length", "12", "--split-overlap", "4"]], ids=["whole", "split"])
