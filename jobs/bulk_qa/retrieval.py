@@ -60,6 +60,8 @@ from jobs.indexing.passages import passage_shards
 from jobs.passages import save_split, split_batch, split_window
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError, parquet_dataset, redact, resolve_path
+from qa_core.retrieval.dense import DENSE_HEADER_FILE
+from qa_core.retrieval.dense import FORMAT as DENSE_FORMAT
 from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_value
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.index_io import HEADER_FILE
@@ -662,7 +664,7 @@ def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, 
     if header.get("doc_offset") != 0 or header.get("corpus", {}).get("n_docs") != record.get("documents"):
         raise InputError(f"--index {shown}: its first shard's corpus does not match its {BUILD_FILE}.")
     if settings.dense:
-        _check_dense(shown, record, settings)
+        _check_dense(settings.index, record, settings)
     if record.get("documents_files") != input_fingerprint(documents):
         total, position = 0, 0
         for batch_ids, batch_texts, _ in _indexed_texts(documents, settings):
@@ -688,11 +690,12 @@ def _check_split_layout(location: str, record: dict[str, Any]) -> None:
         )
 
 
-def _check_dense(shown: str, record: dict[str, Any], settings: RetrievalSettings) -> None:
+def _check_dense(location: str, record: dict[str, Any], settings: RetrievalSettings) -> None:
     """
-    :raises InputError: If an `--index` holds no vectors, or those of another embedding model.
+    :raises InputError: If an `--index` holds no vectors, or those of another embedding model, or of an earlier
+        format.
     """
-    dense = record.get("dense")
+    shown, dense = redact(location), record.get("dense")
     if not isinstance(dense, dict):
         raise InputError(
             f"--index {shown} holds no dense vectors (built for BM25 only): rebuild it with `python -m jobs.index "
@@ -703,6 +706,14 @@ def _check_dense(shown: str, record: dict[str, Any], settings: RetrievalSettings
             f"--index {shown} holds the vectors of embedding model {redact(str(dense.get('model')))}, not of this "
             f"run's --embedding-model {redact(settings.embedding_model)} (their files' fingerprints differ): rebuild "
             "it or pass the model it was built with."
+        )
+    shards = dense.get("shards") or [{}]
+    header = _read_json(f"{location.rstrip('/')}/{shards[0].get('folder')}", DENSE_HEADER_FILE)
+    if not isinstance(header, dict) or header.get("format") != DENSE_FORMAT:
+        found = header.get("format") if isinstance(header, dict) else None
+        raise InputError(
+            f"--index {shown} holds dense shards of format {found}, not this version's {DENSE_FORMAT}: rebuild it "
+            "with `python -m jobs.index`."
         )
 
 

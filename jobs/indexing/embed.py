@@ -22,6 +22,7 @@ from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError, redact, resolve_path
 from qa_core.embedding import EmbeddingModelConfig, SentenceEmbedder, embedding_fingerprint, resolve_model_folder
 from qa_core.retrieval.dense import DENSE_HEADER_FILE, DenseIndex, read_dense_header
+from qa_core.retrieval.index_io import read_doc_ids
 
 DENSE_FOLDER = "dense"  # the dense shards' folder inside an index folder
 PASSAGES_PER_SHARD = 8192  # passages an actor embeds per batch, written as one shard
@@ -103,12 +104,11 @@ class EmbedPassages:
         if not isinstance(filesystem, pafs.LocalFileSystem):
             return False  # a remote shard is rewritten rather than read back
         try:
-            header = read_dense_header(inner)
+            header, kept = read_dense_header(inner), read_doc_ids(Path(inner))
         except ValueError:
             return False
-        return (header.get("ids"), header.get("fingerprint"), header.get("similarity")) == (
-            ids, self.record["fingerprint"], self.similarity,
-        )  # fmt: skip
+        same = (header.get("fingerprint"), header.get("similarity")) == (self.record["fingerprint"], self.similarity)
+        return same and kept == ids
 
 
 def _write_shard(index: DenseIndex, folder: str, record: dict[str, Any]) -> None:

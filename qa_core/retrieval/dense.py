@@ -4,8 +4,9 @@ Exact vector search with the ranking of Haystack's `InMemoryDocumentStore.embedd
 query's and the documents' vectors, unscaled (its `scale_score=False`), best first, ties in corpus order, no
 score dropped.
 
-A dense shard is a folder: `vectors.npy` (float32 `(n, dimension)`, memory-mapped) and `dense.json`
-(`doc_offset`: the corpus position of its first vector, `n`, `dimension`, `similarity`, the ids). Shards are
+A dense shard is a folder: `vectors.npy` (float32 `(n, dimension)`, memory-mapped), `doc_ids.arrow` (the ids, an
+uncompressed Arrow IPC file, memory-mapped: `index_io.write_doc_ids`) and `dense.json` (`doc_offset`: the corpus
+position of its first vector, `n`, `dimension`, `similarity`). Shards are
 contiguous ranges of corpus positions; `search_shards` searches several as one corpus.
 
 The search screens, then rescores (`search_shards`). The vectors and the queries are rotated onto the principal axes
@@ -42,9 +43,12 @@ from typing import Any
 
 import numpy as np
 
+from qa_core.retrieval.index_io import DOC_IDS_FILE, read_doc_ids, write_doc_ids
 from qa_core.retrieval.topk import NO_POSITION, NO_SCORE, check_k, merge_top_k
 
-FORMAT = "qa_core.retrieval.dense/1"
+# 2: the ids in `doc_ids.arrow`, not in `dense.json` (format 1, refused: rebuild the index).
+FORMAT = "qa_core.retrieval.dense/2"
+_EARLIER_FORMAT = "qa_core.retrieval.dense/1"
 DENSE_HEADER_FILE = "dense.json"
 VECTORS_FILE = "vectors.npy"
 SIMILARITIES = ("dot_product", "cosine")  # InMemoryDocumentStore's embedding_similarity_function values
@@ -240,13 +244,13 @@ class DenseIndex:
     positions, scores = index.search(np.array([[1.0, 0.0]], np.float32), k=1)  # [[0]], [[1.0]]
     ```
 
-    :param ids: The ids of the vectors' documents (or passages), in corpus order.
+    :param ids: The ids of the vectors' documents (or passages), in corpus order (a list, or `DocIds` as loaded).
     :param vectors: `(n, dimension)` float32.
     :param doc_offset: The corpus position of the first vector.
     :param similarity: `dot_product` or `cosine`.
     """
 
-    ids: list[str]
+    ids: Sequence[str]
     vectors: np.ndarray
     doc_offset: int = 0
     similarity: str = DEFAULT_SIMILARITY
@@ -326,13 +330,14 @@ class DenseIndex:
 
     def save(self, folder: str | Path, record: dict[str, Any] | None = None) -> None:
         """
-        Writes `vectors.npy` and `dense.json` into `folder` (created if needed).
+        Writes `vectors.npy`, `doc_ids.arrow` and `dense.json` into `folder` (created if needed).
 
         :param record: More entries for the header (e.g. the model and its fingerprint).
         """
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         np.save(folder / VECTORS_FILE, np.ascontiguousarray(self.vectors, np.float32), allow_pickle=False)
+        write_doc_ids(folder / DOC_IDS_FILE, self.ids)
         header = {
             **(record or {}),
             "format": FORMAT,
@@ -340,7 +345,6 @@ class DenseIndex:
             "n": len(self.ids),
             "dimension": self.dimension,
             "similarity": self.similarity,
-            "ids": list(self.ids),
         }
         (folder / DENSE_HEADER_FILE).write_text(json.dumps(header), encoding="utf-8")
 
@@ -351,16 +355,17 @@ class DenseIndex:
 
         :param mmap: Memory-map the vectors instead of reading them.
         :param similarity: Search with this similarity instead of the one saved (the vectors do not depend on it).
-        :raises ValueError: For a folder that is not a dense shard, or whose vectors do not match its header.
+        :raises ValueError: For a folder that is not a dense shard, or whose vectors or ids do not match its header.
         """
         header = read_dense_header(folder)
+        ids = read_doc_ids(Path(folder), mmap)
         vectors = np.load(Path(folder) / VECTORS_FILE, mmap_mode="r" if mmap else None, allow_pickle=False)
         if vectors.dtype != np.float32 or vectors.shape != (header["n"], header["dimension"]):
             raise ValueError(
                 f"{folder}: {VECTORS_FILE} holds {vectors.dtype} {vectors.shape}, not float32 "
                 f"({header['n']}, {header['dimension']}) as {DENSE_HEADER_FILE} says."
             )
-        return cls(header["ids"], vectors, header["doc_offset"], similarity or header["similarity"])
+        return cls(ids, vectors, header["doc_offset"], similarity or header["similarity"])
 
 
 def search_shards(
@@ -608,6 +613,11 @@ def read_dense_header(folder: str | Path) -> dict[str, Any]:
         header = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"{path}: not a dense index header ({error}).") from None
+    if isinstance(header, dict) and header.get("format") == _EARLIER_FORMAT:
+        raise ValueError(
+            f"{path}: a dense index of an earlier format (its ids in {DENSE_HEADER_FILE}): rebuild it with "
+            "`python -m jobs.index`."
+        )
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ValueError(f"{path}: not a dense index of format {FORMAT}.")
     return header

@@ -39,6 +39,7 @@ from qa_core.retrieval.dense import (
     unit_rows,
 )
 from qa_core.retrieval.fusion import fuse
+from qa_core.retrieval.index_io import read_doc_ids
 from qa_core.retrieval.quality import retrieval_quality
 from qa_core.retrieval.topk import NO_POSITION
 
@@ -190,6 +191,13 @@ def test_dense_index_saves_and_loads_memory_mapped(tmp_path) -> None:
     np.testing.assert_allclose(scores[0, :4], [1.0, 2**-0.5, 0.0, 0.0], atol=1e-7)
     with pytest.raises(ValueError, match="dimension 2"):
         index.search(np.zeros((1, 3), np.float32), k=1)
+    # The ids memory-mapped from their Arrow file, none in the JSON header; a header of format 1 (ids inside) refused.
+    assert list(index.ids) == ["a", "b", "c", "d"] and read_doc_ids(tmp_path).arrow().to_pylist() == list(index.ids)
+    header = json.loads((tmp_path / "dense.json").read_text())
+    assert "ids" not in header and header["format"] == "qa_core.retrieval.dense/2"
+    (tmp_path / "dense.json").write_text(json.dumps({**header, "format": "qa_core.retrieval.dense/1", "ids": ["a"]}))
+    with pytest.raises(ValueError, match=r"an earlier format \(its ids in dense.json\): rebuild it with"):
+        DenseIndex.load(tmp_path)
 
 
 def test_model_folder_without_pooling_is_refused(tmp_path) -> None:

@@ -8,6 +8,7 @@ The rows keep the joined hits (`document_ids`, `retrieval_scores`, ...) and each
 (1 = its best) of every joined hit (`tables.RETRIEVER_FIELDS`, null where that retriever did not find the hit).
 """
 
+from bisect import bisect_right
 from typing import Any
 
 import numpy as np
@@ -87,7 +88,7 @@ class RetrieveDense:
             DenseIndex.load(folder / shard["folder"], mmap=True, similarity=dense["similarity"])
             for shard in dense["shards"]
         ]
-        self.ids = [doc_id for shard in self.shards for doc_id in shard.ids]
+        self._offsets = [shard.doc_offset for shard in self.shards]
         parts = [Passages.load(local_index_folder(shard)) for shard in bm25_shards]
         self.passages = None  # whole documents
         if all(part is not None for part in parts):
@@ -106,12 +107,16 @@ class RetrieveDense:
         self.join_weights = join_weights
 
     def _check_bm25(self, folder: Any, bm25_shards: list[str]) -> None:
-        """The BM25 shards index the passages of the dense shards, in the same order."""
-        bm25_ids = []
-        for shard in bm25_shards:
-            bm25_ids += list(read_doc_ids(local_index_folder(shard)))
-        if bm25_ids != self.ids:
+        """The BM25 shards index the passages of the dense shards, in the same order (their memory-mapped ids)."""
+        bm25_ids = [read_doc_ids(local_index_folder(shard)).arrow() for shard in bm25_shards]
+        dense_ids = [shard.ids.arrow() for shard in self.shards]
+        if not pa.chunked_array(bm25_ids, pa.string()).equals(pa.chunked_array(dense_ids, pa.string())):
             raise ValueError(f"{folder}: the dense shards hold other passages than the BM25 index ({HEADER_FILE}).")
+
+    def _id(self, position: int) -> str:
+        """The id of the passage at corpus `position`."""
+        shard = self.shards[bisect_right(self._offsets, position) - 1]
+        return shard.ids[position - shard.doc_offset]
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Questions (or the BM25 stages' rows) -> `DENSE_RETRIEVED_SCHEMA` rows."""
@@ -157,6 +162,6 @@ class RetrieveDense:
     def _hit(self, position: int) -> Hit:
         """The document (or passage) at corpus `position`."""
         if self.passages is None:
-            return Hit(self.ids[position])
+            return Hit(self._id(position))
         source_id, start, end = self.passages.hit(position)
-        return Hit(source_id, self.ids[position], start, end)
+        return Hit(source_id, self._id(position), start, end)

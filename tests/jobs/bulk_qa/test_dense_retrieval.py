@@ -201,6 +201,12 @@ def test_index_of_another_embedding_model_or_without_vectors_is_refused(
         run_job(*args, "--output", tmp_path / "b", "--embedding-model", other, "--index", corpus["root"] / "index") == 2
     )
     assert "holds the vectors of embedding model" in capsys.readouterr().err
+    earlier = Path(shutil.copytree(corpus["root"] / "index", tmp_path / "earlier"))  # its ids in dense.json
+    for header in earlier.glob("dense/*/dense.json"):
+        header.write_text(json.dumps({**json.loads(header.read_text()), "format": "qa_core.retrieval.dense/1"}))
+    assert run_job(*args, "--output", tmp_path / "c", "--embedding-model", EMBEDDER, "--index", earlier) == 2
+    error = capsys.readouterr().err
+    assert f"--index {earlier} holds dense shards of format qa_core.retrieval.dense/1, not this version's" in error
 
 
 def test_embedding_writes_contiguous_shards_and_keeps_them_for_a_resume(tmp_path: Path) -> None:
