@@ -36,6 +36,13 @@ build is: its time and the machine's peak; and the index's bytes a passage are p
 stores apart):
 
     .venv/bin/python -m jobs.bench.retrieval --build ray --passages 1000000 --words 80 --job-questions 200 2000
+
+With `--split-length WORDS` (and `--split-overlap`), the synthetic texts are documents that the builds split into
+passages, and the job runs with the same splitting; the stores counted apart are then where the passages lie and
+their source documents:
+
+    .venv/bin/python -m jobs.bench.retrieval --build ray --passages 250000 --words 400 --split-length 100 \
+        --split-overlap 20 --job-questions 200 2000
 """
 
 import argparse
@@ -54,6 +61,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.bench.data import run_measured
+from jobs.passages import PASSAGES_FILE, SOURCE_IDS_FILE, SOURCES_FILE
 from qa_core.local_models import TEXT_FILE
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.sharding import search_shards
@@ -65,6 +73,9 @@ BUILDS = ("ray", "single")  # `--build`'s kinds, in the order `both` runs them
 # other processes both builds then compete for the cores alike (at 15 the other processes come first).
 _RAY_WORKER_NICENESS = {"RAY_worker_niceness": "0"}
 _PASSAGES_PER_WRITE = 250_000  # synthetic passages made and written to Parquet at a time (one row group each)
+# The files of a shard that keep its passages' texts (counted apart from the index): its passage store, or split
+# where its passages lie and its source documents.
+_STORES = (STORE_FILE, PASSAGES_FILE, SOURCE_IDS_FILE, SOURCES_FILE)
 
 
 @cache
@@ -92,18 +103,26 @@ def write_synthetic_documents(path: Path, n: int, words_per_text: int, first_id:
 
 
 def measure_build(
-    kind: str, documents: str, index: str, shard_size: int | None, queries: list[str], k: int, added: str | None
+    kind: str,
+    documents: str,
+    index: str,
+    shard_size: int | None,
+    queries: list[str],
+    k: int,
+    added: str | None,
+    split: tuple[int | None, int] = (None, 0),
 ) -> dict:
     """
-    Builds the index of `documents` into `index` in this process (`single`) or by a Ray started here (`ray`),
-    then (`ray` with `added`) adds the documents of `added` to it, then searches its shards.
+    Builds the index of `documents` (with `split`, its `split_length` and `split_overlap`, of their passages) into
+    `index` in this process (`single`) or by a Ray started here (`ray`), then (`ray` with `added`) adds the
+    documents of `added` to it, then searches its shards.
 
     Ray's start is not counted, nor Ray Data's (its first execution in a process starts its executor and
     statistics actor, 2-3 s on this machine, once per process: `ray_data_start_s`, reported apart).
 
     :returns: build seconds, the addition's seconds (or None), the shards and their size, the index's bytes (its
-        passage stores apart), the driver's peak RSS in MiB, Ray Data's start in seconds (None for `single`) and
-        queries/s over the shards.
+        passage stores apart: split, where the passages lie and their source documents), the driver's peak RSS in
+        MiB, Ray Data's start in seconds (None for `single`) and queries/s over the shards.
     """
     from jobs.bulk_qa.config import RunSettings
     from jobs.bulk_qa.driver import configure_ray_data, start_ray
@@ -116,7 +135,7 @@ def measure_build(
     )
     from jobs.retrieval_settings import RetrievalSettings
 
-    settings = RetrievalSettings(index_shard_size=shard_size)
+    settings = RetrievalSettings(index_shard_size=shard_size, split_length=split[0], split_overlap=split[1])
     ray_data_start_s = None
     if kind == "ray":
         import ray.data
@@ -137,7 +156,7 @@ def measure_build(
     build_s = time.perf_counter() - start
     driver_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     files = [path for path in Path(index).rglob("*") if path.is_file()]
-    store_bytes = sum(path.stat().st_size for path in files if path.name == STORE_FILE)
+    store_bytes = sum(path.stat().st_size for path in files if path.name in _STORES)
     index_bytes = sum(path.stat().st_size for path in files) - store_bytes
     add_s = None
     if kind == "ray" and added is not None:
@@ -292,7 +311,8 @@ def compare_builds(args: argparse.Namespace) -> None:
         documents = work / "documents.parquet"
         write_synthetic_documents(documents, args.passages, args.words)
         sizes = "shards sized by the memory budget" if args.shard_size is None else f"shards of {args.shard_size:,}"
-        print(f"{args.passages:,} passages of {args.words} words, {sizes}", flush=True)
+        split = "" if args.split_length is None else f", split by {args.split_length} (overlap {args.split_overlap})"
+        print(f"{args.passages:,} passages of {args.words} words{split}, {sizes}", flush=True)
         added = []
         if args.add_share:
             n_added = round(args.passages * args.add_share)
@@ -304,7 +324,7 @@ def compare_builds(args: argparse.Namespace) -> None:
                 sys.executable, "-m", "jobs.bench.retrieval", "--measure", kind, "--documents", str(documents),
                 "--index", str(work / f"index-{kind}"), "--queries", str(args.queries), "--top-k", str(args.top_k),
                 "--result", str(result), *(added if kind == "ray" else []),
-                *(["--shard-size", str(args.shard_size)] if args.shard_size else []),
+                *(["--shard-size", str(args.shard_size)] if args.shard_size else []), *_split_flags(args),
             ]  # fmt: skip
             machine = run_measured(command, env={**os.environ, **_RAY_WORKER_NICENESS} if kind == "ray" else None)
             measured = json.loads(result.read_text())
@@ -324,15 +344,24 @@ def compare_builds(args: argparse.Namespace) -> None:
                 print(f"ray: {share} added in {measured['add_s']:.1f} s, {measured['add_s'] / measured['build_s']:.1%} "
                       "of the build (then the search above)", flush=True)  # fmt: skip
             for n_questions in args.job_questions if kind == "ray" else ():
-                print(measure_job(work, str(documents), str(work / "index-ray"), n_questions, args.model), flush=True)
+                print(measure_job(work, str(documents), str(work / "index-ray"), n_questions, args.model,
+                                  _split_flags(args)), flush=True)  # fmt: skip
             if not args.work:  # a folder of the user's keeps its indexes (for `--search`)
                 subprocess.run(["rm", "-rf", str(work / f"index-{kind}")], check=True)
 
 
-def measure_job(work: Path, documents: str, index: str, n_questions: int, model: str) -> str:
+def _split_flags(args: argparse.Namespace) -> list[str]:
+    """The `--split-length` and `--split-overlap` flags of the build and job commands, where a split is asked for."""
+    if args.split_length is None:
+        return []
+    return ["--split-length", str(args.split_length), "--split-overlap", str(args.split_overlap)]
+
+
+def measure_job(work: Path, documents: str, index: str, n_questions: int, model: str, split: list[str]) -> str:
     """
-    The bulk job (`python -m jobs.bulk_qa`, its default settings) answering `n_questions` synthetic questions (8 words,
-    no `document_ids`: every one retrieved for) over the index, in a process of its own measured from outside.
+    The bulk job (`python -m jobs.bulk_qa`, its default settings and the index's `split` flags) answering
+    `n_questions` synthetic questions (8 words, no `document_ids`: every one retrieved for) over the index, in a
+    process of its own measured from outside.
 
     :returns: Its line: the questions, seconds, the machine's peak above idle and the engine the job chose.
     """
@@ -340,7 +369,8 @@ def measure_job(work: Path, documents: str, index: str, n_questions: int, model:
     ids = [f"q{row}" for row in range(n_questions)]
     pq.write_table(pa.table({"id": ids, "query": synthetic_texts(n_questions, 8, seed=3)}), questions)
     command = [sys.executable, "-m", "jobs.bulk_qa", "--questions", str(questions), "--documents", documents,
-               "--index", index, "--output", str(output), "--model", model, "--overwrite", "--quiet"]  # fmt: skip
+               "--index", index, "--output", str(output), "--model", model, "--overwrite", "--quiet",
+               *split]  # fmt: skip
     machine = run_measured(command, env={**os.environ, **_RAY_WORKER_NICENESS})
     manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
     subprocess.run(["rm", "-rf", str(output)], check=True)
@@ -398,6 +428,8 @@ def main() -> None:
     parser.add_argument("--model", default="models/minilm-qa", help="with --job-questions: the reader")
     parser.add_argument("--work", type=Path, help="with --build: folder for the documents and the indexes, kept there")
     parser.add_argument("--add-share", type=float, help="with --build: add this share more passages to the Ray build")
+    parser.add_argument("--split-length", type=int, help="with --build: index passages of this many words of each")
+    parser.add_argument("--split-overlap", type=int, default=0, help="with --split-length: words shared")
     parser.add_argument("--search", metavar="INDEX", help="only the side by side search over this index folder")
     parser.add_argument(
         "--ray-queries", type=int, default=0, help="with --search: also this many queries by the job's stages on Ray"
@@ -417,9 +449,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.measure:
         queries = synthetic_texts(args.queries, 8, seed=1)
-        measured = measure_build(
-            args.measure, args.documents, args.index, args.shard_size, queries, args.top_k, args.added
-        )
+        measured = measure_build(args.measure, args.documents, args.index, args.shard_size, queries, args.top_k,
+                                 args.added, (args.split_length, args.split_overlap))  # fmt: skip
         args.result.write_text(json.dumps(measured))
         return
     if args.build:

@@ -1,6 +1,6 @@
 """
-The index build at scale (`python -m jobs.bench.retrieval --build both`) on 3,000 passages: each build in a process
-of its own, measured from outside, the Ray build grown by 10%, their figures printed.
+The index build at scale (`python -m jobs.bench.retrieval --build both`) on 3,000 documents split into passages:
+each build in a process of its own, measured from outside, the Ray build grown by 10%, their figures printed.
 """
 
 import json
@@ -13,11 +13,13 @@ from jobs.bulk_qa.retrieval import BUILD_FILE
 
 
 def test_both_builds_and_the_addition_are_measured_and_printed(tmp_path: Path) -> None:
+    # Split into passages as long as the documents: one each, of the documents' ids, their sources kept.
     command = [sys.executable, "-m", "jobs.bench.retrieval", "--build", "both", "--passages", "3000",
-               "--shard-size", "1000", "--add-share", "0.1", "--queries", "20", "--work", str(tmp_path)]  # fmt: skip
+               "--shard-size", "1000", "--add-share", "0.1", "--queries", "20", "--work", str(tmp_path),
+               "--split-length", "100"]  # fmt: skip
     printed = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True).stdout
     lines = printed.splitlines()
-    assert lines[0] == "3,000 passages of 100 words, shards of 1,000"
+    assert lines[0] == "3,000 passages of 100 words, split by 100 (overlap 0), shards of 1,000"
     number = r"[\d,]+(?:\.\d)?"
     search = rf"queries/s over the shards: every document {number}, pruned {number}, pruned, floors {number} "
     assert re.fullmatch(
@@ -33,3 +35,4 @@ def test_both_builds_and_the_addition_are_measured_and_printed(tmp_path: Path) -
     ), lines[3]
     grown, single = (json.loads((tmp_path / f"index-{kind}" / BUILD_FILE).read_text()) for kind in ("ray", "single"))
     assert (grown["documents"], grown["shards"], single["documents"], single["shards"]) == (3300, 4, 3000, 3)
+    assert (grown["split_length"], grown["source_documents"], single["source_documents"]) == (100, 3300, 3000)
