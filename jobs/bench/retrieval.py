@@ -312,7 +312,8 @@ def compare_builds(args: argparse.Namespace) -> None:
         write_synthetic_documents(documents, args.passages, args.words)
         sizes = "shards sized by the memory budget" if args.shard_size is None else f"shards of {args.shard_size:,}"
         split = "" if args.split_length is None else f", split by {args.split_length} (overlap {args.split_overlap})"
-        print(f"{args.passages:,} passages of {args.words} words{split}, {sizes}", flush=True)
+        texts = "passages" if args.split_length is None else "documents"
+        print(f"{args.passages:,} {texts} of {args.words} words{split}, {sizes}", flush=True)
         added = []
         if args.add_share:
             n_added = round(args.passages * args.add_share)

@@ -19,7 +19,7 @@ def test_both_builds_and_the_addition_are_measured_and_printed(tmp_path: Path) -
                "--split-length", "100"]  # fmt: skip
     printed = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True).stdout
     lines = printed.splitlines()
-    assert lines[0] == "3,000 passages of 100 words, split by 100 (overlap 0), shards of 1,000"
+    assert lines[0] == "3,000 documents of 100 words, split by 100 (overlap 0), shards of 1,000"
     number = r"[\d,]+(?:\.\d)?"
     search = rf"queries/s over the shards: every document {number}, pruned {number}, pruned, floors {number} "
     assert re.fullmatch(
