@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from qa_core.document import Document
 from qa_core.retrieval.index_io import DocIds, read_doc_ids, write_doc_ids
@@ -36,7 +37,7 @@ _COLUMNS = ("source", "start", "end")
 
 
 def passage_columns(sources: Iterable[int], starts: Iterable[int], ends: Iterable[int]) -> pa.Table:
-    """Passages' `source` rows and ranges as the table `split_batch` gives and `save_split` writes (int64)."""
+    """Passages' `source` rows and ranges (int64), as `split_batch` gives them and `save_split` takes them."""
     return pa.table({name: pa.array(values, pa.int64()) for name, values in zip(_COLUMNS, (sources, starts, ends),
                                                                                  strict=True)})  # fmt: skip
 
@@ -68,6 +69,24 @@ def split_batch(
         [passage.content for passage in passages],
         passage_columns(rows, starts, ends),
     )
+
+
+def check_source_ids(ids: pa.ChunkedArray | pa.Array) -> None:
+    """
+    Checks the ids of the documents split into an index's passages, each document once: non-empty strings, none
+    twice (they are found by id in the index's source stores).
+
+    :raises ValueError: Naming the first id that is null or empty, or that occurs twice.
+    """
+    invalid = pc.or_kleene(pc.is_null(ids), pc.equal(pc.utf8_length(ids), 0))
+    if pc.any(invalid).as_py():
+        raise ValueError(
+            f"Document ids must be non-empty strings, not {ids.filter(pc.fill_null(invalid, True))[0].as_py()!r}."
+        )
+    counts = pc.value_counts(ids)  # in the order of their first occurrence
+    repeated = counts.filter(pc.greater(counts.field("counts"), 1))
+    if len(repeated):
+        raise ValueError(f"Document id {repeated.field('values')[0].as_py()!r} occurs more than once in the corpus.")
 
 
 def split_window(
@@ -136,6 +155,13 @@ class Passages:
     def hit(self, index: int) -> tuple[str, int, int]:
         """The `index`-th passage's source document id and its character range there."""
         return self.source_ids[int(self.rows[index])], int(self.starts[index]), int(self.ends[index])
+
+    def own_source_ids(self) -> pa.Array:
+        """
+        The ids of the shard's source documents but one that continues the previous shard's last document (where its
+        first passage does not start its document): each document of an index once, shard after shard.
+        """
+        return self.source_ids.arrow()[int(len(self) > 0 and self.starts[0] > 0) :]
 
     def sources(self) -> PassageStore:
         """The store of the shard's source documents, by row (`take`) or id (`positions_of`)."""

@@ -57,7 +57,7 @@ from jobs.indexing.bm25 import (
 )
 from jobs.indexing.memory import bounded, memory_budget
 from jobs.indexing.passages import passage_shards
-from jobs.passages import save_split, split_batch, split_window
+from jobs.passages import Passages, check_source_ids, save_split, split_batch, split_window
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError, parquet_dataset, redact, resolve_path
 from qa_core.retrieval.dense import DENSE_HEADER_FILE
@@ -201,7 +201,7 @@ def prepare_index(
     saved = saved_index(output)
     if resuming:
         record = _read_json(saved, BUILD_FILE)
-        if isinstance(record, dict):
+        if isinstance(record, dict) and not _earlier_split(record):  # else built again, as this version builds it
             return IndexPlan(saved, {**_summary(record), "source": "resumed"})
     if distributed:
         return IndexPlan(saved, {"source": "built"}, pending=True)
@@ -237,7 +237,7 @@ def complete_index(
     from jobs.indexing.ann import needs_graph
 
     dense = plan.record.get("dense", {})
-    if dense.get("fingerprint") != _fingerprint(settings):
+    if dense.get("fingerprint") != _fingerprint(settings) or _dense_format(plan.location, dense) != DENSE_FORMAT:
         dense = add_dense_index(plan.location, settings, documents, engine, cluster)
     elif plan.record.get("source") != "given" and needs_graph(plan.location, dense, settings):
         dense = add_graph(plan.location, dense, settings, engine)
@@ -354,7 +354,14 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
         raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
     store = pa.Table.from_batches(stored)  # not empty: `build_shards` refuses a corpus without passages
     where = pa.concat_tables(passages) if settings.split_length is not None else None
-    n_sources = len(pc.unique(store["id"].take(where["source"]))) if where is not None else None
+    n_sources = None
+    if where is not None:
+        source_ids = store["id"].take(pc.unique(where["source"]))
+        try:
+            check_source_ids(source_ids)
+        except ValueError as error:
+            raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
+        n_sources = len(source_ids)
     corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
     record = _build_record(settings, documents, corpus, (len(shards), size, budget), n_sources, started)
     return BuiltIndex(shards, record, store, where)
@@ -428,6 +435,9 @@ def _count_shards(
         hashes = np.concatenate([*(shard_id_hashes(location) for location, _ in old_shards), counted.id_hashes])
         folders = [*old_shards, *counted.folders]
         check_unique_ids(hashes, [folder for folder, _ in folders], [offset for _, offset in folders])
+        if counted.source_ids is not None:  # split: each source document's id found by id in the stores
+            old = [Passages.load(Path(location)).own_source_ids() for location, _ in old_shards]
+            check_source_ids(pa.chunked_array([*old, *counted.source_ids.chunks], pa.string()))
     except ValueError as error:
         raise InputError(f"{problem}: {error}") from None
     return counted
@@ -683,7 +693,7 @@ def _check_split_layout(location: str, record: dict[str, Any]) -> None:
     :raises InputError: If an index of split passages keeps them in the earlier layout (`passages.json`, no store
         of their source documents: `jobs.passages`).
     """
-    if record.get("split_length") is not None and not record.get("store"):
+    if _earlier_split(record):
         raise InputError(
             f"--index {redact(location)}: an index of split passages built by an earlier version (no store of their "
             "source documents): rebuild it with `python -m jobs.index`."
@@ -707,14 +717,24 @@ def _check_dense(location: str, record: dict[str, Any], settings: RetrievalSetti
             f"run's --embedding-model {redact(settings.embedding_model)} (their files' fingerprints differ): rebuild "
             "it or pass the model it was built with."
         )
-    shards = dense.get("shards") or [{}]
-    header = _read_json(f"{location.rstrip('/')}/{shards[0].get('folder')}", DENSE_HEADER_FILE)
-    if not isinstance(header, dict) or header.get("format") != DENSE_FORMAT:
-        found = header.get("format") if isinstance(header, dict) else None
+    found = _dense_format(location, dense)
+    if found != DENSE_FORMAT:
         raise InputError(
             f"--index {shown} holds dense shards of format {found}, not this version's {DENSE_FORMAT}: rebuild it "
             "with `python -m jobs.index`."
         )
+
+
+def _dense_format(location: str, dense: dict[str, Any]) -> str | None:
+    """The format of the index's first dense shard (`dense.json`'s), or None where it has none."""
+    shards = dense.get("shards") or [{}]
+    header = _read_json(f"{location.rstrip('/')}/{shards[0].get('folder')}", DENSE_HEADER_FILE)
+    return header.get("format") if isinstance(header, dict) else None
+
+
+def _earlier_split(record: dict[str, Any]) -> bool:
+    """Whether a build record is an index of split passages of the earlier layout (`passages.json`, no stores)."""
+    return record.get("split_length") is not None and not record.get("store")
 
 
 def retrieved_questions(

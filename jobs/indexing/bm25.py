@@ -69,6 +69,9 @@ _COUNTED_SCHEMA = pa.schema(
         ("sources", pa.int64()),
         ("first_source", pa.string()),
         ("last_source", pa.string()),
+        # Split passages: the ids of the part's source documents, in order, the first left out where it continues
+        # the previous part's last (the part's first passage does not start its document); else null.
+        ("source_ids", pa.list_(pa.string())),
         ("error", pa.string()),  # why the shard cannot be indexed (bad input), else null
     ]
 )
@@ -86,6 +89,7 @@ class CountedPassages:
     :param id_hashes: `(passages,)` uint64 `id_hashes` of their ids, in corpus order.
     :param folders: Each counted folder (a shard's, or a part's: `counted_folder`) and its first corpus position,
         in corpus order.
+    :param source_ids: Split passages: the ids of their source documents, each document once, in corpus order.
     """
 
     statistics: CorpusStatistics
@@ -94,6 +98,7 @@ class CountedPassages:
     parts: list[int]
     id_hashes: np.ndarray
     folders: list[tuple[str, int]]
+    source_ids: pa.ChunkedArray | None = None
 
 
 def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassages:
@@ -118,6 +123,7 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
     parts: list[int] = []
     hashes: list[np.ndarray] = []
     folders: list[tuple[str, int]] = []
+    source_ids: list[pa.Array] = []
     errors: list[str] = []
     sources = _SourceCount()
 
@@ -139,6 +145,7 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
                     sources.add(row["sources"], row["first_source"], row["last_source"])
                     hashes.append(np.frombuffer(row["id_hashes"], np.uint64))
                     folders.append((row["folder"], row["first"]))
+                    source_ids.append(pa.array(row["source_ids"] or [], pa.string()))
                     last = row["part"] + 1 == row["parts"]
                     following = (row["shard"] + 1, 0) if last else (row["shard"], row["part"] + 1)
                     yield _statistics(row)
@@ -155,6 +162,7 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
         parts,
         np.concatenate(hashes) if hashes else np.zeros(0, np.uint64),
         folders,
+        pa.chunked_array(source_ids, pa.string()) if split else None,
     )
 
 
@@ -277,6 +285,7 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
         "sources": [pc.count_distinct(batch["source_id"]).as_py()],
         "first_source": [batch["source_id"][0].as_py()],
         "last_source": [batch["source_id"][-1].as_py()],
+        "source_ids": [None if sources is None else sources["id"][int(batch["start"][0].as_py() > 0) :].to_pylist()],
         "error": [None],
     }
     return pa.table(row, schema=_COUNTED_SCHEMA)

@@ -74,8 +74,8 @@ def _exact_batches(tables: Iterable[pa.Table], schema: pa.Schema) -> Iterator[pa
 
 class PassageStore:
     """
-    The store of a shard, memory-mapped read-only: `take` reads passages by corpus position, `positions_of` finds
-    them by id.
+    The store of a shard, memory-mapped read-only: `take` reads passages by corpus position (a store of source
+    documents, `doc_offset` 0: by row), `positions_of` finds them by id.
 
     :param folder: The shard's folder.
     :param doc_offset: The corpus position of its first passage.

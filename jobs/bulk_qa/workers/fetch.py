@@ -87,9 +87,10 @@ def read_contents(locations: list[str], ids: Collection[str]) -> dict[str, str]:
     """
     The texts of the documents with these ids (whole-document passages, or split passages' source documents), by
     id, from the stores of the index's shards (`locations`), reading their id columns and those documents only;
-    ids that no store holds are left out.
+    ids that no store holds, and documents of empty content, are left out (as the documents table's are).
     """
-    return {key: row["content"] for key, row in _stored_documents(open_stores(locations), ids).items()}
+    found = _stored_documents(open_stores(locations), ids)
+    return {key: row["content"] for key, row in found.items() if row["content"]}
 
 
 def _stored_documents(stores: list[ShardDocuments], ids: Collection[str]) -> dict[str, dict[str, Any]]:
@@ -149,7 +150,7 @@ def fetch_passages(batch: pa.Table, locations: list[str], documents: str) -> pa.
     listed = batch["document_ids"].to_pylist()  # a retrieved question's hits' documents, or the ones it names
     wanted = sorted({position for row in positions if row for position in row})
     found = read_passages(stores, wanted) if wanted else {}
-    named = {key for row, ids in zip(positions, listed, strict=True) if row is None for key in ids or ()}
+    named = {key for row, ids in zip(positions, listed, strict=True) if row is None for key in ids or () if key}
     by_id = read_documents(stores, named, documents) if named else {}
     columns: dict[str, list[list[Any] | None]] = {name: [] for name in [*FETCHED_COLUMNS, KNOWN_COLUMN]}
     for row, ids in zip(positions, listed, strict=True):

@@ -17,6 +17,7 @@ from jobs import index as index_command
 from jobs.bulk_qa.retrieval import (
     BUILD_FILE,
     _indexed_texts,
+    add_documents_with_ray,
     build_index,
     build_index_with_ray,
     check_given_index,
@@ -29,6 +30,7 @@ from jobs.indexing.bm25 import ID_HASHES_FILE, id_hashes, read_doc_ids, shard_id
 from jobs.indexing.passages import _counts_in_footers, indexed_passages, passage_shards, read_shard
 from jobs.passages import PASSAGES_FILE, SOURCE_IDS_FILE, SOURCES_FILE, Passages, split_batch
 from jobs.retrieval_settings import RetrievalSettings
+from jobs.storage import InputError
 from qa_core.retrieval import BM25Index, merge_top_k
 from qa_core.retrieval.index_io import ARRAY_SHAPES
 from qa_core.retrieval.store import STORE_FILE, PassageStore
@@ -165,6 +167,40 @@ def test_ray_build_equals_the_single_process_build_bit_for_bit(
     for found, expected in zip(merge_top_k([shard.search(QUERIES, 7) for shard in shards], 7),
                                whole.search(QUERIES, 7), strict=True):  # fmt: skip
         np.testing.assert_array_equal(found, expected)
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        (["d0", "d1", "d2", "d3", "d4", "d0"], "Document id 'd0' occurs more than once in the corpus."),  # shards apart
+        (["d0", "d1", None, "d3", "d4", "d5"], "Document ids must be non-empty strings, not None."),
+        (["d0", "d1", "d2", "", "d4", "d5"], "Document ids must be non-empty strings, not ''."),
+    ],
+)
+def test_split_documents_whose_ids_are_null_empty_or_repeated_are_refused(
+    local_ray, tmp_path: Path, ids: list, message: str
+) -> None:
+    """
+    An index of split passages finds their documents by id: both builds refuse documents without an id or with one
+    another document has (in shards of 5 passages: the repeat lies shards apart), and so does an addition of a
+    document with an id the index holds.
+    """
+    documents = tmp_path / "documents.parquet"
+    texts = [" ".join(TEXTS[i].split(" ")[:30]) for i in range(len(ids))]  # 3 passages each
+    pq.write_table(pa.table({"id": pa.array(ids, pa.string()), "content": texts}), documents, row_group_size=2)
+    settings = RetrievalSettings(index_shard_size=5, split_length=12)
+    problem = f"{documents}: cannot build the BM25 index of the documents: {message}"
+    with pytest.raises(InputError) as single:
+        build_index(settings, str(documents))
+    with pytest.raises(InputError) as ray:
+        build_index_with_ray(settings, str(documents), str(tmp_path / "index"))
+    assert str(single.value) == str(ray.value) == problem
+    if ids.count("d0") == 2:  # the first five documents indexed, then the sixth added
+        pq.write_table(pq.read_table(documents).slice(0, 5), tmp_path / "first.parquet")
+        pq.write_table(pq.read_table(documents).slice(5), tmp_path / "added.parquet")
+        build_index_with_ray(settings, str(tmp_path / "first.parquet"), str(tmp_path / "index"))
+        with pytest.raises(InputError, match=f"cannot add the documents to the index: {message}"):
+            add_documents_with_ray(str(tmp_path / "index"), str(tmp_path / "added.parquet"))
 
 
 def test_index_command_builds_shards_of_a_size_and_refuses_a_corpus_without_terms(
