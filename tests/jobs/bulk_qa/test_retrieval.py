@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -442,10 +443,10 @@ def no_ray_for_bad_input(request: pytest.FixtureRequest, monkeypatch: pytest.Mon
     if "capsys" in request.fixturenames:
         start_engine = driver.start_engine
 
-        def start_no_ray(run: RunSettings, engine: Engine, ray_logs: RayLogFilter) -> dict:
+        def start_no_ray(run: RunSettings, engine: Engine, ray_logs: RayLogFilter, *args: Any, **kwargs: Any) -> dict:
             if isinstance(engine, RayEngine):
                 raise AssertionError("the job started Ray for unusable input")
-            return start_engine(run, engine, ray_logs)
+            return start_engine(run, engine, ray_logs, *args, **kwargs)
 
         monkeypatch.setattr(driver, "start_engine", start_no_ray)
 

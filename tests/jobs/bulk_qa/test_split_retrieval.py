@@ -301,15 +301,14 @@ def test_index_built_with_other_splitting_is_refused(
 def test_a_split_index_of_the_earlier_layout_is_refused(
     capsys: pytest.CaptureFixture, tmp_path: Path, corpus: dict, tiny_bert_model: Path
 ) -> None:
-    """An index of passages in `passages.json`, without stores of their documents: the job and `--add` refuse it."""
+    """
+    An index of passages in `passages.json`, without stores of their documents: the job and `--add` refuse it; a run
+    resuming over one it saved builds it again.
+    """
     index = tmp_path / "index"
     split = ["--split-length", str(SPLIT_LENGTH), "--split-overlap", str(SPLIT_OVERLAP)]
     assert index_command.main(["--documents", corpus["paths"]["documents"], "--output", str(index), *split]) == 0
-    for name in (PASSAGES_FILE, SOURCE_IDS_FILE, SOURCES_FILE):  # as an earlier version left it
-        (index / name).unlink()
-    (index / "passages.json").write_text(json.dumps({"source_ids": [], "starts": [], "ends": []}))
-    record = json.loads((index / BUILD_FILE).read_text())
-    (index / BUILD_FILE).write_text(json.dumps({**record, "store": False, "store_document_columns": []}))
+    _as_earlier_layout(index)
     capsys.readouterr()
     message = f"--index {index}: an index of split passages built by an earlier version (no store of their source "
     message += "documents): rebuild it with `python -m jobs.index`."
@@ -319,6 +318,22 @@ def test_a_split_index_of_the_earlier_layout_is_refused(
     assert message in capsys.readouterr().err
     with pytest.raises(ValueError, match="an index of split passages of an earlier version .* rebuild it"):
         Passages.load(index)
+    own = [*_job_args(corpus, tmp_path / "own", tiny_bert_model), *split, "--engine", "in-process"]
+    assert run_job(*own) == 0
+    answers = read_output(tmp_path / "own", "answers")
+    _as_earlier_layout(tmp_path / "own" / INDEX_FOLDER)
+    assert run_job(*own) == 0  # resumed: every shard committed, the index built again
+    assert Passages.load(tmp_path / "own" / INDEX_FOLDER) is not None
+    assert read_output(tmp_path / "own", "answers") == answers
+
+
+def _as_earlier_layout(index: Path) -> None:
+    """An index folder of one shard of split passages made as an earlier version left it (`passages.json`)."""
+    for name in (PASSAGES_FILE, SOURCE_IDS_FILE, SOURCES_FILE):
+        (index / name).unlink()
+    (index / "passages.json").write_text(json.dumps({"source_ids": [], "starts": [], "ends": []}))
+    record = json.loads((index / BUILD_FILE).read_text())
+    (index / BUILD_FILE).write_text(json.dumps({**record, "store": False, "store_document_columns": []}))
 
 
 @pytest.mark.parametrize(
