@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qa_core.document import Document
-from qa_core.retrieval.index_io import DocIds, read_doc_ids, write_doc_ids
+from qa_core.retrieval.index_io import DocIds, read_doc_ids, smallest_unsigned, write_doc_ids
 from qa_core.retrieval.splitter import split_documents
 from qa_core.retrieval.store import PassageStore, write_store
 
@@ -124,16 +124,13 @@ def save_split(folder: Path, passages: pa.Table, documents: Iterable[pa.Table]) 
     sources = passages["source"].to_numpy()
     if sources.size and (sources.min() < 0 or sources.max() >= written):
         raise ValueError(f"{folder}: a passage's source lies outside its {written} source documents.")
-    columns = [pa.array(passages[name].to_numpy().astype(_smallest(passages[name].to_numpy()))) for name in _COLUMNS]
+    columns = [
+        pa.array(values.astype(smallest_unsigned(values)))
+        for values in (passages[name].to_numpy() for name in _COLUMNS)
+    ]
     table = pa.Table.from_arrays(columns, names=list(_COLUMNS))
     with pa.OSFile(str(folder / PASSAGES_FILE), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-
-
-def _smallest(values: np.ndarray) -> np.dtype:
-    """The smallest unsigned dtype that holds these values (none negative)."""
-    largest = int(values.max()) if values.size else 0
-    return next(np.dtype(kind) for kind in (np.uint8, np.uint16, np.uint32, np.uint64) if largest <= np.iinfo(kind).max)
 
 
 @dataclass(frozen=True, eq=False)

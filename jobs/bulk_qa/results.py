@@ -35,7 +35,7 @@ from jobs.bulk_qa.inputs import is_squad_style
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.pooled_contexts import PooledContexts
 from jobs.bulk_qa.squad_input import SquadInput
-from jobs.bulk_qa.workers.fetch import read_contents
+from jobs.bulk_qa.workers.fetch import read_contents, rows_with_ids
 from jobs.storage import parquet_dataset
 from qa_core.annotation import (
     LABEL_STUDIO_CONFIG,
@@ -349,8 +349,7 @@ def dataset_from_tables(
 
 def _document_contents(documents: str, ids: list[str]) -> dict[str, str]:
     """The contents of the documents with these ids, by id, from the documents table (those with content only)."""
-    table = parquet_dataset(documents).to_table(columns=["id", "content"], filter=pc.field("id").isin(ids))
-    return {key: text for key, text in zip(*table.to_pydict().values(), strict=True) if text}
+    return {row["id"]: row["content"] for row in rows_with_ids(documents, ids) if row["content"]}
 
 
 def _json(value: Any, indent: int | None = None) -> bytes:

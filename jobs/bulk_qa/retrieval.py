@@ -348,20 +348,17 @@ def build_index(settings: RetrievalSettings, documents: str) -> BuiltIndex:
     _check_shards(settings, len(texts))
     size = settings.shard_size(len(texts))
     bounds = [*range(0, len(texts), size), len(texts)]
+    where = pa.concat_tables(passages) if settings.split_length is not None else None
+    source_ids = None  # split: each source document's id, as the stores find it
     try:
         shards, statistics = build_shards(ids, texts, bounds, settings.bm25_algorithm, settings.parameters())
+        store = pa.Table.from_batches(stored)  # not empty: `build_shards` refuses a corpus without passages
+        if where is not None:
+            source_ids = store["id"].take(pc.unique(where["source"]))
+            check_source_ids(source_ids)
     except ValueError as error:
         raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
-    store = pa.Table.from_batches(stored)  # not empty: `build_shards` refuses a corpus without passages
-    where = pa.concat_tables(passages) if settings.split_length is not None else None
-    n_sources = None
-    if where is not None:
-        source_ids = store["id"].take(pc.unique(where["source"]))
-        try:
-            check_source_ids(source_ids)
-        except ValueError as error:
-            raise InputError(f"{redact(documents)}: cannot build the BM25 index of the documents: {error}") from None
-        n_sources = len(source_ids)
+    n_sources = None if source_ids is None else len(source_ids)
     corpus = (statistics.n_docs, len(statistics.vocabulary), statistics.fingerprint_hex)
     record = _build_record(settings, documents, corpus, (len(shards), size, budget), n_sources, started)
     return BuiltIndex(shards, record, store, where)

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from jobs.indexing.passages import read_shard
@@ -65,10 +64,6 @@ _COUNTED_SCHEMA = pa.schema(
         ("total_length", pa.int64()),
         ("fingerprint", pa.string()),
         ("id_hashes", pa.binary()),  # `id_hashes` of the shard's ids, uint64 bytes
-        # The shard's source documents: how many, the first and the last (a document's passages are consecutive).
-        ("sources", pa.int64()),
-        ("first_source", pa.string()),
-        ("last_source", pa.string()),
         # Split passages: the ids of the part's source documents, in order, the first left out where it continues
         # the previous part's last (the part's first passage does not start its document); else null.
         ("source_ids", pa.list_(pa.string())),
@@ -83,7 +78,6 @@ class CountedPassages:
     What counting some passages as shards gives the driver.
 
     :param statistics: Their statistics, merged in corpus order.
-    :param sources: How many source documents they come from.
     :param fingerprints: Each shard's fingerprint (hex), in order.
     :param parts: How many parts each shard was counted in, in order (1: counted whole).
     :param id_hashes: `(passages,)` uint64 `id_hashes` of their ids, in corpus order.
@@ -93,12 +87,16 @@ class CountedPassages:
     """
 
     statistics: CorpusStatistics
-    sources: int
     fingerprints: list[str]
     parts: list[int]
     id_hashes: np.ndarray
     folders: list[tuple[str, int]]
     source_ids: pa.ChunkedArray | None = None
+
+    @property
+    def sources(self) -> int | None:
+        """Split passages: how many source documents they come from; else None."""
+        return None if self.source_ids is None else len(self.source_ids)
 
 
 def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassages:
@@ -110,7 +108,7 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
     :param locations: The folders of the shards these passages make, in order.
     :param split: Whether the passages are split documents (each shard then keeps their sources and its source
         documents' store, `jobs.passages`; else its passage store, `qa_core.retrieval.store`).
-    :returns: The passages' statistics, sources, shard fingerprints and parts, id hashes and counted folders.
+    :returns: The passages' statistics, shard fingerprints and parts, id hashes, counted folders and source ids.
     :raises ValueError: If a shard's passages cannot be indexed (ids invalid, or one twice in the shard).
     """
     counted = _all_cores_at_once(shards).map_batches(
@@ -125,7 +123,6 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
     folders: list[tuple[str, int]] = []
     source_ids: list[pa.Array] = []
     errors: list[str] = []
-    sources = _SourceCount()
 
     def shards() -> Iterator[CorpusStatistics]:  # merged in corpus order as soon as the parts before have come
         waiting: dict[tuple[int, int], dict[str, Any]] = {}
@@ -142,7 +139,6 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
                         fingerprints.append(0)
                         parts.append(row["parts"])
                     fingerprints[-1] += int(row["fingerprint"], 16)  # a sum: the shard's is its parts'
-                    sources.add(row["sources"], row["first_source"], row["last_source"])
                     hashes.append(np.frombuffer(row["id_hashes"], np.uint64))
                     folders.append((row["folder"], row["first"]))
                     source_ids.append(pa.array(row["source_ids"] or [], pa.string()))
@@ -157,7 +153,6 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
         raise ValueError(errors[0])
     return CountedPassages(
         statistics,
-        sources.total,
         [fingerprint_hex(fingerprint) for fingerprint in fingerprints],
         parts,
         np.concatenate(hashes) if hashes else np.zeros(0, np.uint64),
@@ -228,17 +223,6 @@ def _doc_id(position: int, locations: list[str], offsets: list[int]) -> str:
     return read_doc_ids(locations[shard])[position - offsets[shard]]
 
 
-class _SourceCount:
-    """Source documents counted shard by shard in corpus order (a document cut between two shards counts once)."""
-
-    def __init__(self) -> None:
-        self.total, self.last = 0, None
-
-    def add(self, sources: int, first: str | None, last: str | None) -> None:
-        self.total += sources - (first is not None and first == self.last)
-        self.last = last if last is not None else self.last
-
-
 def _statistics(row: dict[str, Any]) -> CorpusStatistics:
     """The `CorpusStatistics` of a row of `_COUNTED_SCHEMA`."""
     return CorpusStatistics(
@@ -282,9 +266,6 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
         "total_length": [statistics.total_length],
         "fingerprint": [statistics.fingerprint_hex],
         "id_hashes": [hashes.tobytes()],
-        "sources": [pc.count_distinct(batch["source_id"]).as_py()],
-        "first_source": [batch["source_id"][0].as_py()],
-        "last_source": [batch["source_id"][-1].as_py()],
         "source_ids": [None if sources is None else sources["id"][int(batch["start"][0].as_py() > 0) :].to_pylist()],
         "error": [None],
     }

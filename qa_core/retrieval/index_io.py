@@ -47,8 +47,13 @@ def array_dtype(name: str, values: np.ndarray, n_docs: int) -> np.dtype:
     if name == "doc_indices":
         return posting_dtype(n_docs)
     if name in ("term_counts", "doc_lengths"):
-        return np.min_scalar_type(max(1, int(np.max(values, initial=0))))
+        return smallest_unsigned(values)
     return ARRAY_SHAPES[name][0][0]
+
+
+def smallest_unsigned(values: np.ndarray) -> np.dtype:
+    """The smallest unsigned dtype that holds these values (none negative; uint8 for none)."""
+    return np.min_scalar_type(max(1, int(np.max(values, initial=0))))
 
 
 def write_array(folder: Path, name: str, values: np.ndarray, n_docs: int) -> None:
