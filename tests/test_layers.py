@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # What runs in Ray's workers may import these `jobs/` modules besides its own package: they import nothing of jobs.
-WORKER_SAFE = ("jobs.storage", "jobs.passages", "jobs.retrieval_settings")
+WORKER_SAFE = ("jobs.storage", "jobs.passages", "jobs.retrieval_settings", "jobs.table_schema")
 # The modules below the bulk job, the index build and ingestion, which all three use.
 SHARED = (*WORKER_SAFE, "jobs.engines", "jobs.in_process")
 
