@@ -9,7 +9,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from jobs.bulk_qa.config import JobConfig
 from jobs.options import add_options, with_values
+from jobs.train.cli import recipe
 from qa_core.settings import Settings, setting
 from tests.docs.conftest import DOCS, ROOT
 
@@ -49,9 +51,11 @@ def command_pages(generator: ModuleType) -> dict[str, str]:
     }
 
 
-def options(generator: ModuleType) -> Iterator[tuple[str, argparse.ArgumentParser, argparse.Action]]:
-    """Every option of every documented command: `(command, with its subcommand, parser, action)`."""
-    for command, parser in generator.parsers().items():
+def options(
+    generator: ModuleType, parsers: dict[str, argparse.ArgumentParser]
+) -> Iterator[tuple[str, argparse.ArgumentParser, argparse.Action]]:
+    """Every option of the commands' parsers: `(command with its subcommand, the parser, the option's action)`."""
+    for command, parser in parsers.items():
         for name, each in {"": parser, **generator.subcommands(parser)}.items():
             for action in each._actions:
                 if not isinstance(action, argparse._HelpAction):
@@ -82,7 +86,7 @@ def row_of(rows: dict[tuple[str, str], list[str]], command: str, action: argpars
 def test_every_option_of_every_command_is_in_the_reference_with_its_default(generator: ModuleType) -> None:
     rows = option_rows(generator)
     found = 0
-    for command, _, action in options(generator):
+    for command, _, action in options(generator, generator.parsers()):
         names = action.option_strings or [action.metavar or action.dest]
         assert row_of(rows, command, action) is not None, f"python -m {command}: {names} is not in the reference"
         found += 1
@@ -93,20 +97,18 @@ def test_every_option_of_every_command_is_in_the_reference_with_its_default(gene
 def missing_descriptions(generator: ModuleType, parsers: dict[str, argparse.ArgumentParser]) -> list[str]:
     """A line per option without a description, naming the option and where to declare its help."""
     missing = []
-    for command, parser in parsers.items():
-        for name, each in {"": parser, **generator.subcommands(parser)}.items():
-            for action in each._actions:
-                if isinstance(action, argparse._HelpAction) or generator.description(action).strip():
-                    continue
-                option = f"python -m {f'{command} {name}'.strip()} {'/'.join(action.option_strings) or action.dest}"
-                if hasattr(action, "settings_class"):  # a field of a settings class (jobs.options)
-                    declared = action.settings_class
-                    where = f"{declared.__qualname__} in {Path(inspect.getfile(declared)).relative_to(ROOT)}"
-                    fix = f'declare the field as `{action.dest}: ... = setting(default, "help")` (qa_core.settings)'
-                else:
-                    where = f"the add_argument in {generator.COMMANDS.get(command, command).split(':')[0]}"
-                    fix = "give it help="
-                missing.append(f"{option} has no description: {fix}, in {where}")
+    for command, _, action in options(generator, parsers):
+        if generator.description(action).strip():
+            continue
+        if hasattr(action, "settings_class"):  # a field of a settings class (jobs.options)
+            declared = action.settings_class
+            where = f"{declared.__qualname__} in {Path(inspect.getfile(declared)).relative_to(ROOT)}"
+            fix = f'declare the field as `{action.dest}: ... = setting(default, "help")` (qa_core.settings)'
+        else:
+            where = f"the add_argument in {generator.COMMANDS.get(command.split()[0], command).split(':')[0]}"
+            fix = "give it help="
+        option = f"python -m {command} {'/'.join(action.option_strings) or action.dest}"
+        missing.append(f"{option} has no description: {fix}, in {where}")
     return missing
 
 
@@ -175,23 +177,11 @@ def test_every_column_of_every_output_table_has_a_description(generator: ModuleT
     assert shown == sum(len(generator.table_columns(table)) for table in generator.TABLES)
 
 
-def _job_settings(values: dict[str, Any]) -> dict[str, Any]:
-    from jobs.bulk_qa.config import JobConfig
-
-    return JobConfig.from_values(values).to_dict()
-
-
-def _train_settings(values: dict[str, Any]) -> dict[str, Any]:
-    from jobs.train.cli import recipe
-
-    return recipe(argparse.Namespace(**values)).as_dict()
-
-
-# What a command's settings hold when none of their flags is given, from the values its parser gave, where the command
-# builds them otherwise than from its settings classes' own defaults.
+# What a command's settings hold, from the values its parser gave, where the command builds them otherwise than from
+# its settings classes' own defaults.
 COMMAND_SETTINGS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "jobs.bulk_qa": _job_settings,
-    "jobs.train": _train_settings,
+    "jobs.bulk_qa": lambda values: JobConfig.from_values(values).to_dict(),
+    "jobs.train": lambda values: recipe(argparse.Namespace(**values)).as_dict(),
 }
 
 
@@ -220,20 +210,18 @@ def expected_default(
 
 
 def test_every_default_shown_is_what_the_parser_gives_for_no_arguments(generator: ModuleType) -> None:
-    rows, wrong, compared = option_rows(generator), [], 0
-    for command, parser in generator.parsers().items():
-        for name, each in {"": parser, **generator.subcommands(parser)}.items():
-            at = f"{command} {name}".strip()
-            values, required = parsed_without_arguments(each)
-            for action in each._actions:
-                if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
-                    continue
-                shown = row_of(rows, at, action)[1]
-                expected = generator._cell(expected_default(generator, at, action, values, required))
-                compared += 1
-                if shown != expected:
-                    wrong.append(f"python -m {at} {action.option_strings or action.dest}: shows {shown!r}, "
-                                 f"the parser gives {expected!r}")  # fmt: skip
+    rows, parsed, wrong, compared = option_rows(generator), {}, [], 0
+    for command, parser, action in options(generator, generator.parsers()):
+        if isinstance(action, argparse._SubParsersAction):
+            continue
+        if parser not in parsed:
+            parsed[parser] = parsed_without_arguments(parser)
+        shown = row_of(rows, command, action)[1]
+        expected = generator._cell(expected_default(generator, command, action, *parsed[parser]))
+        compared += 1
+        if shown != expected:
+            option = "/".join(action.option_strings) or action.dest
+            wrong.append(f"python -m {command} {option}: the reference shows {shown}, the parser gives {expected}")
     assert not wrong, "\n".join(wrong)
     assert compared > 150
 
