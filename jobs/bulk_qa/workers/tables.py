@@ -5,7 +5,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.retrieval_settings import JOINED
+from jobs.retrieval.retrieve import RETRIEVER_FIELDS
 from qa_core.answers import ExtractedAnswer, GeneratedAnswer
 
 TABLES = ("answers", "questions", "generated_answers")
@@ -33,13 +33,6 @@ ANSWERS_SCHEMA = pa.schema(
 
 QUESTION_STATUSES = ("answered", "refused", "no_documents", "error")
 
-# Dense and hybrid retrieval: each retriever's score and rank (1 = its best) of each retrieved hit, null where that
-# retriever did not find it (null lists for questions not retrieved for, or retrieved by BM25 alone).
-RETRIEVER_FIELDS = [
-    pa.field(f"{name}_{kind}", pa.list_(pa.float64() if kind == "scores" else pa.int32()))
-    for name in JOINED
-    for kind in ("scores", "ranks")
-]
 QUESTIONS_SCHEMA = pa.schema(
     [
         ("question_id", pa.string()),  # the question's id, as in the input
