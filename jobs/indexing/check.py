@@ -65,8 +65,8 @@ def check_given_index(settings: RetrievalSettings, documents: str) -> dict[str, 
     check_split_layout(settings.index, record)
     if header.get("doc_offset") != 0 or header.get("corpus", {}).get("n_docs") != record.get("documents"):
         raise InputError(f"--index {shown}: its first shard's corpus does not match its {BUILD_FILE}.")
-    if settings.dense:
-        _check_dense(settings.index, record, settings)
+    for part in settings.method.added_parts:
+        PART_CHECKS[part](settings.index, record, settings)
     if record.get("documents_files") != input_fingerprint(documents):
         total, position = 0, 0
         for batch_ids, batch_texts, _ in indexed_texts(documents, settings):
@@ -115,3 +115,7 @@ def _check_dense(location: str, record: dict[str, Any], settings: RetrievalSetti
             f"--index {shown} holds dense shards of format {found}, not this version's {DENSE_FORMAT}: rebuild it "
             "with `python -m jobs.index`."
         )
+
+
+# Each index part a retrieval method may need beyond the BM25 part, by name: checks a given index's part.
+PART_CHECKS = {"dense": _check_dense}

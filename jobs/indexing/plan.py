@@ -17,18 +17,19 @@ from jobs.indexing.record import (
     BUILD_FILE,
     STORE_COLUMNS_KEY,
     STORED_COLUMNS,
-    dense_format,
     earlier_split,
     read_json,
     shard_locations,
     summary,
 )
-from jobs.indexing.vectors import add_dense_index, add_graph, model_fingerprint
+from jobs.indexing.vectors import complete_dense_part
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import parquet_dataset
-from qa_core.retrieval.dense import FORMAT as DENSE_FORMAT
 
 INDEX_FOLDER = "_index"  # the run's index, inside its output folder
+# Each index part a retrieval method may need beyond the BM25 part (`qa_core.retrieval.methods.INDEX_PARTS`), by
+# name: completes the part in an index folder and returns its section of the build record.
+PART_BUILDERS = {"dense": complete_dense_part}
 
 
 @dataclass(frozen=True)
@@ -126,10 +127,9 @@ def complete_index(
 ) -> IndexPlan:
     """
     Once the output folder is claimed: saves an index the run built in memory into it (`plan.location`) and drops
-    it from the driver, or builds a pending one there by Ray (`build_index_with_ray`); for dense or hybrid
-    retrieval, embeds its passages there too (`jobs.indexing.embed`) unless the index holds their vectors by the
-    run's embedding model (kept from the run this one resumes), and builds its approximate index where one is asked
-    for or recorded but missing (`jobs.indexing.ann.needs_graph`; not into a given `--index`).
+    it from the driver, or builds a pending one there by Ray (`build_index_with_ray`); then completes the other parts
+    that the run's retrieval method needs (`PART_BUILDERS`: for dense or hybrid retrieval, the passages' vectors and
+    the approximate index, `vectors.complete_dense_part`).
 
     :raises InputError: If the documents cannot be indexed.
     """
@@ -139,13 +139,7 @@ def complete_index(
     if plan.pending:
         record = build_index_with_ray(settings, documents, plan.location)
         plan = replace(plan, record={**summary(record), "source": "built"}, pending=False)
-    if not settings.dense:
-        return plan
-    from jobs.indexing.ann import needs_graph
-
-    dense = plan.record.get("dense", {})
-    if dense.get("fingerprint") != model_fingerprint(settings) or dense_format(plan.location, dense) != DENSE_FORMAT:
-        dense = add_dense_index(plan.location, settings, documents, engine, cluster)
-    elif plan.record.get("source") != "given" and needs_graph(plan.location, dense, settings):
-        dense = add_graph(plan.location, dense, settings, engine)
-    return replace(plan, record={**plan.record, "dense": dense})
+    for part in settings.method.added_parts:
+        section = PART_BUILDERS[part](plan.location, plan.record, settings, documents, engine, cluster)
+        plan = replace(plan, record={**plan.record, part: section})
+    return plan

@@ -9,9 +9,10 @@ from typing import Any
 from jobs.engines import Engine, InProcessEngine
 from jobs.in_process import InProcessDataset
 from jobs.indexing.documents import passage_tables
-from jobs.indexing.record import BUILD_FILE, read_json, write_dense_record
+from jobs.indexing.record import BUILD_FILE, dense_format, read_json, write_dense_record
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError
+from qa_core.retrieval.dense import FORMAT as DENSE_FORMAT
 
 
 def add_dense_index(
@@ -70,3 +71,22 @@ def model_fingerprint(settings: RetrievalSettings) -> str:
     from qa_core.embedding import embedding_fingerprint
 
     return embedding_fingerprint(settings.embedding_model)
+
+
+def complete_dense_part(
+    location: str, record: dict[str, Any], settings: RetrievalSettings, documents: str, engine: Engine, cluster: dict
+) -> dict[str, Any]:
+    """
+    The `dense` section of the index at `location` (build record `record`), complete: its passages embedded
+    (`add_dense_index`) unless it holds their vectors by the run's embedding model in this version's format (kept
+    from the run this one resumes), and its approximate index built where one is asked for or recorded but missing
+    (`jobs.indexing.ann.needs_graph`; not into a given `--index`).
+    """
+    from jobs.indexing.ann import needs_graph
+
+    dense = record.get("dense", {})
+    if dense.get("fingerprint") != model_fingerprint(settings) or dense_format(location, dense) != DENSE_FORMAT:
+        return add_dense_index(location, settings, documents, engine, cluster)
+    if record.get("source") != "given" and needs_graph(location, dense, settings):
+        return add_graph(location, dense, settings, engine)
+    return dense

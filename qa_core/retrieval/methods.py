@@ -16,8 +16,8 @@ from qa_core.retrieval.retriever import BM25Retriever
 
 # The retriever components by name; a retriever's name is also the index part it searches (`INDEX_PARTS`).
 RETRIEVERS = {"bm25": BM25Retriever, "dense": EmbeddingRetriever}
-# The parts of an index folder, in the order they are built: the BM25 shards, built for every method (they hold the
-# passages' ids, where each passage lies and their stores), then the passages' vectors (`dense/`).
+# The parts of an index folder, in the order they are built: the BM25 shards first, built for every method (they
+# hold the passages' ids, where each passage lies and their stores), then the passages' vectors (`dense/`).
 INDEX_PARTS = ("bm25", "dense")
 
 
@@ -45,9 +45,12 @@ class RetrievalMethod:
         return "dense" in self.retrievers
 
     @property
-    def index_parts(self) -> tuple[str, ...]:
-        """The parts of an index it needs, in build order: the BM25 part always, and its retrievers' own."""
-        return tuple(part for part in INDEX_PARTS if part == "bm25" or part in self.retrievers)
+    def added_parts(self) -> tuple[str, ...]:
+        """
+        The parts of an index it needs beyond the BM25 part (which every method needs), in build order: its
+        retrievers' own.
+        """
+        return tuple(part for part in INDEX_PARTS[1:] if part in self.retrievers)
 
 
 RETRIEVAL_METHODS = {
