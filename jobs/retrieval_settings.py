@@ -10,12 +10,12 @@ from qa_core.hardware import PRECISIONS
 from qa_core.retrieval.ann import ANN_KINDS, AnnSearch
 from qa_core.retrieval.dense import DEFAULT_SIMILARITY, SIMILARITIES
 from qa_core.retrieval.fusion import DEFAULT_JOIN_MODE, JOIN_MODES
+from qa_core.retrieval.methods import RETRIEVAL_METHODS, RetrievalMethod, retrieval_method
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.settings import Settings, at_least, setting, setting_factory
 
-RETRIEVALS = ("bm25", "dense", "hybrid")
-# Hybrid retrieval joins these retrievers' hits, in this order (DocumentJoiner's inputs).
-JOINED = ("bm25", "dense")
+# The retrievers whose hits hybrid retrieval joins, in this order (DocumentJoiner's inputs): join_weights' keys.
+JOINED = RETRIEVAL_METHODS["hybrid"].retrievers
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,14 @@ class RetrievalSettings(Settings):
     join_weights: dict[str, float] = setting_factory(dict, "hybrid: {bm25: w, dense: w}; empty: equal")
 
     @property
+    def method(self) -> RetrievalMethod:
+        """The retrieval method (`qa_core.retrieval.methods`): its retrievers and the index parts it needs."""
+        return retrieval_method(self.retrieval)
+
+    @property
     def dense(self) -> bool:
-        """Whether the retrieval embeds (dense or hybrid)."""
-        return self.retrieval in ("dense", "hybrid")
+        """Whether the retrieval embeds (an embedding model and the index's vectors are needed)."""
+        return self.method.embeds
 
     def problems(self) -> list[str]:
         problems = at_least("retriever_top_k", self.retriever_top_k, 1)
@@ -102,8 +107,8 @@ class RetrievalSettings(Settings):
 
     def _dense_problems(self) -> list[str]:
         """The retrieval and its embedding and joining settings."""
-        if self.retrieval not in RETRIEVALS:
-            return [f"retrieval must be one of {', '.join(RETRIEVALS)}, not {self.retrieval!r}"]
+        if self.retrieval not in RETRIEVAL_METHODS:
+            return [f"retrieval must be one of {', '.join(RETRIEVAL_METHODS)}, not {self.retrieval!r}"]
         problems = []
         if self.dense and not self.embedding_model:
             problems.append(f"retrieval {self.retrieval} needs an embedding_model")

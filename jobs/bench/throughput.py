@@ -58,7 +58,7 @@ from jobs.bench.data import (
     peak_flops,
     write_parquet,
 )
-from jobs.bulk_qa.config import add_options, with_values
+from jobs.options import add_options, with_values
 from qa_core.hardware import PRECISION_DTYPES, cpu_description, resolve_precision
 from qa_core.inference import InferenceSettings, length_sorted_batches, model_dtype, pad_batch
 from qa_core.models import ModelSettings, load_tokenizer

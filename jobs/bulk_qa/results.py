@@ -9,7 +9,7 @@ inputs), with gold answers `evaluation.json` (the official script's metrics) and
 For a SQuAD input the annotated dataset is the input dataset; for Parquet questions and documents it is a SQuAD
 v2.0 dataset built from them: each question with, as its context, the document of its best span (else its first
 document with content), and only the spans in that document. Questions with no such document are left out. When
-the index's passage stores served the run (`jobs.bulk_qa.retrieval.reads_store`), those contexts are read from the
+the index's passage stores served the run (`jobs.indexing.plan.reads_store`), those contexts are read from the
 stores by id (`workers.fetch.read_contents`), not from the documents table, which the run then never joins.
 
 Retrieval quality (recall@k and MRR of the retrieved documents, `qa_core.retrieval.quality`) is reported in

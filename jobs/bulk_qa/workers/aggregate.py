@@ -17,10 +17,10 @@ from jobs.bulk_qa.workers.tables import (
     GENERATED_ANSWERS_SCHEMA,
     QUESTION_STATUSES,
     QUESTIONS_SCHEMA,
-    RETRIEVER_FIELDS,
     answer_rows,
     generated_answer_rows,
 )
+from jobs.retrieval.retrieve import RETRIEVER_FIELDS
 from jobs.storage import ShardStore
 from qa_core.answer_builder import AnswerBuilder, AnswerBuilderSettings
 from qa_core.answers import ExtractedAnswer

@@ -5,7 +5,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.retrieval_settings import JOINED
+from jobs.retrieval.retrieve import RETRIEVER_COLUMNS
 from jobs.table_schema import described_schema
 from qa_core.answers import ExtractedAnswer, GeneratedAnswer
 
@@ -44,20 +44,6 @@ ANSWERS_SCHEMA, ANSWERS_DESCRIPTIONS = described_schema(
 
 QUESTION_STATUSES = ("answered", "refused", "no_documents", "error")
 
-# Dense and hybrid retrieval: each retriever's score and rank (1 = its best) of each retrieved hit, null where that
-# retriever did not find it (null lists for questions not retrieved for, or retrieved by BM25 alone).
-_RETRIEVER_COLUMNS = [
-    (
-        f"{name}_{kind}",
-        pa.list_(pa.float64() if kind == "scores" else pa.int32()),
-        f"{name} retrieval's {kind[:-1]} of each retrieved document, in retrieved_document_ids' order"
-        + (" (1: its best)" if kind == "ranks" else "")
-        + f"; an item is null where {name} did not find that document, the list null unless the run retrieved by "
-        + ("dense or hybrid" if name == "dense" else "hybrid"),
-    )
-    for name in JOINED
-    for kind in ("scores", "ranks")
-]
 QUESTIONS_SCHEMA, QUESTIONS_DESCRIPTIONS = described_schema(
     [
         ("question_id", pa.string(), "the question's id, as in the input"),
@@ -90,10 +76,9 @@ QUESTIONS_SCHEMA, QUESTIONS_DESCRIPTIONS = described_schema(
             "their scores: BM25's (bm25), the embedding similarity (dense) or the joined score (hybrid)",
         ),
         ("retrieved_passage_ids", pa.list_(pa.string()), "with split_length: the passages retrieved; else null"),
-        *_RETRIEVER_COLUMNS,
+        *RETRIEVER_COLUMNS,
     ]
 )
-RETRIEVER_FIELDS = [QUESTIONS_SCHEMA.field(name) for name, _, _ in _RETRIEVER_COLUMNS]
 
 GENERATED_ANSWERS_SCHEMA, GENERATED_ANSWERS_DESCRIPTIONS = described_schema(
     [
