@@ -8,7 +8,6 @@ import io
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -19,7 +18,7 @@ import pytest
 from jobs.bulk_qa import driver
 from jobs.bulk_qa.progress import Progress, RunStalled, StallWatch
 from jobs.engines import RayEngine, waiting_actors
-from tests.jobs.conftest import ROOT, run_job
+from tests.jobs.conftest import ROOT, run_job, run_process
 
 
 class Clock:
@@ -217,9 +216,9 @@ def test_a_run_whose_readers_fit_no_node_ends_with_one_line_and_the_same_command
     ), errors
     # The same command again, as a user runs it: a new driver, joined to the same Ray.
     address = local_ray.get_runtime_context().gcs_address
-    resumed = subprocess.run(
-        [sys.executable, "-m", "jobs.bulk_qa", *map(str, args), "--address", address], cwd=ROOT,
-        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    resumed = run_process(
+        [sys.executable, "-m", "jobs.bulk_qa", *args, "--address", address], 300, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "2/2 committed (0 from an earlier run)" in resumed.stdout
