@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -122,6 +123,42 @@ def test_an_interrupt_that_python_drops_is_sent_again(monkeypatch: pytest.Monkey
         while time.monotonic() - started < 30:
             time.sleep(0.01)
     assert dropped == [KeyboardInterrupt] and time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("setting", [signal.SIG_IGN, signal.SIG_DFL])
+def test_a_process_that_ignores_sigint_still_has_its_run_ended(setting: signal.Handlers) -> None:
+    """
+    A job started with SIGINT ignored (`nohup ... &`, a script's background job, as the test suite run in the
+    background was) or left to the system: Python drops the watch's interrupt there, so the run waited for ever. The watch lets its own
+    interrupt through; a SIGINT from outside still does what the process's setting says (ignored here; the
+    system's default below), and leaving the watch restores the setting.
+    """
+    previous = signal.signal(signal.SIGINT, setting)
+    try:
+        watch = StallWatch(60, lambda: "", exit_after_s=0.5, missing=lambda: "GPU 1", warn=False)
+        started = time.monotonic()
+        with pytest.raises(RunStalled), watch:
+            if setting == signal.SIG_IGN:
+                signal.raise_signal(signal.SIGINT)  # before the watch ends the run: ignored
+            while time.monotonic() - started < 30:
+                time.sleep(0.01)
+        assert time.monotonic() - started < 10
+        assert signal.getsignal(signal.SIGINT) == setting
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_sigint_from_outside_still_ends_a_process_that_left_it_to_the_system() -> None:
+    script = (
+        "import signal, time\n"
+        "from jobs.bulk_qa.progress import StallWatch\n"
+        "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+        "with StallWatch(60, lambda: '', exit_after_s=60, missing=lambda: None, warn=False):\n"
+        "    signal.raise_signal(signal.SIGINT)\n"
+        "    time.sleep(30)\n"
+    )
+    ended = run_process([sys.executable, "-c", script], 60, cwd=ROOT)
+    assert ended.returncode == -signal.SIGINT, ended.stderr
 
 
 def test_a_check_that_fails_is_told_once_and_the_watch_goes_on() -> None:
