@@ -146,6 +146,19 @@ def wait_for_process(process: subprocess.Popen, timeout_s: float, log: Path) -> 
         fail_after(timeout_s, process.args, log.read_text(errors="replace"))
 
 
+def communicate_within(process: subprocess.Popen, timeout_s: float) -> tuple[str, str]:
+    """
+    The stdout and stderr of `process` (started with both piped, as text) once it ends. One still running after
+    `timeout_s` is killed and fails the test with the end of its output, instead of holding the suite.
+    """
+    try:
+        return process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+        fail_after(timeout_s, process.args, stdout + stderr)
+
+
 def fail_after(timeout_s: float, command: list, output: str) -> None:
     """Fails the test: `command` ran past `timeout_s`; the last 6,000 characters of its output."""
     pytest.fail(
