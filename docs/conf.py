@@ -21,7 +21,7 @@ extensions = ["myst_parser", "sphinx.ext.autodoc"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 # Other engineers' notes wait in incoming/ until they are folded into the pages; generate_reference.py is a script.
-exclude_patterns = ["incoming/**", "_build/**", "generate_reference.py"]
+exclude_patterns = ["_build/**", "generate_reference.py"]
 
 # MyST: heading anchors for `[text](page.md#anchor)` links, checked by the strict build, spelled as the HTML ids of
 # the headings (`## python -m jobs.bulk_qa` -> `#python-m-jobs-bulk-qa`).

@@ -695,8 +695,8 @@ def compare(args: argparse.Namespace, settings: Settings, skip: set[str], folder
         ("int8", lambda: RunBatchRow(model, settings, quantization="int8") if cpu else None),
         ("precision", lambda: RunBatchRow(model, settings, precision=precision) if precision else None),
         *(("limit", lambda shape=shape: LimitRow(model, settings, shape)) for shape in shapes),
-        *(("precision", lambda shape=shape: LimitRow(model, settings, shape, precision) if precision else None)
-          for shape in shapes),
+        *(("limit", lambda shape=shape: LimitRow(model, settings, shape, precision) if precision else None)
+          for shape in shapes),  # --skip limit leaves out the limit rows of both precisions
     ]  # fmt: skip
     rows = [row for key, build in candidates if key not in skip and (row := build()) is not None]
     measurements, answers = measure_in_process(rows, workload, args.rounds, config)

@@ -2,11 +2,17 @@
 The cluster definitions in cluster/ parse, and hold the fields that matter to the job's real command line and to
 pyproject.toml: entry point and arguments (read by the job's own parser and validation), image and Ray version,
 dependencies installed by setup commands or the runtime environment, and GPUs per worker = one reader per GPU.
+The launcher config validates against Ray's own schema, the RayJob manifest against the CRD of the KubeRay release
+the guide names (kept in tests/cluster/data/).
 """
 
+import copy
+import gzip
+import json
 import re
 import shlex
 import tomllib
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -19,6 +25,7 @@ from jobs.bulk_qa.config import load_config
 from tests.cluster.cluster_testing import ROOT
 
 CLUSTER = ROOT / "cluster"
+DATA = Path(__file__).parent / "data"
 GUIDE = ROOT / "docs" / "how-to" / "clusters.md"  # the walkthrough of the definitions in cluster/
 ENTRYPOINT = ["python", "-m", "jobs.bulk_qa"]
 
@@ -109,6 +116,24 @@ def test_launcher_has_one_gpu_per_worker_and_room_for_them(launcher):
     assert not head["resources"].get("GPU")
 
 
+def test_the_guide_lets_the_head_pass_the_workers_instance_profile(launcher):
+    """The head's autoscaler launches the workers with their instance profile: the guide's policy gives the head's
+    role (the one Ray creates, named as the profile) iam:PassRole on that profile's role, in the file and the
+    command alike."""
+    [worker] = [node for name, node in launcher["available_node_types"].items() if name != launcher["head_node_type"]]
+    profile = worker["node_config"]["IamInstanceProfile"]["Name"]
+    guide = GUIDE.read_text()
+    [shown] = re.findall(r"```json\n(.*?)```", guide, re.DOTALL)
+    [statement] = json.loads(shown)["Statement"]
+    assert statement["Effect"] == "Allow" and statement["Action"] == "iam:PassRole"
+    assert statement["Resource"] == f"arn:aws:iam::ACCOUNT-ID:role/{profile}"
+    command = re.search(r"aws iam put-role-policy (.*?)\n\s*ray exec", guide.replace("\\\n", " "), re.DOTALL)
+    args = shlex.split(command.group(1))
+    assert args[args.index("--role-name") + 1] == profile
+    policy = json.loads(args[args.index("--policy-document") + 1].replace("$ACCOUNT", "ACCOUNT-ID"))
+    assert policy == json.loads(shown)
+
+
 def test_readme_submits_to_the_launcher_cluster_one_reader_per_gpu(launcher, monkeypatch):
     monkeypatch.chdir(ROOT)
     args = readme_block("submit:aws-gpu")
@@ -124,6 +149,85 @@ def test_readme_submits_to_the_launcher_cluster_one_reader_per_gpu(launcher, mon
 @pytest.fixture(scope="module")
 def rayjob() -> dict:
     return load_yaml("kuberay-rayjob.yaml")
+
+
+def kuberay_crd() -> tuple[str, dict]:
+    """(KubeRay version, the RayJob CRD of that release), from tests/cluster/data/."""
+    [path] = DATA.glob("kuberay-v*-ray.io_rayjobs.yaml.gz")
+    version = re.match(r"kuberay-v([\d.]+)-", path.name).group(1)
+    with gzip.open(path, "rt", encoding="utf-8") as file:
+        return version, yaml.load(file, Loader=yaml.CSafeLoader)
+
+
+def strict(schema: dict) -> dict:
+    """A Kubernetes structural schema as JSON Schema that rejects unknown fields, as `kubectl apply
+    --validate=strict` does: every object with properties allows no others, unless it preserves unknown fields."""
+    schema = copy.deepcopy(schema)
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "properties" in node and "additionalProperties" not in node:
+                if not node.get("x-kubernetes-preserve-unknown-fields"):
+                    node["additionalProperties"] = False
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return schema
+
+
+@pytest.fixture(scope="module")
+def rayjob_schema(rayjob) -> tuple[str, jsonschema.protocols.Validator]:
+    """(KubeRay version, a validator of the manifest's API version in that release's CRD)."""
+    version, crd = kuberay_crd()
+    group, api_version = rayjob["apiVersion"].split("/")
+    assert (crd["spec"]["group"], crd["spec"]["names"]["kind"]) == (group, rayjob["kind"])
+    [served] = [each for each in crd["spec"]["versions"] if each["name"] == api_version]
+    assert served["served"] and served["storage"]
+    schema = strict(served["schema"]["openAPIV3Schema"])
+    return version, jsonschema.Draft7Validator(schema)
+
+
+def test_rayjob_is_valid_against_the_kuberay_crd(rayjob, rayjob_schema):
+    _, validator = rayjob_schema
+    errors = [f"{'.'.join(map(str, error.absolute_path))}: {error.message}" for error in validator.iter_errors(rayjob)]
+    assert not errors, errors
+    # And it does check: a misspelt field, a value of the wrong type.
+    typo = copy.deepcopy(rayjob)
+    typo["spec"]["shutdownAfterJobFinish"] = typo["spec"].pop("shutdownAfterJobFinishes")
+    with pytest.raises(jsonschema.ValidationError, match="shutdownAfterJobFinish"):
+        validator.validate(typo)
+    wrong = copy.deepcopy(rayjob)
+    wrong["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "two"
+    with pytest.raises(jsonschema.ValidationError, match="'two' is not of type 'integer'"):
+        validator.validate(wrong)
+
+
+def test_the_guide_names_the_versions_the_files_were_checked_against(rayjob_schema):
+    kuberay, _ = rayjob_schema
+    guide = GUIDE.read_text()
+    assert re.search(rf"\*\*Ray {re.escape(ray_version())}\*\*", guide)
+    assert re.search(rf"\*\*KubeRay {re.escape(kuberay)}\*\*", guide)
+    assert f"KubeRay {kuberay}" in (CLUSTER / "kuberay-rayjob.yaml").read_text()
+
+
+def test_the_guide_waits_for_the_submitter_before_following_its_logs():
+    """KubeRay creates the submitter Job (named as the RayJob) once the cluster is ready: `kubectl logs` comes
+    after a wait for the RayJob's Running deployment status and for the pod."""
+    guide = GUIDE.read_text()
+    lines = [line.strip() for line in guide.splitlines() if line.strip().startswith("kubectl ")]
+    logs = next(index for index, line in enumerate(lines) if line.startswith("kubectl logs -f -l job-name=bulk-qa"))
+    assert lines[logs - 2] == (
+        "kubectl wait rayjob/bulk-qa --for=jsonpath='{.status.jobDeploymentStatus}'=Running --timeout=30m"
+    )
+    assert lines[logs - 1].startswith("kubectl wait pod -l job-name=bulk-qa --for=condition=Ready")
+
+
+def test_the_guides_edits_run_with_gnu_and_bsd_sed():
+    """`sed -i` without a suffix fails on macOS; `-i.bak`, the suffix attached, works with both."""
+    for path in [GUIDE, *sorted(CLUSTER.iterdir())]:
+        for command in re.findall(r"\bsed\s+(-\S+)", path.read_text()):
+            assert not command.startswith("-i") or len(command) > 2, f"{path.name}: sed {command}"
 
 
 def containers(group: dict) -> list[dict]:
