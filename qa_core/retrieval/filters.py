@@ -126,6 +126,18 @@ def normalized_field(field: str) -> str:
     return META_PREFIX + field
 
 
+def document_columns(documents: Sequence[Any]) -> dict[str, list[Any]]:
+    """
+    The columns `matching_mask` reads of documents held in memory (`Document`s): `id`, `content` and
+    `meta.<key>` for every metadata key of any of them (`None` where a document lacks it).
+    """
+    keys = dict.fromkeys(key for document in documents for key in document.meta)
+    columns = {"id": [document.id for document in documents], "content": [document.content for document in documents]}
+    for key in keys:
+        columns[META_PREFIX + key] = [document.meta.get(key) for document in documents]
+    return columns
+
+
 def combine_filters(*filters: dict[str, Any] | None) -> dict[str, Any] | None:
     """The filters given (`None` and `{}` left out) joined by `AND`; `None` when none is given."""
     given = [each for each in filters if each]

@@ -18,6 +18,7 @@ from qa_core.retrieval.filters import (
     FilterError,
     check_filters,
     combine_filters,
+    document_columns,
     filter_fields,
     matching_mask,
 )
@@ -42,20 +43,6 @@ VALUES = (None, 2020, 1, 2020.0, True, False, 0.5, "a", "b", "2020-01-01", "2020
 def _documents() -> list[HaystackDocument]:
     return [HaystackDocument(id=f"d{i}", content=None if i == 6 else f"text {i}", meta=meta)
             for i, meta in enumerate(METAS)]  # fmt: skip
-
-
-def _columns(documents: list[HaystackDocument]) -> dict[str, Any]:
-    """The documents' fields as columns: Arrow arrays where their values have one type, else Python lists."""
-    keys = dict.fromkeys(key for doc in documents for key in doc.meta)
-    columns: dict[str, Any] = {"id": pa.array([doc.id for doc in documents]),
-                               "content": pa.array([doc.content for doc in documents])}  # fmt: skip
-    for key in keys:
-        values = [doc.meta.get(key) for doc in documents]
-        try:
-            columns[f"meta.{key}"] = pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            columns[f"meta.{key}"] = values
-    return columns
 
 
 def _haystack(filters: dict[str, Any], documents: list[HaystackDocument]) -> np.ndarray | Exception:
@@ -94,7 +81,7 @@ def _comparisons() -> list[dict[str, Any]]:
 
 def test_every_comparison_matches_haystack_or_is_refused_as_documented() -> None:
     documents = _documents()
-    columns = _columns(documents)
+    columns = document_columns(documents)
     compared = refused = 0
     for filters in _comparisons():
         expected, found = _haystack(filters, documents), _ours(filters, columns, len(documents))
@@ -120,7 +107,7 @@ def test_every_comparison_matches_haystack_or_is_refused_as_documented() -> None
 
 def test_nested_logical_filters_match_haystack() -> None:
     documents = _documents()
-    columns = _columns(documents)
+    columns = document_columns(documents)
     evaluable = [each for each in _comparisons() if not isinstance(_haystack(each, documents), Exception)
                  and not _refused_by_shape(each)]  # fmt: skip
     rng = random.Random(54)
@@ -142,7 +129,7 @@ def test_nested_logical_filters_match_haystack() -> None:
 
 
 def test_a_root_comparison_and_no_filter() -> None:
-    columns = _columns(_documents())
+    columns = document_columns(_documents())
     filters = {"field": "meta.kind", "operator": "==", "value": "a"}
     assert matching_mask(filters, columns, 7).tolist() == [True, False, False, False, True, False, False]
     assert matching_mask(None, columns, 7).all() and matching_mask({}, columns, 7).all()

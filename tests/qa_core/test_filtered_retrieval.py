@@ -1,0 +1,157 @@
+"""Filtered search: BM25 (every search path, shards) and dense (exact, approximate) with an allowed-mask, and
+parity with Haystack's InMemoryBM25Retriever / InMemoryEmbeddingRetriever given the same filters."""
+
+import itertools
+
+import numpy as np
+import pytest
+from haystack import Document as HaystackDocument
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+from qa_core.document import Document
+from qa_core.retrieval import BM25Retriever, build_sharded
+from qa_core.retrieval import index as index_module
+from qa_core.retrieval.filters import FilterError
+from qa_core.retrieval.sharding import search_shards
+from tests.qa_core.test_retrieval import ENGLISH, _windows_corpus
+
+# Selectivities: nothing, one document, the selective path's share and below, past it, everything.
+SHARES = (0.0, 0.0005, 0.01, 0.08, 0.3, 0.7, 1.0)
+
+
+def _masks(n_docs: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(54)
+    masks = [rng.random(n_docs) < share for share in SHARES]
+    masks[1] = np.zeros(n_docs, bool)
+    masks[1][n_docs // 3] = True
+    return masks
+
+
+def _post_filtered(every_hit: tuple[np.ndarray, np.ndarray], k: int, allowed: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The reference: of every document's hit (unfiltered, scoring every document), those allowed, the first k."""
+    positions, scores = every_hit
+    queries = positions.shape[0]
+    expected_positions = np.full((queries, k), -1)
+    expected_scores = np.full((queries, k), -np.inf)
+    for row in range(queries):
+        kept = (positions[row] >= 0) & allowed[np.maximum(positions[row], 0)]
+        found = positions[row][kept][:k]
+        expected_positions[row, : found.size] = found
+        expected_scores[row, : found.size] = scores[row][kept][:k]
+    return expected_positions, expected_scores
+
+
+@pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L"])
+def test_filtered_bm25_equals_post_filtering_every_hit(algorithm: str, monkeypatch) -> None:
+    """The top k of the allowed documents with their unfiltered scores, bit for bit, on each search path."""
+    ids, texts, queries = _windows_corpus()
+    queries = queries[:8] + queries[-4:]  # windows, and single, unknown and common words
+    shards = build_sharded(ids, texts, n_shards=3, algorithm=algorithm)
+    every_hit = search_shards(shards, queries, len(texts), prune=False)
+    monkeypatch.setattr(index_module, "MIN_DOCS", 1)
+    for path in ("selective", "pruned", "every document"):
+        # Which path a search takes is a matter of speed: forced here, so that each is compared on a small corpus.
+        monkeypatch.setattr(index_module, "MAX_CANDIDATE_SHARE", 1.0 if path == "selective" else 0.0)
+        for allowed, k in itertools.product(_masks(len(texts)), (1, 10, 300)):
+            expected = _post_filtered(every_hit, k, allowed)
+            found = search_shards(shards, queries, k, prune=path != "every document", allowed=allowed)
+            assert found[0].tolist() == expected[0].tolist()
+            assert found[1].tobytes() == expected[1].tobytes()
+            if allowed.sum() >= k:  # never fewer than k hits while k allowed documents score
+                assert (found[0][:, -1] >= 0).sum() == (expected[0][:, -1] >= 0).sum()
+
+
+def test_a_selective_filter_returns_top_k_where_a_fixed_candidate_list_would_not() -> None:
+    ids, texts, queries = _windows_corpus()
+    index = build_sharded(ids, texts, n_shards=1)[0]
+    unfiltered, _ = index.search(queries[:1], 50)
+    allowed = np.ones(len(texts), bool)
+    allowed[unfiltered[0]] = False  # none of the 50 best
+    positions, scores = index.search(queries[:1], 10, allowed=allowed)
+    assert (positions >= 0).all() and allowed[positions[0]].all()
+    assert scores[0, 0] <= index.search(queries[:1], 51)[1][0, 50]
+
+
+def test_allowed_must_be_one_bool_per_document() -> None:
+    ids, texts, queries = _windows_corpus()
+    index = build_sharded(ids, texts, n_shards=1)[0]
+    with pytest.raises(ValueError, match=r"^allowed must hold one bool per document \(2700\), not int64 of shape"):
+        index.search(queries, 3, allowed=np.ones(len(texts), np.int64))
+    with pytest.raises(ValueError, match=r"^allowed must hold one bool per document \(2700\), not bool of shape"):
+        index.search(queries, 3, allowed=np.ones(5, bool))
+
+
+def _meta(i: int) -> dict:
+    """Metadata of every kind: years with gaps and None, kinds, dates as ISO strings, a flag."""
+    meta = {"kind": ("report", "letter", "memo")[i % 3], "date": f"20{10 + i % 14:02d}-0{1 + i % 9}-15"}
+    if i % 7:
+        meta["year"] = None if i % 11 == 0 else 1990 + i % 35
+    if i % 2:
+        meta["flag"] = i % 4 == 1
+    return meta
+
+
+FILTERS = [
+    {"field": "meta.year", "operator": ">=", "value": 2010},
+    {"field": "meta.kind", "operator": "in", "value": ["memo", "letter"]},
+    {"field": "meta.date", "operator": "<", "value": "2015-06-01"},
+    {"field": "year", "operator": "==", "value": None},
+    {"operator": "NOT", "conditions": [{"field": "meta.flag", "operator": "==", "value": True}]},
+    {"operator": "AND", "conditions": [
+        {"field": "meta.year", "operator": "!=", "value": 2000},
+        {"operator": "OR", "conditions": [{"field": "meta.kind", "operator": "==", "value": "report"},
+                                          {"field": "meta.date", "operator": ">", "value": "2020-01-01T00:00:00"}]},
+    ]},
+    {"field": "meta.year", "operator": "==", "value": 1991},  # 5 documents or so: fewer than top_k
+    {"field": "id", "operator": "not in", "value": ["p-3", "p-5"]},
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def corpus() -> tuple[list[str], list[dict], list[str]]:
+    texts = [paragraph for paragraph in ENGLISH if paragraph.strip()][:400]
+    words = " ".join(texts).split()
+    rng = np.random.default_rng(3)
+    queries = [" ".join(words[start : start + 6]) for start in rng.integers(0, len(words) - 6, 6)]
+    return texts, [_meta(i) for i in range(len(texts))], queries
+
+
+@pytest.mark.parametrize("algorithm", ["BM25Okapi", "BM25L", "BM25Plus"])
+def test_bm25_retriever_with_filters_equals_haystack(corpus, algorithm: str) -> None:
+    texts, metas, queries = corpus
+    store = InMemoryDocumentStore(bm25_algorithm=algorithm, shared=False)
+    store.write_documents([HaystackDocument(id=f"p-{i}", content=text, meta=meta)
+                           for i, (text, meta) in enumerate(zip(texts, metas, strict=True))])  # fmt: skip
+    theirs = InMemoryBM25Retriever(store, top_k=15)
+    ours = BM25Retriever(documents=[Document(content=text, id=f"p-{i}", meta=meta)
+                                    for i, (text, meta) in enumerate(zip(texts, metas, strict=True))],
+                         top_k=15, bm25_algorithm=algorithm, filters=FILTERS[0])  # fmt: skip
+    ours.warm_up()
+    for filters in FILTERS:
+        batch = ours.run_batch(queries, filters=filters)["documents"]
+        for query, found in zip(queries, batch, strict=True):
+            expected = theirs.run(query=query, filters=filters)["documents"]
+            assert [doc.id for doc in found] == [doc.id for doc in expected], (filters, query)
+            np.testing.assert_allclose([doc.score for doc in found], [doc.score for doc in expected], rtol=1e-12)
+            assert [doc.meta for doc in found] == [doc.meta for doc in expected]
+    # The retriever's own filters where run is given none.
+    query = queries[0]
+    assert [doc.id for doc in ours.run(query)["documents"]] == [
+        doc.id for doc in theirs.run(query=query, filters=FILTERS[0])["documents"]
+    ]
+    # `{}` at run time: no filter (where Haystack would take the retriever's).
+    assert [doc.id for doc in ours.run(query, filters={})["documents"]] == [
+        doc.id for doc in theirs.run(query=query)["documents"]
+    ]
+
+
+def test_bm25_retriever_refuses_bad_filters() -> None:
+    with pytest.raises(FilterError, match=r"^Unknown comparison operator 'like'"):
+        BM25Retriever(documents=[Document(content="x")], filters={"field": "meta.a", "operator": "like", "value": 1})
+    retriever = BM25Retriever(documents=[Document(content="alpha", meta={"a": "text"})])
+    retriever.warm_up()
+    with pytest.raises(FilterError, match=r"^'value' key missing in"):
+        retriever.run("alpha", filters={"operator": "AND", "conditions": [{"field": "meta.a", "operator": "=="}]})
+    with pytest.raises(FilterError, match=r"^Can't compare strings using operators"):
+        retriever.run("alpha", filters={"field": "meta.a", "operator": ">", "value": 3})
