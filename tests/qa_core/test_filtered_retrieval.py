@@ -6,13 +6,16 @@ import itertools
 import numpy as np
 import pytest
 from haystack import Document as HaystackDocument
-from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from qa_core.document import Document
 from qa_core.retrieval import BM25Retriever, build_sharded
+from qa_core.retrieval import dense as dense_module
 from qa_core.retrieval import index as index_module
-from qa_core.retrieval.filters import FilterError
+from qa_core.retrieval.dense import SEARCH_PRECISIONS, DenseIndex, unit_rows
+from qa_core.retrieval.filters import FilterError, document_columns, matching_mask
+from qa_core.retrieval.topk import NO_POSITION
 from qa_core.retrieval.sharding import search_shards
 from tests.qa_core.test_retrieval import ENGLISH, _windows_corpus
 
@@ -155,3 +158,60 @@ def test_bm25_retriever_refuses_bad_filters() -> None:
         retriever.run("alpha", filters={"operator": "AND", "conditions": [{"field": "meta.a", "operator": "=="}]})
     with pytest.raises(FilterError, match=r"^Can't compare strings using operators"):
         retriever.run("alpha", filters={"field": "meta.a", "operator": ">", "value": 3})
+
+
+def _clustered(n: int, dimension: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unit vectors around 20 centres, four of them equal (ties), and 20 queries near some of them."""
+    rng = np.random.default_rng(54)
+    centres = rng.standard_normal((20, dimension))
+    vectors = unit_rows(centres[rng.integers(0, 20, n)] + 0.7 * rng.standard_normal((n, dimension)))
+    vectors[10:14] = vectors[n // 2]
+    queries = vectors[rng.integers(0, n, 20)] + 0.2 * rng.standard_normal((20, dimension))
+    return vectors.astype(np.float32), queries.astype(np.float32)
+
+
+@pytest.mark.parametrize("similarity", ["dot_product", "cosine"])
+def test_filtered_dense_search_equals_float64_brute_force_over_the_allowed(similarity: str, monkeypatch) -> None:
+    monkeypatch.setattr(dense_module, "ROWS_PER_PRODUCT", 512)  # many blocks, some without an allowed vector
+    vectors, queries = _clustered(6000, 32)
+    exact_queries, exact_vectors = queries.astype(np.float64), vectors.astype(np.float64)
+    if similarity == "cosine":
+        exact_queries, exact_vectors = unit_rows(exact_queries), unit_rows(exact_vectors)
+    scores = exact_queries @ exact_vectors.T  # (queries, vectors)
+    bounds = [0, 2100, 4097, len(vectors)]
+    shards = [DenseIndex([str(i) for i in range(a, b)], vectors[a:b], a, similarity)
+              for a, b in zip(bounds[:-1], bounds[1:], strict=True)]  # fmt: skip
+    masks = _masks(len(vectors))
+    masks[2][:4000] = False  # the allowed vectors in a few blocks only
+    for allowed, precision in itertools.product(masks, SEARCH_PRECISIONS):
+        k = 10
+        allowed_rows = np.flatnonzero(allowed)
+        order = [allowed_rows[np.lexsort((allowed_rows, -row[allowed_rows]))][:k] for row in scores]
+        expected = np.full((len(queries), k), NO_POSITION)
+        for row, found in enumerate(order):
+            expected[row, : found.size] = found
+        positions, found_scores = dense_module.search_shards(shards, queries, k, precision, allowed=allowed)
+        np.testing.assert_array_equal(positions, expected)
+        padded = np.where(expected >= 0, np.take_along_axis(scores, np.maximum(expected, 0), axis=1), -np.inf)
+        np.testing.assert_allclose(found_scores, padded, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("similarity", ["dot_product", "cosine"])
+def test_filtered_dense_search_equals_in_memory_embedding_retriever(corpus, similarity: str) -> None:
+    texts, metas, _ = corpus
+    vectors, queries = _clustered(len(texts), 16)
+    store = InMemoryDocumentStore(embedding_similarity_function=similarity, shared=False)
+    store.write_documents([HaystackDocument(id=f"p-{i}", content=text, meta=meta, embedding=vector.tolist())
+                           for i, (text, meta, vector) in enumerate(zip(texts, metas, vectors, strict=True))])  # fmt: skip
+    theirs = InMemoryEmbeddingRetriever(store, top_k=15)
+    ours = [Document(content=text, id=f"p-{i}", meta=meta) for i, (text, meta) in enumerate(zip(texts, metas, strict=True))]
+    index = DenseIndex([doc.id for doc in ours], vectors, similarity=similarity)
+    columns = document_columns(ours)
+    for filters in FILTERS:
+        allowed = matching_mask(filters, columns, len(ours))
+        positions, scores = index.search(queries[:8], 15, allowed=allowed)
+        for query, row_positions, row_scores in zip(queries[:8], positions, scores, strict=True):
+            expected = theirs.run(query_embedding=query.tolist(), filters=filters)["documents"]
+            found = row_positions[row_positions >= 0]
+            assert [ours[p].id for p in found] == [doc.id for doc in expected], filters
+            np.testing.assert_allclose(row_scores[: found.size], [doc.score for doc in expected], rtol=0, atol=1e-12)
