@@ -11,8 +11,10 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from qa_core.document import Document
 from qa_core.retrieval import BM25Retriever, build_sharded
+from qa_core.retrieval import ann as ann_module
 from qa_core.retrieval import dense as dense_module
 from qa_core.retrieval import index as index_module
+from qa_core.retrieval.ann import ANN_KINDS, AnnSearch, build_ann_index, recall_at_k, search_ann
 from qa_core.retrieval.dense import SEARCH_PRECISIONS, DenseIndex, unit_rows
 from qa_core.retrieval.filters import FilterError, document_columns, matching_mask
 from qa_core.retrieval.topk import NO_POSITION
@@ -215,3 +217,56 @@ def test_filtered_dense_search_equals_in_memory_embedding_retriever(corpus, simi
             found = row_positions[row_positions >= 0]
             assert [ours[p].id for p in found] == [doc.id for doc in expected], filters
             np.testing.assert_allclose(row_scores[: found.size], [doc.score for doc in expected], rtol=0, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def ann_corpus():
+    """6,000 clustered vectors in three shards and both approximate indexes of them (FAISS on one thread)."""
+    faiss = pytest.importorskip("faiss")
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    vectors, queries = _clustered(6000, 32)
+    shards = [DenseIndex([str(i) for i in range(a, min(a + 2500, 6000))], vectors[a : a + 2500], a)
+              for a in range(0, 6000, 2500)]  # fmt: skip
+    yield shards, queries, {kind: build_ann_index(kind, shards) for kind in ANN_KINDS}
+    faiss.omp_set_num_threads(threads)
+
+
+@pytest.mark.parametrize("kind", ANN_KINDS)
+def test_filtered_approximate_search_finds_allowed_hits_with_their_exact_scores(ann_corpus, kind: str) -> None:
+    shards, queries, indexes = ann_corpus
+    search = AnnSearch(ef_search=256, nprobe=16, candidates=100)
+    for allowed in _masks(6000):
+        exact = dense_module.search_shards(shards, queries, 10, allowed=allowed)
+        positions, scores = search_ann(indexes[kind], shards, queries, 10, search, allowed=allowed)
+        hits = positions != NO_POSITION
+        assert allowed[positions[hits]].all()
+        assert (hits.sum(axis=1) == min(10, allowed.sum())).all()  # never fewer than k while k are allowed
+        np.testing.assert_array_equal(scores[hits], _exact_scores(shards, queries, positions)[hits])
+        if allowed.sum() <= ann_module.EXACT_MATCH_SHARE * 6000:  # exact over the allowed vectors
+            np.testing.assert_array_equal(positions, exact[0])
+            np.testing.assert_array_equal(scores, exact[1])
+        else:
+            assert recall_at_k(positions, exact[0]) >= 0.9
+
+
+def test_a_query_the_index_answers_short_is_searched_exactly(ann_corpus, monkeypatch) -> None:
+    """Three vectors allowed, searched with the graph's selector: every query gets the three, as exact search."""
+    shards, queries, indexes = ann_corpus
+    monkeypatch.setattr(ann_module, "EXACT_MATCH_SHARE", 0.0)
+    allowed = np.zeros(6000, bool)
+    allowed[[7, 3001, 5999]] = True
+    exact = dense_module.search_shards(shards, queries, 5, allowed=allowed)
+    searched_exactly = []
+    search_matches = ann_module.search_matches
+    monkeypatch.setattr(ann_module, "search_matches", lambda s, q, *a: searched_exactly.append(len(q)) or search_matches(s, q, *a))
+    for kind in ANN_KINDS:
+        positions, scores = search_ann(indexes[kind], shards, queries, 5, AnnSearch(ef_search=16, nprobe=1), allowed=allowed)
+        np.testing.assert_array_equal(positions, exact[0])
+        np.testing.assert_array_equal(scores, exact[1])
+    assert sum(searched_exactly) > 0  # the indexes answered short
+
+
+def _exact_scores(shards, queries: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    vectors = np.concatenate([shard.vectors for shard in shards]).astype(np.float64)
+    return np.einsum("ij,ikj->ik", queries.astype(np.float64), vectors[np.maximum(positions, 0)])
