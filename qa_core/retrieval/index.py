@@ -245,7 +245,8 @@ class BM25Index:
         if allowed is not None and (allowed.dtype != np.bool_ or allowed.shape != (self.n_docs,)):
             raise ValueError(f"allowed must hold one bool per document ({self.n_docs}), not {allowed.dtype} "
                              f"of shape {allowed.shape}.")  # fmt: skip
-        allowed_docs = None if allowed is None else np.flatnonzero(allowed)  # ascending
+        # Ascending, in the postings' dtype: searching the postings for them then casts neither.
+        allowed_docs = None if allowed is None else np.flatnonzero(allowed).astype(self.postings.doc_indices.dtype)
         selective = allowed_docs is not None and allowed_docs.size <= MAX_CANDIDATE_SHARE * self.n_docs
         positions = np.full((len(queries), k), NO_POSITION, dtype=np.int64)
         scores = np.full((len(queries), k), NO_SCORE, dtype=np.float64)
