@@ -9,7 +9,7 @@ import numpy as np
 from qa_core.retrieval.counted import PAIRS_PER_STEP, CountedShard, count_shard, per_posting
 from qa_core.retrieval.index_io import COUNTED_ARRAYS, IndexFiles, array_dtype, read_index_files, write_index_files
 from qa_core.retrieval.pair_weights import PairWeights
-from qa_core.retrieval.pruning import MAX_CANDIDATE_SHARE, MIN_DOCS, PostingReader, pruned_top_k
+from qa_core.retrieval.pruning import MAX_CANDIDATE_SHARE, MIN_DOCS, PostingReader, pruned_top_k, pruned_top_k_among
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.retrieval.statistics import CorpusWeights
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
@@ -227,7 +227,8 @@ class BM25Index:
         :param allowed: `(n_docs,)` bool by index within this index: the documents a hit may be (a metadata
             filter's `filters.matching_mask`), the others left out before the top k is taken (each hit keeps the
             score it has without; a query gets k hits while k allowed documents score). Where at most
-            `pruning.MAX_CANDIDATE_SHARE` of the documents are allowed, only those are scored. None: all.
+            `pruning.MAX_CANDIDATE_SHARE` of the documents are allowed, only those are looked up, and pruned as
+            they are (`pruning.pruned_top_k_among`) but with BM25Okapi. None: all.
         :returns: `(queries, k)` int64 corpus positions and `(queries, k)` float64 raw scores, best first;
             rows with fewer hits are padded with -1 and -inf.
         :raises ValueError: If `k < 1`, `queries` is a string, a query is not a non-empty string, or `floors` is
@@ -257,8 +258,11 @@ class BM25Index:
             found = None
             if selective or (prune and drop_non_positive and self.n_docs >= MIN_DOCS):
                 scratch = self._reader.new_scratch() if scratch is None else scratch
-            if selective:
-                found = self._allowed_top_k(self._query_terms(query), allowed_docs, k, drop_non_positive, scratch)
+            if selective and drop_non_positive:
+                found = pruned_top_k_among(self._reader, self._query_terms(query), k, float(floors[row]), scratch,
+                                           allowed_docs)  # fmt: skip
+            elif selective:
+                found = self._allowed_top_k(self._query_terms(query), allowed_docs, k, scratch)
             elif prune and drop_non_positive and self.n_docs >= MIN_DOCS:
                 found = pruned_top_k(self._reader, self._query_terms(query), k, float(floors[row]), scratch,
                                      allowed)  # fmt: skip
@@ -279,17 +283,17 @@ class BM25Index:
         return positions, scores
 
     def _allowed_top_k(
-        self, term_ids: list[int], docs: np.ndarray, k: int, drop_non_positive: bool, scratch: np.ndarray
+        self, term_ids: list[int], docs: np.ndarray, k: int, scratch: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """
-        The k best of the documents `docs` (ascending): their weights looked up term by term in query order and
-        summed from 0.0, as scoring every document sums them (a missing term adds 0.0), so the same scores bit
-        for bit.
+        The k best of the documents `docs` (ascending) by BM25Okapi (whose weights may be negative: no pruning),
+        zero and negative scores kept: their weights looked up term by term in query order and summed from 0.0,
+        as scoring every document sums them (a missing term adds 0.0), so the same scores bit for bit.
         """
         doc_scores = np.zeros(docs.size)
         for term_id in term_ids:
             doc_scores += self._reader.weights_at(term_id, docs, scratch)
-        hits, hit_scores = top_k(doc_scores, k, drop_non_positive)
+        hits, hit_scores = top_k(doc_scores, k, drop_non_positive=False)
         return docs[hits], hit_scores
 
     def score(self, query: str) -> np.ndarray:

@@ -159,6 +159,29 @@ def pruned_top_k(
     return _best(docs, scores, k, max(floor, 0.0))
 
 
+def pruned_top_k_among(
+    reader: PostingReader, term_ids: list[int], k: int, floor: float, scratch: np.ndarray, docs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """
+    `pruned_top_k` with the candidates given: the k best of the documents `docs` (ascending, in the postings'
+    dtype; a selective filter's), their weights looked up term by term, weightiest first, each step dropping those
+    that can no longer reach the k-th best of the known sums; the same hits and scores, bit for bit, as scoring
+    them all. Every weight must be at least 0.
+
+    :returns: `(hits,)` document indices within the index and `(hits,)` scores, best first, ties to the earlier
+        document.
+    """
+    if not term_ids or docs.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0)
+    terms = _Terms(reader, term_ids, scratch)
+    threshold = max(floor, 0.0)  # nothing below can be a hit
+    first = terms.seed(threshold)
+    weights = np.empty((docs.size, len(term_ids)))  # (candidates, terms), terms in query order
+    weights[:, first] = reader.weights_at(term_ids[first], docs, scratch)
+    docs, weights, _ = _narrow(reader, terms, docs, weights, threshold, k, True)
+    return _best(docs, _query_order_sum(weights), k, threshold)
+
+
 class _Terms:
     """
     A query's terms in an index: their bounds, documents, and the order they are looked up in (the seed first).
