@@ -272,7 +272,8 @@ def _is_numeric(arrow_type: pa.DataType) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, np.ndarray)
+    """A value numpy compares with numbers as Python does (booleans included: `True == 1`)."""
+    return isinstance(value, int | float)
 
 
 def _numeric_mask(operator: str, column: pa.Array, value: Any) -> np.ndarray:
@@ -309,8 +310,10 @@ def _values_mask(operator: str, column: pa.Array | list[Any], value: Any) -> np.
     per_value = np.array([_matches(operator, each, value) for each in encoded.dictionary.to_pylist()], bool)
     indices = encoded.indices
     valid = np.asarray(indices.is_valid())
-    mask = np.full(len(column), _matches(operator, None, value) if not valid.all() else False)
+    mask = np.empty(len(column), bool)
     mask[valid] = per_value[np.asarray(indices.filter(indices.is_valid()))]
+    if not valid.all():
+        mask[~valid] = _matches(operator, None, value)
     return mask
 
 
