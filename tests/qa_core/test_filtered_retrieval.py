@@ -185,6 +185,7 @@ def test_filtered_dense_search_equals_float64_brute_force_over_the_allowed(simil
               for a, b in zip(bounds[:-1], bounds[1:], strict=True)]  # fmt: skip
     masks = _masks(len(vectors))
     masks[2][:4000] = False  # the allowed vectors in a few blocks only
+    masks = [masks[share] for share in (0, 1, 2, 4, 6)]  # none, one, a few blocks' 1%, 30%, all
     for allowed, precision in itertools.product(masks, SEARCH_PRECISIONS):
         k = 10
         allowed_rows = np.flatnonzero(allowed)
