@@ -39,6 +39,8 @@ class BM25Retriever:
     retriever.warm_up()
     hits = retriever.run(query="What is Python?")["documents"]
     assert hits[0].content == "Python is a language" and hits[0].score > 0
+    only_snakes = {"field": "content", "operator": "==", "value": "Snakes"}
+    assert retriever.run(query="What is Python?", filters=only_snakes)["documents"] == []  # no word in common
     ```
 
     Metadata filters take Haystack 2's syntax and semantics (`filters`): the hits are the best of the documents that
