@@ -34,6 +34,7 @@ assert matching_mask(filters, columns, 3).tolist() == [False, True, False]
 ```
 """
 
+import json
 import operator as operators
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -43,6 +44,7 @@ import dateutil.parser
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import yaml
 
 LOGICAL_OPERATORS = ("AND", "OR", "NOT")
 COMPARISON_OPERATORS = ("==", "!=", ">", ">=", "<", "<=", "in", "not in")
@@ -136,6 +138,46 @@ def document_columns(documents: Sequence[Any]) -> dict[str, list[Any]]:
     for key in keys:
         columns[META_PREFIX + key] = [document.meta.get(key) for document in documents]
     return columns
+
+
+def parse_filters(text: str) -> dict[str, Any] | None:
+    """
+    A filter written as JSON or YAML (a command line's `--filters`), checked (`check_filters`).
+
+    :returns: The filter; None for an empty one (`{}`, `null` or nothing).
+    :raises FilterError: If the text is not JSON or YAML, not a mapping, or not a well-formed filter.
+    """
+    try:
+        filters = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        problem = str(error).replace("\n", " ")
+        raise FilterError(f"Filters must be JSON or YAML: {problem}") from None
+    check_filters(filters)
+    return filters or None
+
+
+def question_filters(
+    question_ids: Sequence[str], column: Sequence[str | None], common: dict[str, Any] | None
+) -> list[dict[str, Any] | None]:
+    """
+    Each question's filter: its own (a JSON string of the questions table's `filters` column, null for none)
+    and the filter for every question (`common`), joined by `AND`.
+
+    :raises FilterError: Naming the first question whose filter is not JSON or not a well-formed filter.
+    """
+    found = []
+    for question_id, text in zip(question_ids, column, strict=True):
+        own = None
+        if text is not None:
+            try:
+                own = json.loads(text)
+                check_filters(own)
+            except json.JSONDecodeError as error:
+                raise FilterError(f"Question {question_id!r}: its filters are not JSON ({error}).") from None
+            except FilterError as error:
+                raise FilterError(f"Question {question_id!r}: its filters: {error}") from None
+        found.append(combine_filters(common, own))
+    return found
 
 
 def combine_filters(*filters: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -21,6 +21,8 @@ from qa_core.retrieval.filters import (
     document_columns,
     filter_fields,
     matching_mask,
+    parse_filters,
+    question_filters,
 )
 
 # Every kind of value a field holds: numbers, booleans, strings (dates, with time, time zone, not dates), None,
@@ -230,3 +232,35 @@ def test_fields_and_combining() -> None:
     assert combine_filters(None, {}) is None
     assert combine_filters(one, None) == one
     assert combine_filters(one, filters) == {"operator": "AND", "conditions": [one, filters]}
+
+
+def test_filters_from_json_or_yaml_text() -> None:
+    one = {"field": "meta.kind", "operator": "==", "value": "a"}
+    assert parse_filters('{"field": "meta.kind", "operator": "==", "value": "a"}') == one
+    assert parse_filters("field: meta.kind\noperator: '=='\nvalue: a\n") == one
+    assert parse_filters("") is None and parse_filters("{}") is None and parse_filters("null") is None
+    with pytest.raises(FilterError, match=r"^Filters must be JSON or YAML: "):
+        parse_filters('{"field": "meta.kind", "operator": ')
+    with pytest.raises(FilterError, match=r"^A filter must be a dictionary, not list"):
+        parse_filters("[1, 2]")
+    with pytest.raises(FilterError, match=r"^Unknown comparison operator 'like'"):
+        parse_filters('{"field": "meta.kind", "operator": "like", "value": 1}')
+
+
+def test_each_questions_filters_and_the_common_ones() -> None:
+    common = {"field": "meta.year", "operator": ">", "value": 2000}
+    own = {"field": "meta.kind", "operator": "in", "value": ["a"]}
+    column = [None, '{"field": "meta.kind", "operator": "in", "value": ["a"]}']
+    assert question_filters(["q1", "q2"], column, common) == [common, {"operator": "AND", "conditions": [common, own]}]
+    assert question_filters(["q1", "q2"], column, None) == [None, own]
+    with pytest.raises(FilterError) as error:
+        question_filters(["q1", "q2"], [None, "{'field': 1}"], None)
+    assert str(error.value) == (
+        "Question 'q2': its filters are not JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
+        "(char 1))."
+    )
+    with pytest.raises(FilterError) as error:
+        question_filters(["q1"], ['{"field": "meta.year", "operator": ">", "value": [1]}'], None)
+    assert str(error.value) == (
+        "Question 'q1': its filters: Filter value can't be of type <class 'list'> using operators '>', '>=', '<', '<='"
+    )
