@@ -271,6 +271,10 @@ def _comparison_mask(node: dict[str, Any], columns: Mapping[str, Column], n_docs
         return np.full(n_docs, _matches(operator, None, value))
     if isinstance(column, pa.Array) and _is_numeric(column.type):
         return _numeric_mask(operator, column, value)
+    if isinstance(column, pa.Array) and _is_text(column.type) and operator in ("==", "in"):
+        wanted = value if operator == "in" else [value]
+        if not any(isinstance(each, datetime) or _as_iso_date(each) is not None for each in wanted):
+            return _text_equal_mask(column, wanted)
     return _values_mask(operator, column, value)
 
 
@@ -311,6 +315,20 @@ def _nested(value: Any, parts: list[str]) -> Any:
 
 def _is_numeric(arrow_type: pa.DataType) -> bool:
     return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_boolean(arrow_type)
+
+
+def _is_text(arrow_type: pa.DataType) -> bool:
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+
+
+def _text_equal_mask(column: pa.Array, wanted: list[Any]) -> np.ndarray:
+    """
+    Which of a column of strings equal one of `wanted`, none of them a date (so equality is the strings'; a value
+    that is not a string equals no string, `None` the nulls): vectorized, however many distinct strings.
+    """
+    strings = pa.array([each for each in wanted if isinstance(each, str)], column.type)
+    mask = np.asarray(pc.is_in(column, value_set=strings).fill_null(False))
+    return mask | np.asarray(column.is_null()) if any(each is None for each in wanted) else mask
 
 
 def _is_number(value: Any) -> bool:
