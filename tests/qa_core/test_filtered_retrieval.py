@@ -16,6 +16,7 @@ from qa_core.retrieval import dense as dense_module
 from qa_core.retrieval import index as index_module
 from qa_core.retrieval.ann import ANN_KINDS, AnnSearch, build_ann_index, recall_at_k, search_ann
 from qa_core.retrieval.dense import SEARCH_PRECISIONS, DenseIndex, unit_rows
+from qa_core.retrieval.embedding_retriever import EmbeddingRetriever
 from qa_core.retrieval.filters import FilterError, document_columns, matching_mask
 from qa_core.retrieval.topk import NO_POSITION
 from qa_core.retrieval.sharding import search_shards
@@ -200,19 +201,23 @@ def test_filtered_dense_search_equals_float64_brute_force_over_the_allowed(simil
 
 
 @pytest.mark.parametrize("similarity", ["dot_product", "cosine"])
-def test_filtered_dense_search_equals_in_memory_embedding_retriever(corpus, similarity: str) -> None:
+def test_embedding_retriever_with_filters_equals_in_memory_embedding_retriever(corpus, similarity, tmp_path) -> None:
     texts, metas, _ = corpus
     vectors, queries = _clustered(len(texts), 16)
     store = InMemoryDocumentStore(embedding_similarity_function=similarity, shared=False)
-    store.write_documents([HaystackDocument(id=f"p-{i}", content=text, meta=meta, embedding=vector.tolist())
-                           for i, (text, meta, vector) in enumerate(zip(texts, metas, vectors, strict=True))])  # fmt: skip
+    store.write_documents([HaystackDocument(id=f"p-{i}", content=text, meta=meta, embedding=vectors[i].tolist())
+                           for i, (text, meta) in enumerate(zip(texts, metas, strict=True))])  # fmt: skip
     theirs = InMemoryEmbeddingRetriever(store, top_k=15)
     ours = [Document(content=text, id=f"p-{i}", meta=meta) for i, (text, meta) in enumerate(zip(texts, metas, strict=True))]
-    index = DenseIndex([doc.id for doc in ours], vectors, similarity=similarity)
+    dense = {"similarity": similarity, "shards": []}
+    for start, stop in ((0, 150), (150, len(ours))):  # two shards
+        DenseIndex([doc.id for doc in ours[start:stop]], vectors[start:stop], start).save(tmp_path / f"shard-{start}")
+        dense["shards"].append({"folder": f"shard-{start}", "doc_offset": start, "n": stop - start})
+    retriever = EmbeddingRetriever(tmp_path, dense, top_k=15)
+    retriever.warm_up()
     columns = document_columns(ours)
     for filters in FILTERS:
-        allowed = matching_mask(filters, columns, len(ours))
-        positions, scores = index.search(queries[:8], 15, allowed=allowed)
+        positions, scores = retriever.search(queries[:8], allowed=matching_mask(filters, columns, len(ours)))
         for query, row_positions, row_scores in zip(queries[:8], positions, scores, strict=True):
             expected = theirs.run(query_embedding=query.tolist(), filters=filters)["documents"]
             found = row_positions[row_positions >= 0]
