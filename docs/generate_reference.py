@@ -58,6 +58,7 @@ NOT_DOCUMENTED = {
             "dense_search",
             "embedding",
             "evaluation",
+            "filtered_search",
             "ingest",
             "ingest_memory",
             "label_studio",
@@ -145,7 +146,7 @@ API_TYPES = (
     "qa_core.spans.SequenceSpans",
     "qa_core.retrieval.scored_document.ScoredDocument",
 )
-API_MODULES = ("qa_core.squad", "qa_core.question_files", "qa_core.evaluation")
+API_MODULES = ("qa_core.squad", "qa_core.question_files", "qa_core.evaluation", "qa_core.retrieval.filters")
 
 
 def _load(target: str) -> Any:

@@ -15,6 +15,12 @@ as the index build writes them, 123 at 1M, would multiply a search's cost by the
   codes rank only roughly, so many more candidates than k are kept and rescored exactly. Fewer dimensions make fewer
   code bytes to scan per vector, the search's main cost.
 
+A search restricted to some of the vectors (a metadata filter's allowed-mask) passes FAISS a selector of them
+(`IDSelectorBitmap`), so that only those are candidates; where they are at most `EXACT_MATCH_SHARE` of the corpus
+(a graph walked among mostly excluded nodes finds too few of them, and so few vectors are cheap to score), and for
+any query the index answers with fewer hits than k while k are allowed, the search is exact over the allowed
+vectors instead (`search_matches`).
+
 Either index's hits are rescored exactly (float64, `DenseIndex.exact_scores`, from the dense shards, not from a
 copy in the index) and ordered as exact search orders them, so a hit's score is the one exact search gives it;
 only which documents are found may differ (its recall@k against exact search). Of the ivf index's candidates only
@@ -41,6 +47,8 @@ IVF_MAX_LISTS = 1024  # k-means lists of the ivf index at most (the square root 
 IVF_TRAINING_VECTORS = 100_000  # the seeded sample the rotation, the lists and the codes are trained on, at most
 IVF_CODE_BITS = 4  # bits per sub-quantizer code (FAISS's fast scan needs 4)
 IVF_KEPT_ENERGY = 0.97  # the share of the sample's energy (sum of squares) the ivf index's dimensions keep
+# At most this share of the corpus allowed by a filter, a search is exact over the allowed vectors (gathered).
+EXACT_MATCH_SHARE = 0.02
 
 
 @dataclass(frozen=True)
@@ -166,26 +174,67 @@ def ivf_lists_of(index: Any) -> Any:
 
 
 def search_ann(
-    index: Any, shards: Sequence[DenseIndex], queries: np.ndarray, k: int, search: AnnSearch = DEFAULT_SEARCH
+    index: Any,
+    shards: Sequence[DenseIndex],
+    queries: np.ndarray,
+    k: int,
+    search: AnnSearch = DEFAULT_SEARCH,
+    allowed: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """
     The index's hits of each query, rescored exactly by the shards it was built from, the best k kept.
 
+    :param allowed: `(corpus,)` bool by corpus position: the vectors a hit may be (the module's docstring);
+        None: all.
     :returns: `(queries, k)` corpus positions and float64 scores, best first, ties in corpus order, padded with -1
         and -inf.
     """
     check_k(k)
+    matches = None if allowed is None else np.flatnonzero(allowed)
+    if matches is not None and matches.size <= EXACT_MATCH_SHARE * index.ntotal:
+        return search_matches(shards, queries, k, matches)
+    faiss = require_faiss()
+    bitmap = None if allowed is None else np.packbits(allowed, bitorder="little")  # alive while FAISS reads it
+    selector = None if bitmap is None else faiss.IDSelectorBitmap(index.ntotal, faiss.swig_ptr(bitmap))
     if ann_kind(index) == "hnsw":
-        index.hnsw.efSearch = max(search.ef_search, k)
         kept = k  # the graph ranks its candidates by exact float32 products: more than k would add none of the k
+        parameters = faiss.SearchParametersHNSW(sel=selector, efSearch=max(search.ef_search, k))
     else:
         lists = ivf_lists_of(index)
-        lists.nprobe = min(search.nprobe, lists.nlist)
         kept = max(search.candidates, k)
+        parameters = faiss.SearchParametersIVF(sel=selector, nprobe=min(search.nprobe, lists.nlist))
+        if isinstance(index, faiss.IndexPreTransform):  # behind its rotation
+            parameters = faiss.SearchParametersPreTransform(index_params=parameters)
     exact = np.asarray(queries, np.float64)
     if shards[0].similarity == "cosine":
         exact = unit_rows(exact)
-    _, found = index.search(exact.astype(np.float32), kept)  # (queries, kept) positions, -1 where fewer
+    _, found = index.search(exact.astype(np.float32), kept, params=parameters)  # (queries, kept), -1 where fewer
+    best = _best_rescored(shards, exact, found, k)
+    if matches is not None:  # the queries answered with fewer hits than the allowed vectors allow
+        short = np.flatnonzero((best[0] != NO_POSITION).sum(axis=1) < min(k, matches.size))
+        if short.size:
+            best[0][short], best[1][short] = search_matches(shards, queries[short], k, matches)
+    return best
+
+
+def search_matches(
+    shards: Sequence[DenseIndex], queries: np.ndarray, k: int, matches: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """
+    Exact search over the vectors at the corpus positions `matches` (ascending), gathered from the shards: the
+    hits and scores of `dense.search_shards` restricted to them.
+    """
+    if matches.size == 0:
+        return np.full((len(queries), k), NO_POSITION, np.int64), np.full((len(queries), k), NO_SCORE)
+    vectors = np.concatenate([rows(shard, matches) for shard in shards])
+    positions, scores = DenseIndex(matches, vectors, 0, shards[0].similarity).search(queries, k)  # ids unread
+    return np.where(positions == NO_POSITION, NO_POSITION, matches[np.maximum(positions, 0)]), scores
+
+
+def _best_rescored(
+    shards: Sequence[DenseIndex], exact: np.ndarray, found: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The best k of an index's hits `found` for the float64 queries `exact`, rescored exactly."""
     scores = rescore(shards, exact, found, k)
     # Only the rescored candidates (and -inf fillers) are merged: the others are all -inf, and are left out only
     # where at least k were rescored.

@@ -270,18 +270,21 @@ class DenseIndex:
         """The vectors' dimension."""
         return int(self.vectors.shape[1])
 
-    def search(self, queries: np.ndarray, k: int, precision: str = "fp32") -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, queries: np.ndarray, k: int, precision: str = "fp32", allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """
         The k most similar vectors of each query (`search_shards` over this index alone).
 
         :param queries: `(queries, dimension)` query vectors.
         :param k: Most hits per query (at least 1).
         :param precision: The screening product's, `fp32` or `bf16`: the same hits and scores either way.
+        :param allowed: As in `search_shards`.
         :returns: `(queries, k)` int64 corpus positions and float64 scores, best first, ties in corpus order,
             padded with -1 and -inf when the shard holds fewer than k vectors.
         :raises ValueError: If `k < 1` or the queries' dimension is not the index's.
         """
-        return search_shards([self], queries, k, precision)
+        return search_shards([self], queries, k, precision, allowed)
 
     def exact_scores(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """
@@ -369,7 +372,11 @@ class DenseIndex:
 
 
 def search_shards(
-    shards: Sequence[DenseIndex], queries: np.ndarray, k: int, precision: str = "fp32"
+    shards: Sequence[DenseIndex],
+    queries: np.ndarray,
+    k: int,
+    precision: str = "fp32",
+    allowed: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """
     The k most similar vectors of each query among all the shards' (of one similarity and dimension), screened
@@ -385,8 +392,12 @@ def search_shards(
     :param queries: `(queries, dimension)` query vectors.
     :param k: Most hits per query (at least 1).
     :param precision: `fp32` or `bf16` (the screening product's; the same hits and scores either way).
+    :param allowed: Bool by corpus position, covering the shards' positions: the vectors a hit may be (a metadata
+        filter's `filters.matching_mask`); the others are never candidates, so each query gets the k best of the
+        allowed vectors with the scores they have without (k of them while k are allowed). Blocks without an
+        allowed vector are not screened. None: all.
     :returns: `(queries, k)` int64 corpus positions and float64 scores, best first, ties in corpus order, padded
-        with -1 and -inf where the shards hold fewer than k vectors.
+        with -1 and -inf where the shards hold fewer than k (allowed) vectors.
     :raises ValueError: If `k < 1`, the precision is unknown, the shards differ in similarity or dimension, or
         the queries' dimension is not theirs.
     """
@@ -400,13 +411,20 @@ def search_shards(
         raise ValueError(f"Query vectors of shape {exact.shape} for an index of dimension {dimension}.")
     if shards and shards[0].similarity == "cosine":
         exact = unit_rows(exact)
-    blocks = [(shard, start) for shard in shards for start in range(0, len(shard.ids), ROWS_PER_PRODUCT)]
+    blocks = [(shard, start) for shard in shards for start in range(0, len(shard.ids), ROWS_PER_PRODUCT)
+              if allowed is None or _allowed_rows(allowed, shard, start).any()]  # fmt: skip
     if not blocks:
         return np.full((len(exact), k), NO_POSITION, np.int64), np.full((len(exact), k), NO_SCORE, np.float64)
     # The pilot blocks, spread over the corpus, are screened first.
     pilot = set(np.linspace(0, len(blocks) - 1, min(PILOT_BLOCKS, len(blocks))).round().astype(int).tolist())
     blocks = [blocks[i] for i in sorted(pilot)] + [block for i, block in enumerate(blocks) if i not in pilot]
-    return _search(blocks, len(pilot), exact, k, precision, shards[0].rotation(), aiming=True)
+    return _search(blocks, len(pilot), exact, k, precision, shards[0].rotation(), allowed, aiming=True)
+
+
+def _allowed_rows(allowed: np.ndarray, shard: DenseIndex, start: int) -> np.ndarray:
+    """`(block rows,)` which rows of the screening block of `shard` starting at row `start` are allowed."""
+    first = shard.doc_offset + start
+    return allowed[first : first + min(ROWS_PER_PRODUCT, len(shard.ids) - start)]
 
 
 def _search(
@@ -416,21 +434,27 @@ def _search(
     k: int,
     precision: str,
     rotation: Rotation,
+    allowed: np.ndarray | None,
     aiming: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """
     `search_shards`' search of the screening blocks `blocks` (a shard and a first row each), the first `n_pilot`
-    of them the pilot (the module's docstring), for the float64 queries `exact` (unit rows for cosine). With
-    `aiming`, the queries whose k-th best falls below their aim are searched again without one.
+    of them the pilot (the module's docstring), for the float64 queries `exact` (unit rows for cosine), among the
+    `allowed` vectors. With `aiming`, the queries whose k-th best falls below their aim are searched again
+    without one.
     """
     import torch
 
     query = Screened.of(rotation.reduce(exact), np.linalg.norm(exact, axis=1), precision)
 
-    def screen(shard: DenseIndex, start: int) -> tuple[DenseIndex, int, Screened, Any, np.ndarray]:
+    def screen(shard: DenseIndex, start: int) -> tuple[DenseIndex, int, Screened, Any, np.ndarray, np.ndarray | None]:
         block = shard.screening_block(start, precision, rotation)
         bounds = torch.mm(query.tensor, block.tensor.T)  # (queries, block rows): the scores' bounds, screened
-        return shard, start, block, bounds, screening_error(precision, query, block, rotation.slack)
+        rows_allowed = None if allowed is None else _allowed_rows(allowed, shard, start)
+        if rows_allowed is not None:  # a vector left out bounds nothing: never a seed, never a candidate
+            bounds[:, torch.from_numpy(~rows_allowed)] = float("-inf")
+        error = screening_error(precision, query, block, rotation.slack)
+        return shard, start, block, bounds, error, rows_allowed
 
     pilot = [screen(shard, start) for shard, start in blocks[:n_pilot]]
     seeds = _pilot_scores(pilot, exact, k)
@@ -443,12 +467,15 @@ def _search(
     best = (np.full((len(exact), k), NO_POSITION, np.int64), np.full((len(exact), k), NO_SCORE, np.float64))
     pending: list[_Candidates] = []
     rest = (screen(shard, start) for shard, start in blocks[n_pilot:])
-    for shard, start, _, bounds, error in itertools.chain(pilot, rest):
+    for shard, start, _, bounds, error, rows_allowed in itertools.chain(pilot, rest):
         # A vector of a query's top k scores at least the k-th best known, so its screened bound at least the
         # floor; one below the aim scores below it. Rounding the floor to nearest cannot pass a representable
         # bound at or above it.
         floor = screened_floor(np.maximum(best[1][:, -1], aim) - error, precision)
         rows, columns = _at_or_above(bounds, torch.from_numpy(floor).to(bounds.dtype))
+        if rows_allowed is not None:  # a floor of -inf passes the -inf of the vectors left out
+            kept = rows_allowed[columns]
+            rows, columns = rows[kept], columns[kept]
         # Upper bounds of the candidates' exact scores (a NaN's rescored, as `_at_or_above` passes it).
         upper = np.nan_to_num(ceilings(_values(bounds, rows, columns), precision) + error[rows], nan=np.inf)
         pending.append(_Candidates(shard, rows, columns + start, upper))
@@ -460,23 +487,28 @@ def _search(
     # where the k-th best reaches the aim, the top k is exact; elsewhere vectors between the two may be missing.
     missed = np.flatnonzero(best[1][:, -1] < aim)
     if aiming and len(missed):
-        best[0][missed], best[1][missed] = _search(blocks, n_pilot, exact[missed], k, precision, rotation, False)
+        best[0][missed], best[1][missed] = _search(blocks, n_pilot, exact[missed], k, precision, rotation, allowed,
+                                                   False)  # fmt: skip
     return best
 
 
-def _pilot_scores(pilot: list[tuple[DenseIndex, int, Screened, Any, np.ndarray]], exact: np.ndarray, k: int) -> Any:
+def _pilot_scores(
+    pilot: list[tuple[DenseIndex, int, Screened, Any, np.ndarray, np.ndarray | None]], exact: np.ndarray, k: int
+) -> Any:
     """
     The exact scores of each query's best-bounded vectors of each pilot block (`ceil(k / blocks)` of each, so
-    k or more in all when the blocks hold that many), best first: `(queries, seeds)` float64.
+    k or more in all when the blocks hold that many), best first: `(queries, seeds)` float64; `-inf` for a vector
+    taken that is not allowed (a block with fewer allowed vectors than taken).
     """
     each = -(-k // max(len(pilot), 1))
     scores = []
-    for shard, start, _, bounds, _ in pilot:
+    for shard, start, _, bounds, _, rows_allowed in pilot:
         taken = min(each, bounds.shape[1])
-        columns = _best_columns(bounds, taken) + start
+        columns = _best_columns(bounds, taken)
         rows = np.repeat(np.arange(len(exact)), taken)
-        scores.append(shard.exact_scores(exact[rows], columns.ravel()).reshape(len(exact), taken))
-    return -np.sort(-np.nan_to_num(np.concatenate(scores, axis=1), nan=NO_SCORE), axis=1)  # a NaN's no bound
+        found = shard.exact_scores(exact[rows], columns.ravel() + start).reshape(len(exact), taken)
+        scores.append(found if rows_allowed is None else np.where(rows_allowed[columns], found, NO_SCORE))
+    return -np.sort(-np.nan_to_num(np.concatenate(scores, axis=1), nan=NO_SCORE, neginf=NO_SCORE), axis=1)  # a NaN's no bound
 
 
 @dataclass(frozen=True)

@@ -105,22 +105,26 @@ class EmbeddingRetriever:
         """The loaded shards, in corpus order."""
         return self._warm_shards()
 
-    def search(self, query_embeddings: np.ndarray, top_k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, query_embeddings: np.ndarray, top_k: int | None = None, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """
         The best passages of each query as corpus positions: what `run_batch` returns, for callers that find the
         passages by position (the bulk job's retrieval stage).
 
         :param query_embeddings: `(queries, dimension)` query vectors.
         :param top_k: Most passages per query; None: the retriever's `top_k`.
+        :param allowed: `(passages,)` bool by corpus position: the passages a hit may be (a metadata filter's
+            `filters.matching_mask`), each hit with its unfiltered score; None: all.
         :returns: `(queries, top_k)` int64 corpus positions and float64 scores, best first, padded with -1 and -inf
-            where the index holds fewer passages.
+            where the index holds (or the filter allows) fewer passages.
         :raises RuntimeError: If `warm_up()` was not called.
         """
         shards = self._warm_shards()
         top_k = self.top_k if top_k is None else top_k
         if self._ann is None:
-            return search_shards(shards, query_embeddings, top_k, self._precision)
-        return search_ann(self._ann, shards, query_embeddings, top_k, self.ann_search)
+            return search_shards(shards, query_embeddings, top_k, self._precision, allowed)
+        return search_ann(self._ann, shards, query_embeddings, top_k, self.ann_search, allowed)
 
     def id_at(self, position: int) -> str:
         """The id of the passage at corpus `position`."""

@@ -9,7 +9,7 @@ import numpy as np
 from qa_core.retrieval.counted import PAIRS_PER_STEP, CountedShard, count_shard, per_posting
 from qa_core.retrieval.index_io import COUNTED_ARRAYS, IndexFiles, array_dtype, read_index_files, write_index_files
 from qa_core.retrieval.pair_weights import PairWeights
-from qa_core.retrieval.pruning import MIN_DOCS, PostingReader, pruned_top_k
+from qa_core.retrieval.pruning import MAX_CANDIDATE_SHARE, MIN_DOCS, PostingReader, pruned_top_k, pruned_top_k_among
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
 from qa_core.retrieval.statistics import CorpusWeights
 from qa_core.retrieval.tokenizer import DEFAULT_TOKENIZATION_REGEX, Tokenizer
@@ -202,7 +202,12 @@ class BM25Index:
         return len(self.doc_ids)
 
     def search(
-        self, queries: Sequence[str], k: int, floors: np.ndarray | None = None, prune: bool = True
+        self,
+        queries: Sequence[str],
+        k: int,
+        floors: np.ndarray | None = None,
+        prune: bool = True,
+        allowed: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """
         The k best documents of each query, as `InMemoryDocumentStore.bm25_retrieval` ranks them.
@@ -219,10 +224,15 @@ class BM25Index:
         :param prune: Score only the documents that can still be hits (`pruning`: the same hits and scores, bit
             for bit; BM25Okapi, whose hits may score 0 or less, and an index of fewer than `pruning.MIN_DOCS`
             documents score every document); `False` scores every document.
+        :param allowed: `(n_docs,)` bool by index within this index: the documents a hit may be (a metadata
+            filter's `filters.matching_mask`), the others left out before the top k is taken (each hit keeps the
+            score it has without; a query gets k hits while k allowed documents score). Where at most
+            `pruning.MAX_CANDIDATE_SHARE` of the documents are allowed, only those are looked up, and pruned as
+            they are (`pruning.pruned_top_k_among`) but with BM25Okapi. None: all.
         :returns: `(queries, k)` int64 corpus positions and `(queries, k)` float64 raw scores, best first;
             rows with fewer hits are padded with -1 and -inf.
         :raises ValueError: If `k < 1`, `queries` is a string, a query is not a non-empty string, or `floors` is
-            not one number per query.
+            not one number per query, or `allowed` not one bool per document.
         """
         check_k(k)
         if isinstance(queries, str):
@@ -233,6 +243,12 @@ class BM25Index:
         floors = np.full(len(queries), -np.inf) if floors is None else np.asarray(floors, dtype=np.float64)
         if floors.shape != (len(queries),):
             raise ValueError(f"floors must hold one number per query ({len(queries)}), not shape {floors.shape}.")
+        if allowed is not None and (allowed.dtype != np.bool_ or allowed.shape != (self.n_docs,)):
+            raise ValueError(f"allowed must hold one bool per document ({self.n_docs}), not {allowed.dtype} "
+                             f"of shape {allowed.shape}.")  # fmt: skip
+        # Ascending, in the postings' dtype: searching the postings for them then casts neither.
+        allowed_docs = None if allowed is None else np.flatnonzero(allowed).astype(self.postings.doc_indices.dtype)
+        selective = allowed_docs is not None and allowed_docs.size <= MAX_CANDIDATE_SHARE * self.n_docs
         positions = np.full((len(queries), k), NO_POSITION, dtype=np.int64)
         scores = np.full((len(queries), k), NO_SCORE, dtype=np.float64)
         drop_non_positive = self.algorithm != "BM25Okapi"
@@ -240,21 +256,45 @@ class BM25Index:
         doc_scores = scratch = None
         for row, query in enumerate(queries):
             found = None
-            if prune and drop_non_positive and self.n_docs >= MIN_DOCS:
+            if selective or (prune and drop_non_positive and self.n_docs >= MIN_DOCS):
                 scratch = self._reader.new_scratch() if scratch is None else scratch
-                found = pruned_top_k(self._reader, self._query_terms(query), k, float(floors[row]), scratch)
+            if selective and drop_non_positive:
+                found = pruned_top_k_among(self._reader, self._query_terms(query), k, float(floors[row]), scratch,
+                                           allowed_docs)  # fmt: skip
+            elif selective:
+                found = self._allowed_top_k(self._query_terms(query), allowed_docs, k, scratch)
+            elif prune and drop_non_positive and self.n_docs >= MIN_DOCS:
+                found = pruned_top_k(self._reader, self._query_terms(query), k, float(floors[row]), scratch,
+                                     allowed)  # fmt: skip
             if found is None:
                 if doc_scores is None:
                     doc_scores = np.empty(self.n_docs)
                 doc_scores.fill(0.0)
                 self._add_scores(query, doc_scores)
-                found = top_k(doc_scores, k, drop_non_positive)
-                above = found[1] > floors[row]
-                found = found[0][above], found[1][above]
-            hits, hit_scores = found
+                if allowed_docs is None:
+                    found = top_k(doc_scores, k, drop_non_positive)
+                else:
+                    hits, hit_scores = top_k(doc_scores[allowed_docs], k, drop_non_positive)
+                    found = allowed_docs[hits], hit_scores
+            above = found[1] > floors[row]
+            hits, hit_scores = found[0][above], found[1][above]
             positions[row, : hits.size] = hits + self.doc_offset
             scores[row, : hits.size] = hit_scores
         return positions, scores
+
+    def _allowed_top_k(
+        self, term_ids: list[int], docs: np.ndarray, k: int, scratch: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """
+        The k best of the documents `docs` (ascending) by BM25Okapi (whose weights may be negative: no pruning),
+        zero and negative scores kept: their weights looked up term by term in query order and summed from 0.0,
+        as scoring every document sums them (a missing term adds 0.0), so the same scores bit for bit.
+        """
+        doc_scores = np.zeros(docs.size)
+        for term_id in term_ids:
+            doc_scores += self._reader.weights_at(term_id, docs, scratch)
+        hits, hit_scores = top_k(doc_scores, k, drop_non_positive=False)
+        return docs[hits], hit_scores
 
     def score(self, query: str) -> np.ndarray:
         """

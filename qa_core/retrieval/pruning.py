@@ -108,7 +108,12 @@ class PostingReader:
 
 
 def pruned_top_k(
-    reader: PostingReader, term_ids: list[int], k: int, floor: float, scratch: np.ndarray
+    reader: PostingReader,
+    term_ids: list[int],
+    k: int,
+    floor: float,
+    scratch: np.ndarray,
+    allowed: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """
     The k best documents of a query with scores above 0 and above `floor`: those of scoring every document and
@@ -120,6 +125,7 @@ def pruned_top_k(
     :param k: Most hits.
     :param floor: Hits must score above it (`-inf` for none).
     :param scratch: `reader.new_scratch()`'s.
+    :param allowed: `(n_docs,)` bool: the documents a hit may be (the others are never candidates); None: all.
     :returns: `(hits,)` document indices within the index and `(hits,)` scores, best first, ties to the earlier
         document; `None` where too many documents are candidates for pruning to pay (score them all instead).
     """
@@ -131,13 +137,16 @@ def pruned_top_k(
     if terms.sizes[seed] > MAX_CANDIDATE_SHARE * reader.n_docs:
         return None
     seed_docs, seed_weights = reader.docs(term_ids[seed]), reader.weights(term_ids[seed])
+    if allowed is not None:
+        kept = allowed[seed_docs]
+        seed_docs, seed_weights = seed_docs[kept], seed_weights[kept]
     weights = np.empty((seed_docs.size, len(term_ids)))  # (candidates, terms), terms in query order
     weights[:, seed] = seed_weights
     raise_threshold = floor == -np.inf  # no floor: raise the threshold from the seeds' partial sums
     docs, weights, threshold = _narrow(reader, terms, seed_docs, weights, threshold, k, raise_threshold)
     found = [(docs, _query_order_sum(weights))]
     threshold = max(threshold, _kth_best(found[0][1], k))
-    outside = terms.outside_seed(seed_docs, threshold)
+    outside = terms.outside_seed(seed_docs, threshold, allowed)
     if outside is None:
         return None
     if outside.size:
@@ -148,6 +157,29 @@ def pruned_top_k(
     docs = np.concatenate([docs for docs, _ in found])
     scores = np.concatenate([scores for _, scores in found])
     return _best(docs, scores, k, max(floor, 0.0))
+
+
+def pruned_top_k_among(
+    reader: PostingReader, term_ids: list[int], k: int, floor: float, scratch: np.ndarray, docs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """
+    `pruned_top_k` with the candidates given: the k best of the documents `docs` (ascending, in the postings'
+    dtype; a selective filter's), their weights looked up term by term, weightiest first, each step dropping those
+    that can no longer reach the k-th best of the known sums; the same hits and scores, bit for bit, as scoring
+    them all. Every weight must be at least 0.
+
+    :returns: `(hits,)` document indices within the index and `(hits,)` scores, best first, ties to the earlier
+        document.
+    """
+    if not term_ids or docs.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0)
+    terms = _Terms(reader, term_ids, scratch)
+    threshold = max(floor, 0.0)  # nothing below can be a hit
+    first = terms.seed(threshold)
+    weights = np.empty((docs.size, len(term_ids)))  # (candidates, terms), terms in query order
+    weights[:, first] = reader.weights_at(term_ids[first], docs, scratch)
+    docs, weights, _ = _narrow(reader, terms, docs, weights, threshold, k, True)
+    return _best(docs, _query_order_sum(weights), k, threshold)
 
 
 class _Terms:
@@ -189,11 +221,14 @@ class _Terms:
             self.unknown[step] = self.unknown[step + 1] + self.bounds[self.order[step]]
         return seed
 
-    def outside_seed(self, seed_docs: np.ndarray, threshold: float) -> np.ndarray | None:
+    def outside_seed(
+        self, seed_docs: np.ndarray, threshold: float, allowed: np.ndarray | None
+    ) -> np.ndarray | None:
         """
         The documents outside the seed's that can reach the threshold, ascending: those holding every term
         without which they cannot (the one with the fewest documents of those), else any term but the lightest
-        ones whose bounds together stay below it. `None` if they are too many for pruning to pay.
+        ones whose bounds together stay below it; of those, the `allowed` ones. `None` if they are too many for
+        pruning to pay.
         """
         bounds, seed = self.bounds, self.order[0]
         lightest_first = sorted(self.order[1:], key=bounds.__getitem__)
@@ -211,6 +246,8 @@ class _Terms:
         for at in needed:
             marked[self.reader.docs(self.term_ids[at])] = True
         marked[seed_docs] = False
+        if allowed is not None:
+            marked &= allowed
         return np.flatnonzero(marked)
 
 
@@ -235,14 +272,14 @@ def _narrow(
     partial = weights[:, order[0]].copy()  # (candidates,) the known weights' sum
     alive = np.arange(docs.size)  # the candidates left, by row of `weights` (narrowed once, at the end)
     for step in range(1, len(order)):
+        if docs.size == 0:
+            break
         if raise_threshold:
             threshold = max(threshold, _kth_best(partial, k) - tolerance)
         least = threshold - terms.unknown[step] - tolerance  # what the known weights must reach
         if partial.min() < least:
             left = partial >= least
             docs, alive, partial = docs[left], alive[left], partial[left]
-            if docs.size == 0:
-                break
         row = order[step]
         found = reader.weights_at(terms.term_ids[row], docs, terms.scratch)
         weights[alive, row] = found

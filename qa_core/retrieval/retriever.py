@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from qa_core.document import Document
+from qa_core.retrieval.filters import check_filters, document_columns, matching_mask
 from qa_core.retrieval.fingerprint import fingerprint
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.scored_document import ScoredDocument
@@ -38,10 +39,15 @@ class BM25Retriever:
     retriever.warm_up()
     hits = retriever.run(query="What is Python?")["documents"]
     assert hits[0].content == "Python is a language" and hits[0].score > 0
+    only_snakes = {"field": "content", "operator": "==", "value": "Snakes"}
+    assert retriever.run(query="What is Python?", filters=only_snakes)["documents"] == []  # no word in common
     ```
 
-    Differences from Haystack: no metadata filters; `top_k` must be at least 1 at run time too (Haystack returns
-    nothing for 0); an unknown BM25 parameter is an error (Haystack ignores it); a corpus whose documents have no
+    Metadata filters take Haystack 2's syntax and semantics (`filters`): the hits are the best of the documents that
+    match, scored as without the filter; run-time filters replace the retriever's (Haystack's default
+    `FilterPolicy.REPLACE`), where `{}` at run time means no filter (Haystack falls back to the retriever's).
+
+    Differences from Haystack: `top_k` must be at least 1 at run time too (Haystack returns nothing for 0); an unknown BM25 parameter is an error (Haystack ignores it); a corpus whose documents have no
     terms is an error (Haystack scores them all 0); the `"Lucene"` algorithm is extra.
     """
 
@@ -49,6 +55,7 @@ class BM25Retriever:
         self,
         documents: list[Document] | None = None,
         index_path: str | Path | None = None,
+        filters: dict[str, Any] | None = None,
         top_k: int = 10,
         bm25_algorithm: str = DEFAULT_ALGORITHM,
         bm25_parameters: dict[str, float] | None = None,
@@ -62,6 +69,7 @@ class BM25Retriever:
             from exactly these (checked by fingerprint).
         :param index_path: A folder written by `save()` to load instead of building; without `documents`, the
             documents saved there are searched.
+        :param filters: A metadata filter every search applies unless `run` is given one (`filters` module).
         :param top_k: Documents to return per query (at least 1).
         :param bm25_algorithm: `"BM25L"` (Haystack's default), `"BM25Okapi"`, `"BM25Plus"` or `"Lucene"`.
         :param bm25_parameters: Some of `k1`, `b`, and `delta` (BM25L, BM25Plus) or `epsilon` (BM25Okapi);
@@ -69,14 +77,17 @@ class BM25Retriever:
         :param scale_score: Return `expit(score / 8)` instead of the raw score (Haystack's scaling).
         :param bm25_tokenization_regex: Haystack's `bm25_tokenization_regex`.
         :raises ValueError: If neither `documents` nor `index_path` is given, or an option is invalid.
+        :raises FilterError: If `filters` is malformed.
         """
         if documents is None and index_path is None:
             raise ValueError("BM25Retriever needs documents, an index_path, or both.")
         check_k(top_k)
+        check_filters(filters)
         self._parameters = resolve_parameters(bm25_algorithm, bm25_parameters)
         Tokenizer(bm25_tokenization_regex)  # raises ValueError for a pattern that does not compile
         self.documents = documents
         self.index_path = None if index_path is None else str(index_path)
+        self.filters = filters
         self.top_k = top_k
         self.bm25_algorithm = bm25_algorithm
         self.bm25_parameters = bm25_parameters
@@ -84,6 +95,7 @@ class BM25Retriever:
         self.bm25_tokenization_regex = bm25_tokenization_regex
         self._index: BM25Index | None = None
         self._searched: list[Document] = []
+        self._columns: dict[str, list[Any]] | None = None  # the searched documents' fields, once filtered on
 
     def warm_up(self) -> None:
         """
@@ -148,36 +160,57 @@ class BM25Retriever:
             for doc in self._searched:
                 file.write(json.dumps(doc.to_dict(), ensure_ascii=False) + "\n")
 
-    def run(self, query: str, top_k: int | None = None, scale_score: bool | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        query: str,
+        filters: dict[str, Any] | None = None,
+        top_k: int | None = None,
+        scale_score: bool | None = None,
+    ) -> dict[str, Any]:
         """
         Retrieves the documents that best match a query.
 
         :param query: The query, a non-empty string.
+        :param filters: A metadata filter; `None` for the retriever's `filters`.
         :param top_k: Most documents to return; `None` for the retriever's `top_k`.
         :param scale_score: Scale the scores to 0..1; `None` for the retriever's `scale_score`.
         :returns: `{"documents": [ScoredDocument, ...]}`, best first; ties in the order of `documents`.
         :raises RuntimeError: If `warm_up()` was not called.
         :raises ValueError: If the query is empty or `top_k < 1`.
+        :raises FilterError: If the filter is malformed or cannot be evaluated on the documents.
         """
-        return {"documents": self.run_batch([query], top_k=top_k, scale_score=scale_score)["documents"][0]}
+        documents = self.run_batch([query], filters=filters, top_k=top_k, scale_score=scale_score)["documents"]
+        return {"documents": documents[0]}
 
     def run_batch(
-        self, queries: list[str], top_k: int | None = None, scale_score: bool | None = None
+        self,
+        queries: list[str],
+        filters: dict[str, Any] | None = None,
+        top_k: int | None = None,
+        scale_score: bool | None = None,
     ) -> dict[str, list[list[ScoredDocument]]]:
         """
         Retrieves the best documents for many queries; each list equals what `run` returns for its query.
 
         :param queries: The queries, non-empty strings.
+        :param filters: A metadata filter for every query; `None` for the retriever's `filters`.
         :param top_k: Most documents per query; `None` for the retriever's `top_k`.
         :param scale_score: Scale the scores to 0..1; `None` for the retriever's `scale_score`.
         :returns: `{"documents": [[ScoredDocument, ...], ...]}`, one list per query, best first.
         :raises RuntimeError: If `warm_up()` was not called.
         :raises ValueError: If a query is empty or `top_k < 1`.
+        :raises FilterError: If the filter is malformed or cannot be evaluated on the documents.
         """
         index = self._warm_index()
+        filters = self.filters if filters is None else filters
         top_k = self.top_k if top_k is None else top_k
         scale_score = self.scale_score if scale_score is None else scale_score
-        positions, scores = index.search(queries, top_k)  # (queries, top_k) each
+        allowed = None
+        if filters:
+            if self._columns is None:
+                self._columns = document_columns(self._searched)
+            allowed = matching_mask(filters, self._columns, len(self._searched))
+        positions, scores = index.search(queries, top_k, allowed=allowed)  # (queries, top_k) each
         if scale_score:
             scores = 1 / (1 + np.exp(-scores / BM25_SCALING_FACTOR))
         return {

@@ -136,6 +136,7 @@ def search_shards(
     k: int,
     prune: bool = True,
     best: tuple[np.ndarray, np.ndarray] | None = None,
+    allowed: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """
     Searches a corpus's shards one after the other, each with the k-th best score found so far as its floor
@@ -147,10 +148,13 @@ def search_shards(
     :param prune: As in `BM25Index.search`.
     :param best: The hits of the shards before these (`(queries, k)` positions and scores, padded with -1 and
         -inf), which the search starts from; None: these are the first.
+    :param allowed: Bool by corpus position, covering the shards' positions: the documents a hit may be
+        (`BM25Index.search`'s, each shard given its part); None: all.
     :returns: As `merge_top_k` of every shard's `search` (and `best`): the same positions and scores.
     """
     for shard in shards:
         floors = None if best is None else best[1][:, k - 1]  # -inf where fewer than k so far
-        found = shard.search(queries, k, floors=floors, prune=prune)
+        shard_allowed = None if allowed is None else allowed[shard.doc_offset : shard.doc_offset + shard.n_docs]
+        found = shard.search(queries, k, floors=floors, prune=prune, allowed=shard_allowed)
         best = found if best is None else merge_top_k([best, found], k)
     return best

@@ -620,12 +620,15 @@ def test_scored_document_round_trips_through_dicts() -> None:
 
 def test_retriever_to_dict_round_trip() -> None:
     documents = [Document(content="alpha beta", meta={"x": [1, 2]}), Document(content=None)]
-    retriever = BM25Retriever(documents=documents, top_k=3, bm25_algorithm="BM25Okapi", bm25_parameters={"k1": 1.1})
+    filters = {"field": "meta.x", "operator": "!=", "value": None}
+    retriever = BM25Retriever(documents=documents, filters=filters, top_k=3, bm25_algorithm="BM25Okapi",
+                              bm25_parameters={"k1": 1.1})  # fmt: skip
     data = retriever.to_dict()
     assert data["type"] == "qa_core.retrieval.retriever.BM25Retriever"
     assert data["init_parameters"] == {
         "documents": [doc.to_dict() for doc in documents],
         "index_path": None,
+        "filters": filters,
         "top_k": 3,
         "bm25_algorithm": "BM25Okapi",
         "bm25_parameters": {"k1": 1.1},
