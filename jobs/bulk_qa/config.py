@@ -41,6 +41,9 @@ class WorkSettings(Settings):
     # SQuAD input (a SQuAD file, or questions with a `context` column) answered open-domain
     # (jobs.bulk_qa.pooled_contexts); off: each question reads its own context
     pool_contexts: bool = False  # pool the distinct contexts as the corpus, retrieve for all (recall@k, MRR reported)
+    # each question (id, query) of every document of --documents, without retrieval; shard_size then counts
+    # (question, document) pairs, in shards of whole documents; one row per document in by_document/
+    every_document: bool = False  # ask every question of every document (extraction: jobs.bulk_qa.every_document)
 
     def problems(self) -> list[str]:
         required = [] if self.questions else ["--questions is required"]
@@ -78,6 +81,7 @@ class RunSettings(Settings):
     # Least sure = lowest qa_core.annotation.review_score: the answer's score, a refusal's no-answer probability, 0 when
     # nothing was read. Tasks are written least sure first either way.
     review: int | None = None  # label_studio.json keeps only the N questions the model is least sure of; None: all
+    by_document_csv: bool = False  # with every_document: also write by_document.csv, the by_document table as CSV
 
     def problems(self) -> list[str]:
         problems = [] if self.output else ["--output is required"]
@@ -145,6 +149,8 @@ class JobConfig:
                     f"model_kwargs must not hold credentials ({', '.join(secrets)}): they would be written to the "
                     "manifest and sent to every worker. Set the HF_TOKEN environment variable instead."
                 )
+        if self.run.by_document_csv and not self.work.every_document:
+            problems.append("by_document_csv writes the table of an every_document run: add --every-document")
         return problems
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import pyarrow as pa
 from jobs.retrieval_settings import JOINED
 from qa_core.answers import ExtractedAnswer, GeneratedAnswer
 
-TABLES = ("answers", "questions", "generated_answers")
+TABLES = ("answers", "questions", "generated_answers", "by_document")  # by_document: --every-document
 
 ANSWERS_SCHEMA = pa.schema(
     [
