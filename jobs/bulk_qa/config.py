@@ -36,14 +36,13 @@ class WorkSettings(Settings):
     questions: str | None = None  # questions Parquet (id, query, document_ids or context) or a SQuAD file
     documents: str | None = None  # documents Parquet (id, content, optional page_number), or a folder of files
     replies: str | None = None  # optional generator replies Parquet: question_id, replies, meta
-    shard_size: int = 1000  # questions per output shard (the unit of atomic commit and of resume)
+    shard_size: int = 1000  # questions per output shard (the unit of atomic commit and resume); every_document: pairs
     allow_misaligned_gold: bool = False  # SQuAD: report and leave out gold that misses its context
     # SQuAD input (a SQuAD file, or questions with a `context` column) answered open-domain
     # (jobs.bulk_qa.pooled_contexts); off: each question reads its own context
     pool_contexts: bool = False  # pool the distinct contexts as the corpus, retrieve for all (recall@k, MRR reported)
-    # each question (id, query) of every document of --documents, without retrieval; shard_size then counts
-    # (question, document) pairs, in shards of whole documents; one row per document in by_document/
-    every_document: bool = False  # ask every question of every document (extraction: jobs.bulk_qa.every_document)
+    # jobs.bulk_qa.every_document: each (question, document) pair is answered as a question naming that document
+    every_document: bool = False  # ask each question of every document, no retrieval; adds by_document/, a row each
 
     def problems(self) -> list[str]:
         required = [] if self.questions else ["--questions is required"]
