@@ -75,7 +75,7 @@ class Progress:
                 print(self.line(now), file=self.stream, flush=True)
 
     def line(self, now: float) -> str:
-        """`questions 250/600 (42%), shards 3/12, 5.1 questions/s, about 1m10s left`."""
+        """`questions 250/600 (42%), shards 3/12, 5.1 questions/s, about 1m10s left` (`pairs ..., documents ...`)."""
         elapsed = max(now - self.started, 1e-9)
         rate = self.done_questions / elapsed
         share = self.done_questions / self.questions if self.questions else 1.0
