@@ -9,6 +9,8 @@ prints the summary. On a Ray cluster of several nodes, the run's local paths are
 node as soon as Ray runs, before any work (`jobs.shared_paths`), and a shard counts as committed only once the
 driver has read it back (`jobs.storage.ShardStore.read_commit`). Exit status: 0 when every question is accounted
 for, 2 for unusable input or configuration (a path some node does not share included), 1 for any other failure.
+With `--every-document` the questions are asked of every document, in shards of documents
+(`jobs.bulk_qa.every_document`).
 """
 
 import dataclasses

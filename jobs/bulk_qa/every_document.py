@@ -19,6 +19,7 @@ therefore be a usable column name (`QUESTION_ID`), which is checked before any w
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -235,7 +236,7 @@ def answer_documents_wave(
     shards: frozenset[int],
     wave_pairs: int,
     pool: ActorResources,
-    on_commit: Any,
+    on_commit: Callable[[dict[str, Any]], None],
 ) -> None:
     """`waves.answer_wave` for `--every-document`: the pairs of the documents of `shards`, answered and committed."""
     wave = {"questions": inputs.every_document, "num_shards": inputs.num_shards, "shards": shards}
