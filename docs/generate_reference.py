@@ -60,6 +60,7 @@ NOT_DOCUMENTED = {
             "dense_search",
             "embedding",
             "evaluation",
+            "every_document",
             "ingest",
             "ingest_memory",
             "label_studio",
