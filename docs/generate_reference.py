@@ -58,6 +58,7 @@ NOT_DOCUMENTED = {
             "dense_search",
             "embedding",
             "evaluation",
+            "every_document",
             "filtered_search",
             "ingest",
             "ingest_memory",
@@ -103,6 +104,21 @@ TABLES = [
         "GENERATED_ANSWERS_DESCRIPTIONS",
     ),
     Table(
+        "by_document",
+        "OUTPUT/by_document/ (and OUTPUT/by_document.csv with `--by-document-csv`)",
+        "with `--every-document`, one row per document: these columns, then each question's (below)",
+        "BY_DOCUMENT_SCHEMA",
+        "BY_DOCUMENT_DESCRIPTIONS",
+    ),
+    Table(
+        "by_document: each question's columns",
+        "OUTPUT/by_document/",
+        "for each question, in the questions table's order, these columns named `<question id>__<column>` (a "
+        "question `total-amount` gives `total-amount__answer`, `total-amount__score`, ...)",
+        "QUESTION_COLUMNS_SCHEMA",
+        "QUESTION_COLUMNS_DESCRIPTIONS",
+    ),
+    Table(
         "evaluation",
         "OUTPUT/evaluation/",
         "one row per question scored against gold (SQuAD input with answers, or `jobs.evaluate`)",
@@ -128,6 +144,8 @@ SCHEMA_MODULES = {
     "ANSWERS_SCHEMA": "jobs.bulk_qa.workers.tables",
     "QUESTIONS_SCHEMA": "jobs.bulk_qa.workers.tables",
     "GENERATED_ANSWERS_SCHEMA": "jobs.bulk_qa.workers.tables",
+    "BY_DOCUMENT_SCHEMA": "jobs.bulk_qa.every_document",
+    "QUESTION_COLUMNS_SCHEMA": "jobs.bulk_qa.every_document",
     "EVALUATION_SCHEMA": "jobs.bulk_qa.results",
     "DOCUMENTS_SCHEMA": "jobs.ingest.stage",
     "REPORT_SCHEMA": "jobs.ingest.stage",

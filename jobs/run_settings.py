@@ -50,6 +50,9 @@ class RunSettings(Settings):
     review: int | None = setting(
         None, "label_studio.json keeps only the N questions the model is least sure of; None: all"
     )
+    by_document_csv: bool = setting(
+        False, "with every_document: also write by_document.csv, the by_document table as CSV"
+    )
 
     def problems(self) -> list[str]:
         problems = [] if self.output else ["--output is required"]

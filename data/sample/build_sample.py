@@ -1,7 +1,8 @@
 """
 Writes the sample tables (questions, documents, replies, SQuAD-style questions), a small SQuAD v2.0 file
 (`squad_sample.json`, over the same texts) and the questions over the sample folder of files (`files/`, asked with
-`--documents data/sample/files`: retrieved for, as they name no documents) next to this file.
+`--documents data/sample/files`: retrieved for, as they name no documents) and the questions asked of every sample
+document (`extraction_questions.parquet`, with `--every-document`) next to this file.
 """
 
 import json
@@ -114,6 +115,13 @@ FILE_QUESTIONS = [
     ("f6", "Which module creates temporary files and directories?"),
 ]
 
+# Questions asked of every sample document (`--every-document`): (id, query); the ids name the by_document columns.
+EXTRACTION_QUESTIONS = [
+    ("founded", "When was it founded?"),
+    ("capital-of", "What is it the capital of?"),
+    ("location", "Where is it?"),
+]
+
 
 def squad_sample() -> dict:
     """The SQuAD v2.0 sample: one article per document, answer offsets found in the document's text."""
@@ -176,6 +184,10 @@ def main() -> None:
     pq.write_table(
         pa.table({"id": [q[0] for q in FILE_QUESTIONS], "query": [q[1] for q in FILE_QUESTIONS]}),
         HERE / "files_questions.parquet",
+    )
+    pq.write_table(
+        pa.table({"id": [q[0] for q in EXTRACTION_QUESTIONS], "query": [q[1] for q in EXTRACTION_QUESTIONS]}),
+        HERE / "extraction_questions.parquet",
     )
 
 

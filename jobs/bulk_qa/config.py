@@ -36,12 +36,18 @@ class WorkSettings(Settings):
     questions: str | None = setting(None, "questions Parquet (id, query, document_ids or context) or a SQuAD file")
     documents: str | None = setting(None, "documents Parquet (id, content, optional page_number), or a folder of files")
     replies: str | None = setting(None, "optional generator replies Parquet: question_id, replies, meta")
-    shard_size: int = setting(1000, "questions per output shard (the unit of atomic commit and of resume)")
+    shard_size: int = setting(
+        1000, "questions per output shard (the unit of atomic commit and of resume); with every_document: pairs"
+    )
     allow_misaligned_gold: bool = setting(False, "SQuAD: report and leave out gold that misses its context")
     # SQuAD input (a SQuAD file, or questions with a `context` column) answered open-domain
     # (jobs.bulk_qa.pooled_contexts); off: each question reads its own context
     pool_contexts: bool = setting(
         False, "pool the distinct contexts as the corpus, retrieve for all (recall@k, MRR reported)"
+    )
+    # jobs.bulk_qa.every_document: each (question, document) pair is answered as a question naming that document
+    every_document: bool = setting(
+        False, "ask each question of every document, no retrieval; adds by_document/, a row per document"
     )
 
     def problems(self) -> list[str]:
@@ -97,6 +103,8 @@ class JobConfig:
                     f"model_kwargs must not hold credentials ({', '.join(secrets)}): they would be written to the "
                     "manifest and sent to every worker. Set the HF_TOKEN environment variable instead."
                 )
+        if self.run.by_document_csv and not self.work.every_document:
+            problems.append("by_document_csv writes the table of an every_document run: add --every-document")
         return problems
 
     def to_dict(self) -> dict[str, Any]:

@@ -9,6 +9,8 @@ prints the summary. On a Ray cluster of several nodes, the run's local paths are
 node as soon as Ray runs, before any work (`jobs.shared_paths`), and a shard counts as committed only once the
 driver has read it back (`jobs.storage.ShardStore.read_commit`). Exit status: 0 when every question is accounted
 for, 2 for unusable input or configuration (a path some node does not share included), 1 for any other failure.
+With `--every-document` the questions are asked of every document, in shards of documents
+(`jobs.bulk_qa.every_document`).
 """
 
 import dataclasses
@@ -26,6 +28,15 @@ import pyarrow as pa
 from jobs.bulk_qa import report
 from jobs.bulk_qa.config import JobConfig, load_config
 from jobs.bulk_qa.corpus import convert_corpus
+from jobs.bulk_qa.every_document import (
+    BY_DOCUMENT,
+    answer_documents_wave,
+    check_every_document,
+    document_shards,
+    estimated_pairs,
+    write_by_document,
+)
+from jobs.bulk_qa.every_document import read_inputs as read_every_document_inputs
 from jobs.bulk_qa.html_report import write_report
 from jobs.bulk_qa.ids import DRIVER_CHECK_MAX_ROWS, check_ids, check_ids_in_driver
 from jobs.bulk_qa.inputs import check_model, check_questions_schema, is_squad_style
@@ -179,7 +190,8 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     corpus = files_folder(documents, follow) if documents else None  # None: a Parquet table
     pooled = load_pooled_contexts(config.work, squad)  # --pool-contexts: the questions' contexts as the corpus
     schemas = check_inputs(config, squad, corpus, pooled)
-    n_questions = count_questions(config, squad)  # read once from the footers: every check before Ray uses it
+    # read once from the footers: every check before Ray uses it (--every-document: the pairs, estimated)
+    n_questions = estimated_pairs(config, corpus) if config.work.every_document else count_questions(config, squad)
     engine = choose_engine(config, squad, n_questions, corpus)
     identity = run_identity(config, schemas, pooled)
     output = OutputFolder(config.run.output)
@@ -204,8 +216,12 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     kept = saved_index(output.uri) if resuming and config.retrieval.index is None and squad is None else None
     unread = schemas.retrieval and given_store(config.retrieval, tables.work.documents, kept)
     # an index's passage stores serve the run: the documents' ids are the index's, checked when it was built
-    ids = check_small_ids(tables, dataclasses.replace(schemas, documents=None) if unread else schemas, squad, engine,
-                          n_questions)  # fmt: skip
+    if config.work.every_document:  # shards of documents, each with every question
+        ids = IdCheck(*document_shards(tables.work.questions, tables.work.documents, config.work.shard_size))
+    else:
+        ids = check_small_ids(tables, dataclasses.replace(schemas, documents=None) if unread else schemas, squad,
+                              engine, n_questions)  # fmt: skip
+    n_questions = ids.n_questions
     index = None
     if schemas.retrieval:  # checked (in-process: built) before any question is read: an unusable index fails at once
         distributed = isinstance(engine, RayEngine)  # built by Ray Data once Ray runs
@@ -218,14 +234,17 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     pool = actor_resources(config.run, cluster)
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: tasks sized for the smallest node
         engine = RayEngine(task_cpus=task_cpus(cluster, pool))
-    inputs, expected = read_inputs(tables, schemas, squad, ids, engine)
+    if config.work.every_document:
+        inputs, expected = read_every_document_inputs(tables, engine, ids.num_shards), ids.questions_per_shard
+    else:
+        inputs, expected = read_inputs(tables, schemas, squad, ids, engine)
     if corpus is None and pooled is None:  # else claimed before the conversion or the pooled corpus
         output.claim(identity, config.run.overwrite)
     if index is not None:
         # into the claimed output folder, so that a resumed run keeps it; dense vectors embedded on the engine
         index = complete_index(index, config.retrieval, tables.work.documents, engine, cluster)
         inputs = dataclasses.replace(inputs, index=index, cluster_cpus=cluster["cpus"])
-    tables_of_shard = shard_tables(schemas)
+    tables_of_shard = shard_tables(schemas) + ((BY_DOCUMENT,) if inputs.every_document is not None else ())
     # Read by the driver: a shard counts only once this process has read its marker and its tables' footers.
     resumed = {
         shard: output.read_commit(shard, marker, tables_of_shard) for shard, marker in output.committed_shards().items()
@@ -272,6 +291,12 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
                 index.shard_locations if index is not None and index.store else None,
             )
         )
+        if inputs.every_document is not None:
+            by_document = write_by_document(
+                output, sorted(markers), inputs.every_document["id"].to_pylist(), config.run.by_document_csv
+            )
+            manifest["result_files"] += by_document.pop("result_files")
+            manifest.update(by_document)
         manifest["result_files"] += write_report(output, manifest)  # report.html; none without matplotlib
         output.write_manifest(manifest)
     report.print_summary(manifest, output)
@@ -312,6 +337,8 @@ def check_inputs(
         questions = squad_input.table.schema
     else:
         questions = check_questions_schema(work.questions, bool(work.documents))
+    if work.every_document:
+        check_every_document(config, squad_input is not None, questions)
     if pooled is not None:
         check_model(config.model, DEFAULT_TOKEN)
         replies = table_schema(work.replies, REPLIES) if work.replies else None
@@ -335,7 +362,7 @@ def check_inputs(
     else:
         documents = INGESTED_DOCUMENTS_SCHEMA if corpus is not None else table_schema(work.documents, DOCUMENTS)
     replies = table_schema(work.replies, REPLIES) if work.replies else None
-    retrieval = documents is not None and needs_retrieval(work.questions, questions)
+    retrieval = documents is not None and not work.every_document and needs_retrieval(work.questions, questions)
     check_model(config.model, DEFAULT_TOKEN)
     return Schemas(questions, documents, replies, retrieval)
 
@@ -513,7 +540,14 @@ def answer_pending_shards(
     :raises ShardNotVisible: For a shard whose task committed files that the driver cannot read.
     """
     pending = [shard for shard in sorted(expected) if shard not in resumed]
-    progress = Progress(sum(expected[shard] for shard in pending), len(pending), enabled=not config.run.quiet)
+    every = inputs.every_document
+    progress = Progress(
+        sum(expected[shard] for shard in pending),
+        len(pending),
+        enabled=not config.run.quiet,
+        questions_per_document=None if every is None else every.num_rows,
+    )
+    answer = answer_wave if every is None else answer_documents_wave
     markers: dict[int, dict[str, Any]] = {}
     # In-process, the run waits for nothing but its own reader. On Ray, the watch ends a run that cannot go on even
     # with --quiet, which only silences its stall lines.
@@ -540,7 +574,7 @@ def answer_pending_shards(
             shards = pending[first : first + config.run.shards_per_wave]
             if first and before_wave is not None:
                 before_wave()
-            answer_wave(config, inputs, frozenset(shards), sum(expected[shard] for shard in shards), pool, committed)
+            answer(config, inputs, frozenset(shards), sum(expected[shard] for shard in shards), pool, committed)
     progress.close()
     return markers
 

@@ -26,6 +26,7 @@ RESULT_FILES = (
     "annotated.squad.json",
     "label_studio.json",
     "label_studio.xml",
+    "by_document.csv",
     "report.html",
     "refusal.yaml",
     "calibration.json",

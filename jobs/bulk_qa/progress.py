@@ -34,6 +34,8 @@ class Progress:
     :param enabled: False prints nothing (`--quiet`).
     :param stream: Where to write (stderr by default); a terminal gets a bar.
     :param clock: Seconds since some start, for the rate and the plain lines' spacing.
+    :param questions_per_document: With `--every-document`, the questions asked of each document: the questions
+        counted are then (question, document) pairs, and the documents they make are counted too.
     """
 
     def __init__(
@@ -43,8 +45,11 @@ class Progress:
         enabled: bool = True,
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
+        questions_per_document: int | None = None,
     ) -> None:
         self.questions, self.shards = questions, shards
+        self.questions_per_document = questions_per_document
+        self.unit = "question" if questions_per_document is None else "pair"
         self.done_questions = self.done_shards = 0
         self.stream = stream or sys.stderr
         self.clock = clock
@@ -55,7 +60,7 @@ class Progress:
         if self.enabled and self.stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=questions, unit="question", desc="bulk-qa", file=self.stream, dynamic_ncols=True)
+            self.bar = tqdm(total=questions, unit=self.unit, desc="bulk-qa", file=self.stream, dynamic_ncols=True)
 
     def shard_committed(self, questions: int) -> None:
         """One more shard committed, holding `questions` questions."""
@@ -63,7 +68,7 @@ class Progress:
         self.done_shards += 1
         if self.bar is not None:
             self.bar.update(questions)
-            self.bar.set_postfix_str(f"shards {self.done_shards}/{self.shards}")
+            self.bar.set_postfix_str(f"{self._documents()}shards {self.done_shards}/{self.shards}")
         elif self.enabled:
             now = self.clock()
             if self.last_line is None or now - self.last_line >= PLAIN_LINE_EVERY_S or self.done_shards == self.shards:
@@ -71,16 +76,23 @@ class Progress:
                 print(self.line(now), file=self.stream, flush=True)
 
     def line(self, now: float) -> str:
-        """`questions 250/600 (42%), shards 3/12, 5.1 questions/s, about 1m10s left`."""
+        """`questions 250/600 (42%), shards 3/12, 5.1 questions/s, about 1m10s left` (`pairs ..., documents ...`)."""
         elapsed = max(now - self.started, 1e-9)
         rate = self.done_questions / elapsed
         share = self.done_questions / self.questions if self.questions else 1.0
         left = (self.questions - self.done_questions) / rate if rate else None
         text = (
-            f"questions {self.done_questions}/{self.questions} ({share:.0%}), shards {self.done_shards}/{self.shards}, "
-            f"{rate:.1f} questions/s"
+            f"{self.unit}s {self.done_questions}/{self.questions} ({share:.0%}), {self._documents()}"
+            f"shards {self.done_shards}/{self.shards}, {rate:.1f} {self.unit}s/s"
         )
         return text + (f", about {_duration(left)} left" if left is not None and left > 0 else "")
+
+    def _documents(self) -> str:
+        """`documents 25/60, ` with `--every-document` (each document's pairs commit in one shard), else ``."""
+        if self.questions_per_document is None:
+            return ""
+        per = self.questions_per_document
+        return f"documents {self.done_questions // per}/{self.questions // per}, "
 
     def close(self) -> None:
         """Ends the bar, if any."""

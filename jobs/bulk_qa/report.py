@@ -130,6 +130,16 @@ def retrieval_line(quality: dict[str, Any] | None) -> str:
     return f"  retrieval   {recalls}, mrr {quality['mrr']:.3f} over {quality['questions']} questions: evaluation.json"
 
 
+def by_document_line(record: dict[str, Any] | None) -> str:
+    """With `--every-document`: the documents and questions whose pairs the run answered; else ""."""
+    if record is None:
+        return ""
+    return (
+        f"  documents   {record['documents']} x {record['questions']} questions (--every-document): a row per "
+        "document in by_document"
+    )
+
+
 def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
     """Prints the run's summary (from its manifest) on stdout: the last thing the job prints there."""
     outputs, statuses = manifest["outputs"], manifest["outputs"]["statuses"]
@@ -145,12 +155,14 @@ def print_summary(manifest: dict[str, Any], output: OutputFolder) -> None:
         f"(pipeline {manifest['timings']['pipeline_s']} s, {engine_line(manifest)}, "
         f"precision {precision_line(manifest)})",
         idle_readers(manifest),
+        by_document_line(manifest.get("by_document")),
         f"  shards      {manifest['shards']['committed']}/{manifest['shards']['total']} committed"
         f" ({manifest['shards']['resumed']} from an earlier run)",
         corpus_line(manifest.get("ingestion")),
         pooled_line(manifest),
         f"  tables      {output.table_path('answers')}, {output.table_path('questions')}"
-        + (f", {output.table_path('generated_answers')}" if outputs["generated_answers"] else ""),
+        + (f", {output.table_path('generated_answers')}" if outputs["generated_answers"] else "")
+        + (f", {manifest['by_document']['table']}" if "by_document" in manifest else ""),
         f"  manifest    {output.table_path('manifest.json')}" if manifest["reconciled"] else "",
         f"  results     {', '.join(manifest['result_files'])}" if manifest.get("result_files") else "",
         "  evaluation  exact {exact:.2f}, f1 {f1:.2f} over {total} questions (best_f1 {best_f1:.2f} at "

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.bulk_qa.config import WorkSettings
+from jobs.bulk_qa.every_document import pair_questions
 from jobs.bulk_qa.inputs import is_squad_style
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.pooled_contexts import PooledContexts
@@ -311,6 +312,8 @@ def dataset_from_tables(
     # Questions retrieved for have no document_ids: their span's document is their context.
     columns = ["id", "query", *[name for name in ("context" if with_context else "document_ids",) if name in names]]
     questions = parquet_dataset(work.questions).to_table(columns=columns).to_pydict()
+    if work.every_document:  # the pairs, each a question naming its document
+        questions = pair_questions(questions, sorted(predictions))
     if with_context:
         contexts = dict(zip(questions["id"], questions["context"], strict=True))
         chosen = {

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from jobs.bulk_qa.config import JobConfig, RunSettings
 from jobs.bulk_qa.retrieval import retrieved_questions
 from jobs.bulk_qa.workers.aggregate import aggregate_shard
@@ -64,6 +66,8 @@ class Inputs:
     num_shards: int
     index: IndexPlan | None = None  # the BM25 index, when some questions have no document_ids
     cluster_cpus: float = 1.0  # the cluster's CPUs (the retrieval actor reserves a fraction of one)
+    # --every-document: the questions (id, query) asked of every document (`questions` is then the documents')
+    every_document: pa.Table | None = None
 
 
 @dataclass(frozen=True)
@@ -170,8 +174,6 @@ def answer_wave(
     Answers the `wave_questions` questions of `shards` and commits each shard, passing its marker to `on_commit`
     when it is.
     """
-    import json
-
     wave = {"num_shards": inputs.num_shards, "shards": shards}
     tasks = {"num_cpus": inputs.engine.task_cpus}  # see `task_cpus`
     ShardStore(config.run.output).delete_pair_notes(shards)  # those an earlier attempt at these shards left
@@ -199,6 +201,44 @@ def answer_wave(
             .groupby(PART, num_partitions=min(inputs.document_parts, MAX_SHUFFLE_PARTITIONS))
             .map_groups(join_document_part, batch_format="pyarrow", fn_kwargs={"output": config.run.output}, **tasks)
         )
+    questions = questions.map_batches(
+        question_rows, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad}, **tasks
+    )
+    work = [questions]
+    if inputs.replies is not None:
+        work.append(inputs.replies.map_batches(replies_rows, batch_format="pyarrow", fn_kwargs=wave, **tasks))
+    aggregation = {
+        "selection": config.selection,
+        "refusal": config.refusal,
+        "replies": config.replies if inputs.replies is not None else None,
+        "output": config.run.output,
+    }
+    commit_pairs(
+        config, inputs, pairs, work, len(shards), wave_questions, pool, aggregate_shard, aggregation, on_commit
+    )
+
+
+def commit_pairs(
+    config: JobConfig,
+    inputs: Inputs,
+    pairs: Any,
+    work: list[Any],
+    wave_shards: int,
+    wave_questions: int,
+    pool: ActorResources,
+    aggregate: Callable[..., Any],
+    aggregation: dict[str, Any],
+    on_commit: Callable[[dict[str, Any]], None],
+) -> None:
+    """
+    The tail of a wave: its `pairs` (joined with their documents) tokenized and read by the reader pool; their
+    candidates and read notes grouped by shard with the wave's other `work` rows (`question` rows, `replies` rows)
+    and committed by `aggregate` (called with `aggregation`) for each of the wave's `wave_shards` shards, each
+    marker passed to `on_commit`.
+    """
+    import json
+
+    tasks = {"num_cpus": inputs.engine.task_cpus}  # see `task_cpus`
     sequences = pairs.map_batches(
         tokenize,
         batch_format="pyarrow",
@@ -241,29 +281,14 @@ def answer_wave(
     # With several reader actors the wave starts once all have: Ray Data hands an actor several batches at once,
     # and the one ready first would take every batch of a small wave.
     inputs.engine.wait_for_actors(candidates, pool.num_actors > 1)
-    questions = questions.map_batches(
-        question_rows, batch_format="pyarrow", fn_kwargs={**wave, "squad": inputs.squad}, **tasks
-    )
-    work = [candidates, questions]
-    if inputs.replies is not None:
-        work.append(inputs.replies.map_batches(replies_rows, batch_format="pyarrow", fn_kwargs=wave, **tasks))
+    work = [candidates, *work]
     # The group by shard waits for all its input, so every tokenize task of the wave has written its pair notes
     # when the aggregation reads them.
     markers = (
         work[0]
         .union(*work[1:])
-        .groupby("shard", num_partitions=max(1, min(len(shards), MAX_SHUFFLE_PARTITIONS)))
-        .map_groups(
-            aggregate_shard,
-            batch_format="pyarrow",
-            fn_kwargs={
-                "selection": config.selection,
-                "refusal": config.refusal,
-                "replies": config.replies if inputs.replies is not None else None,
-                "output": config.run.output,
-            },
-            **tasks,
-        )
+        .groupby("shard", num_partitions=max(1, min(wave_shards, MAX_SHUFFLE_PARTITIONS)))
+        .map_groups(aggregate, batch_format="pyarrow", fn_kwargs=aggregation, **tasks)
     )
     rows = markers.iter_rows()
     try:

@@ -213,10 +213,31 @@ def aggregate_shard(
     shard's answers, questions and (with `replies` settings) generated_answers tables, committed to the output
     folder. Returns the shard's completion marker, as one row.
     """
+    shard = group["shard"][0].as_py()
+    tables, marker, _ = shard_results(group, selection, refusal, replies, output)
+    return commit(output, shard, tables, marker)
+
+
+def commit(output: str, shard: int, tables: dict[str, pa.Table], marker: dict[str, Any]) -> pa.Table:
+    """Commits a shard's tables and marker to the output folder; returns the marker as one row."""
+    ShardStore(output).commit_shard(shard, tables, marker)
+    return pa.table({"shard": [shard], "marker": [json.dumps(marker, sort_keys=True)]}, schema=MARKER_SCHEMA)
+
+
+def shard_results(
+    group: pa.Table,
+    selection: SelectionSettings,
+    refusal: RefusalSettings,
+    replies: AnswerBuilderSettings | None,
+    output: str,
+) -> tuple[dict[str, pa.Table], dict[str, Any], dict[str, tuple[dict[str, Any], list[ExtractedAnswer]]]]:
+    """
+    `aggregate_shard`'s tables and marker, not committed yet, and each question's row and answers by question id
+    (for tables derived from them).
+    """
     rows = group.to_pylist()
     shard = rows[0]["shard"]
-    store = ShardStore(output)
-    rows += store.read_pair_notes(shard)
+    rows += ShardStore(output).read_pair_notes(shard)
     questions: dict[str, dict[str, Any]] = {}
     shard_replies: dict[str, dict[str, Any]] = {}
     notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -229,10 +250,12 @@ def aggregate_shard(
             notes[row["question_id"]].append(row)
     builder = AnswerBuilder.from_settings(replies) if replies is not None else None
     question_rows, answers, generated = [], [], []
+    results: dict[str, tuple[dict[str, Any], list[ExtractedAnswer]]] = {}
     workers: Counter[str] = Counter()
     for question_id in sorted(questions):
         question = questions[question_id]
         row, question_answers = question_result(question, notes[question_id], selection, refusal)
+        results[question_id] = row, question_answers
         if question_id in shard_replies:
             try:
                 generated += parse_replies(question, shard_replies[question_id], builder)
@@ -266,8 +289,7 @@ def aggregate_shard(
         "workers": dict(workers),
         "replies_without_question": sorted(set(shard_replies) - set(questions)),
     }
-    store.commit_shard(shard, tables, marker)
-    return pa.table({"shard": [shard], "marker": [json.dumps(marker, sort_keys=True)]}, schema=MARKER_SCHEMA)
+    return tables, marker, results
 
 
 def parse_reply_meta(values: list[str] | None) -> list[dict[str, Any]] | None:

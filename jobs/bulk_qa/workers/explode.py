@@ -27,7 +27,7 @@ from jobs.storage import ShardStore, parquet_dataset
 from qa_core.document import Document
 
 
-def _query_error(query: str | None) -> str | None:
+def query_error(query: str | None) -> str | None:
     """Why a query cannot be asked, or None."""
     if query is None:
         return "the query is null"
@@ -66,7 +66,7 @@ def question_rows(batch: pa.Table, num_shards: int, shards: frozenset[int], squa
             "question_id": question["id"],
             "kind": QUESTION,
             "query": question["query"],
-            "error": _query_error(question["query"]),
+            "error": query_error(question["query"]),
             "document_ids": _document_ids(question, squad),
             "retrieval_scores": question.get("retrieval_scores"),  # retrieved questions only
             "passage_ids": question.get("passage_ids"),  # retrieved passages only (split_length)
@@ -88,7 +88,7 @@ def explode_pairs(
     """
     rows: list[dict[str, Any]] = []
     for shard, question in _wave_questions(batch, num_shards, shards):
-        if _query_error(question["query"]) is not None:
+        if query_error(question["query"]) is not None:
             continue
         common = {"shard": shard, "question_id": question["id"], "kind": PAIR, "query": question["query"]}
         for position, document_id in enumerate(_document_ids(question, squad)):

@@ -83,7 +83,8 @@ AGGREGATION_SCHEMA = pa.schema(
         ("end", pa.int64()),
         ("answer", pa.string()),
         ("answer_page_number", pa.int64()),
-        FILE_PATH,  # candidates: their document's file
+        FILE_PATH,  # candidates: their document's file (and question rows of --every-document)
+        ("page_number", pa.int64()),  # question rows of --every-document: their document's page_number
         ("context", pa.string()),
         ("context_offset", pa.int64()),  # where the context starts in the document
         ("worker", pa.string()),  # read notes: which reader actor read the sequence

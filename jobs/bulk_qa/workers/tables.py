@@ -9,7 +9,7 @@ from jobs.retrieval.retrieve import RETRIEVER_COLUMNS
 from jobs.table_schema import described_schema
 from qa_core.answers import ExtractedAnswer, GeneratedAnswer
 
-TABLES = ("answers", "questions", "generated_answers")
+TABLES = ("answers", "questions", "generated_answers", "by_document")  # by_document: --every-document
 
 ANSWERS_SCHEMA, ANSWERS_DESCRIPTIONS = described_schema(
     [

@@ -38,6 +38,7 @@ COMPANIONS = {
     "split_overlap": {"split_length": 5},
     "retrieval": {"embedding_model": "m"},
     "ann": {"retrieval": "dense", "embedding_model": "m"},
+    "by_document_csv": {"every_document": True},
 }  # the options a field's other value needs beside it
 FIELDS = [(phase, name) for phase, settings in JobConfig().phases().items() for name in settings.types()]
 

@@ -45,6 +45,18 @@ def test_plain_lines_at_most_every_30_seconds_and_at_the_end() -> None:
     ]
 
 
+def test_every_document_runs_count_pairs_and_documents() -> None:
+    clock, stream = Clock(), io.StringIO()
+    progress = Progress(questions=60, shards=2, stream=stream, clock=clock, questions_per_document=3)
+    for second, pairs in ((10, 36), (20, 24)):
+        clock.now = second
+        progress.shard_committed(pairs)
+    assert stream.getvalue().splitlines() == [
+        "pairs 36/60 (60%), documents 12/20, shards 1/2, 3.6 pairs/s, about 7s left",
+        "pairs 60/60 (100%), documents 20/20, shards 2/2, 3.0 pairs/s",
+    ]
+
+
 def test_quiet_prints_nothing() -> None:
     stream = io.StringIO()
     progress = Progress(questions=10, shards=1, enabled=False, stream=stream)
