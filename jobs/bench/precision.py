@@ -15,10 +15,10 @@ import argparse
 from dataclasses import dataclass, replace
 from typing import Any
 
-from jobs.bulk_qa.workers.aggregate import RefusalSettings
 from qa_core.document import Document
 from qa_core.evaluation import evaluate
 from qa_core.reader import ExtractiveReader
+from qa_core.refusal import RefusalSettings
 from qa_core.selection import model_no_answer_score
 from qa_core.squad import SquadDataset, SquadExample, read_squad
 from qa_core.training.minilm_squad import CLOZE, RECIPE, TEXT_FILE

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from jobs.bench.precision import heldout_cloze
-from jobs.bulk_qa.workers.aggregate import RefusalSettings
 from qa_core.document import Document
 from qa_core.embedding import SentenceEmbedder
 from qa_core.evaluation import evaluate
 from qa_core.reader import ExtractiveReader
+from qa_core.refusal import RefusalSettings
 from qa_core.retrieval import BM25Retriever
 from qa_core.retrieval.dense import DenseIndex
 from qa_core.retrieval.fusion import fuse

@@ -10,8 +10,9 @@ Rows, all on the same questions, documents and weights:
 - `run_batch`: `qa_core.ExtractiveReader.run_batch`, all the round's questions in one call;
 - `run_batch:int8`: the same with `quantization="int8"` (CPU only, opt-in), compared with `run_batch`;
 - `run_batch:PRECISION`: the same in bf16 (or fp16 on a GPU) when `--precision` is given, compared with `run_batch`;
-- `ray`: the job `jobs.bulk_qa` end to end on a local Ray; Ray's start-up and a 4-question warm-up job
-  (worker processes, imports) are reported apart as `startup_s`;
+- `ray`: the job end to end, run as its command (`python -m jobs.bulk_qa`) on a local Ray that the benchmark
+  starts; Ray's start-up and a 4-question warm-up job (Ray's processes, the files' cache) are reported apart as
+  `startup_s`;
 - `limit`, `limit:PRECISION`: the model's forward pass alone over `run_batch`'s sequences, with the inputs padded
   and on the device beforehand (no tokenization, decoding or answers), in the fastest of several batch shapes
   (`LIMIT_SHAPES`: on a CPU, length-sorted batches of 8 to 64 sequences or of a token budget, each timed as a row
@@ -379,8 +380,10 @@ def measure_ray(
     model: Path, workload: Workload, settings: Settings, folder: Path, job_args: list[str], memory_every_s: float | None
 ) -> tuple[Measurement, list]:
     """
-    The Ray job end to end on a fresh local Ray. Start-up (Ray's, plus a 4-question warm-up job that starts the
-    worker processes) is timed apart; the measured job then runs on the warm Ray, reader actors included.
+    The Ray job end to end, run as its command (`python -m jobs.bulk_qa`) joining a fresh local Ray that this
+    process starts. Start-up (Ray's, plus a 4-question warm-up job that starts the worker processes) is timed apart;
+    the measured job then runs on the warm Ray, reader actors included, its time the job's own (`timings.total_s`
+    of its manifest: the command's Python start-up and imports are left out, as for the in-process rows).
 
     :param memory_every_s: How often the processes' PSS is sampled (see `MemorySampler`: each sample takes CPU
         and memory-map time from the job it measures); None: never (the row's peak memory is then None).
@@ -388,33 +391,23 @@ def measure_ray(
     """
     import ray
 
-    from jobs.bulk_qa import main as bulk_qa
-
     questions, documents = write_parquet(workload, folder / "inputs")
     warm_questions, warm_documents = write_parquet(workload.chunk(0, 4), folder / "warm-up")
-    common = ["--model", str(model), "--overwrite", *settings.job_args()]
+    output = folder / "out"
     sampler = MemorySampler(tree=True, interval_s=memory_every_s)
     started = time.perf_counter()
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
     try:
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        if (
-            bulk_qa(
-                ["--questions", warm_questions, "--documents", warm_documents, "--output", str(folder / "warm")]
-                + common
-                + job_args
-            )
-            != 0
-        ):
+        common = [
+            "--model", str(model), "--overwrite", "--quiet", "--address", ray.get_runtime_context().gcs_address,
+            *settings.job_args(), *job_args,
+        ]  # fmt: skip
+        warm_up = ["--questions", warm_questions, "--documents", warm_documents, "--output", str(folder / "warm")]
+        if _run_job(warm_up + common) != 0:
             raise RuntimeError("the Ray warm-up job failed")
         startup = time.perf_counter() - started
-        output = folder / "out"
         with sampler.measure() as memory:
-            started = time.perf_counter()
-            status = bulk_qa(
-                ["--questions", questions, "--documents", documents, "--output", str(output)] + common + job_args
-            )
-            seconds = time.perf_counter() - started
+            status = _run_job(["--questions", questions, "--documents", documents, "--output", str(output)] + common)
     finally:
         ray.shutdown()
     if status != 0:
@@ -425,7 +418,7 @@ def measure_ray(
         questions=len(workload),
         sequences=manifest["outputs"]["sequences"],
         padded_tokens=None,
-        seconds=seconds,
+        seconds=manifest["timings"]["total_s"],
         cpu_seconds=memory.cpu_seconds,
         startup_seconds=startup,
         peak_bytes=memory.peak,
@@ -433,6 +426,11 @@ def measure_ray(
         details={"job_timings": manifest["timings"], "memory_every_s": memory_every_s},
     )
     return measurement, answer_table_keys(str(output / "answers"), workload.question_ids)
+
+
+def _run_job(args: list[str]) -> int:
+    """The bulk job run as its command with `args`; its exit status."""
+    return subprocess.run([sys.executable, "-m", "jobs.bulk_qa", *args], check=False).returncode
 
 
 def table(measurements: list[Measurement], peak: float | None = None) -> list[dict[str, Any]]:

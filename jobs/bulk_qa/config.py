@@ -13,7 +13,6 @@ from typing import Any
 
 import yaml
 
-from jobs.bulk_qa.workers.aggregate import RefusalSettings
 from jobs.ingest.stage import IngestSettings
 from jobs.options import add_options, base_type, is_optional, with_values
 from jobs.retrieval_settings import RetrievalSettings
@@ -23,6 +22,7 @@ from qa_core.answer_builder import AnswerBuilderSettings
 from qa_core.inference import InferenceSettings
 from qa_core.ingest import CleanerSettings
 from qa_core.models import ModelSettings
+from qa_core.refusal import RefusalSettings
 from qa_core.selection import SelectionSettings
 from qa_core.settings import Settings, at_least, setting
 from qa_core.tokenization import TokenizationSettings

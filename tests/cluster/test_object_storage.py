@@ -4,13 +4,15 @@ cluster's environment (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...), as cloud n
 """
 
 import tempfile
+from pathlib import Path
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+import pytest
 
 from jobs.indexing.build import build_index, write_index
 from jobs.retrieval_settings import RetrievalSettings
-from jobs.storage import local_index_folder, resolve_path
+from jobs.storage import local_index_folder, resolve_path, written_in_place
 from tests.cluster.cluster_testing import ROOT, SAMPLE, check_answer_tables, explain, input_ids, submission_id, submit
 from tests.jobs.conftest import TEXTS, write_corpus
 
@@ -124,3 +126,56 @@ def test_an_index_of_one_shard_in_object_storage_is_copied_whole_to_a_node(s3_se
     fresh = local_index_folder(f"s3://{s3_server.bucket}/one-shard")
     assert fresh != copy
     assert (fresh / "index.json").read_bytes() == (tmp_path / "index-again" / "index.json").read_bytes()
+
+
+def _files(filesystem: pafs.FileSystem, folder: str) -> dict[str, bytes]:
+    """The files under a folder of object storage and their bytes, by path relative to it."""
+    infos = filesystem.get_file_info(pafs.FileSelector(folder, recursive=True, allow_not_found=True))
+    found = {}
+    for info in infos:
+        if info.type == pafs.FileType.File:
+            with filesystem.open_input_stream(info.path) as stream:
+                found[info.path[len(folder) + 1 :]] = stream.read()
+    return found
+
+
+def test_written_in_place_writes_object_storage_complete_or_not_at_all(s3_server, monkeypatch):
+    """
+    `written_in_place` on object storage: a folder staged locally and copied, its `last` files after it, what was
+    there replaced; a write that stops leaves what was there; a single file; and, not staged, a folder that its
+    writers fill in place (emptied first).
+    """
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    filesystem, folder = s3_filesystem(s3_server), f"{s3_server.bucket}/in-place"
+    location = f"s3://{folder}/index"
+
+    def write(staged, files: dict[str, str]) -> None:
+        Path(staged.path).mkdir()
+        for name, text in files.items():
+            (Path(staged.path) / name).write_text(text)
+
+    with written_in_place(location) as staged:
+        write(staged, {"a.txt": "1", "b.txt": "1"})
+        staged.last["build.json"] = b"{}"
+    assert _files(filesystem, folder) == {"index/a.txt": b"1", "index/b.txt": b"1", "index/build.json": b"{}"}
+    with written_in_place(location) as staged:
+        write(staged, {"a.txt": "2"})
+    assert _files(filesystem, folder) == {"index/a.txt": b"2"}
+    with pytest.raises(RuntimeError, match="stopped"), written_in_place(location) as staged:
+        write(staged, {"c.txt": "3"})
+        raise RuntimeError("stopped")
+    assert _files(filesystem, folder) == {"index/a.txt": b"2"}
+    for data in (b"x", b"y"):
+        with written_in_place(f"s3://{folder}/graph.faiss") as staged:
+            Path(staged.path).write_bytes(data)
+    assert _files(filesystem, folder) == {"index/a.txt": b"2", "graph.faiss": b"y"}
+    with written_in_place(location, staged=False) as staged:
+        assert staged.path == location
+        written, inner = resolve_path(f"{staged.path}/shard-00000/part.txt")
+        with written.open_output_stream(inner) as stream:
+            stream.write(b"4")
+        staged.last["build.json"] = b"{}"
+    assert _files(filesystem, folder) == {
+        "index/shard-00000/part.txt": b"4", "index/build.json": b"{}", "graph.faiss": b"y"
+    }  # fmt: skip

@@ -6,7 +6,6 @@ committed to the output folder as the shard's tables. Returns the shard's comple
 import dataclasses
 import json
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -25,53 +24,12 @@ from jobs.storage import ShardStore
 from qa_core.answer_builder import AnswerBuilder, AnswerBuilderSettings
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
+from qa_core.refusal import RefusalSettings
 from qa_core.selection import SelectionSettings, model_no_answer_score, no_answer_score, rank_answers
-from qa_core.settings import Settings, setting, within
 
 MARKER_SCHEMA = pa.schema([("shard", pa.int32()), ("marker", pa.string())])
 
 
-NO_ANSWER_SOURCES = ("haystack", "model")
-
-
-@dataclass(frozen=True)
-class RefusalSettings(Settings):
-    """When a question counts as refused rather than answered (the answers table keeps every answer either way)."""
-
-    no_answer_source: str = setting(
-        "haystack",
-        "the no-answer score a question is refused by: haystack, prod(1 - score) of the kept answers (Haystack's "
-        "no-answer score); model, the model's own null span against its best span, sigmoid(min null - max best logit "
-        "sums), as SQuAD 2.0 models are trained",
-    )
-    refusal_threshold: float | None = setting(
-        None,
-        "refuse when the no-answer score >= this; None: when it beats the best answer's score (haystack) or 0.5 "
-        "(model)",
-    )
-
-    def problems(self) -> list[str]:
-        problems = within("refusal_threshold", self.refusal_threshold, 0, 1)
-        if self.no_answer_source not in NO_ANSWER_SOURCES:
-            problems.append(
-                f"no_answer_source must be one of {', '.join(NO_ANSWER_SOURCES)}, not {self.no_answer_source!r}"
-            )
-        return problems
-
-    def no_answer(self, haystack: float | None, model: float | None) -> float | None:
-        """The no-answer score of the selected source."""
-        return model if self.no_answer_source == "model" else haystack
-
-    def refused(self, best_score: float, no_answer: float) -> bool:
-        """
-        With a threshold: refused when the no-answer score reaches it. Without: when no answer is likelier than the
-        best answer (haystack), or when the null span beats the best span, a no-answer score above 0.5 (model).
-        """
-        if self.refusal_threshold is not None:
-            return no_answer >= self.refusal_threshold
-        if self.no_answer_source == "model":
-            return no_answer > 0.5
-        return no_answer > best_score
 
 
 def question_result(

@@ -1,9 +1,9 @@
 """
 The benchmark's "ray" row from the real Ray job: `measure_ray` starts a Ray of its own, runs its warm-up job and
-the measured job in-process, and reads the answers back from the job's answers table; the row's agreement is
-computed from those answers against run_batch's, as the benchmark computes it. Its Ray runs without token
-authentication, as the job tests' Rays do (`tests/jobs/conftest.py::own_local_ray`): Ray keeps the mode it first
-reads in a process, so one Ray of another mode breaks the modules that come after it.
+the measured job as the job's command on it, and reads the answers back from the job's answers table; the row's
+agreement is computed from those answers against run_batch's, as the benchmark computes it. Its Ray runs without
+token authentication, as the job tests' Rays do (`tests/jobs/conftest.py::own_local_ray`): Ray keeps the mode it
+first reads in a process, so one Ray of another mode breaks the modules that come after it.
 """
 
 from dataclasses import replace

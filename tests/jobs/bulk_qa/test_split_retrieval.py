@@ -19,7 +19,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from jobs import index as index_command
 from jobs.bulk_qa import driver, main
-from jobs.bulk_qa.workers.aggregate import RefusalSettings, question_result
+from jobs.bulk_qa.workers.aggregate import question_result
 from jobs.bulk_qa.workers.rows import AGGREGATION_SCHEMA, CANDIDATE, PAIR, SEQUENCE
 from jobs.bulk_qa.workers.tokenize import tokenize
 from jobs.indexing.build import build_index, write_index
@@ -31,6 +31,7 @@ from jobs.retrieval.stages import shard_stages
 from jobs.retrieval_settings import RetrievalSettings
 from qa_core import Document, ExtractiveReader
 from qa_core.models import ModelSettings
+from qa_core.refusal import RefusalSettings
 from qa_core.retrieval.store import PassageStore
 from qa_core.selection import SelectionSettings
 from qa_core.tokenization import TokenizationSettings

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from jobs.bulk_qa.workers.aggregate import RefusalSettings, aggregate_shard
+from jobs.bulk_qa.workers.aggregate import aggregate_shard
 from jobs.bulk_qa.workers.explode import (
     PART,
     document_columns,
@@ -26,6 +26,7 @@ from jobs.storage import PAIR_NOTES, ShardStore, shard_name
 from qa_core import Document, ExtractiveReader
 from qa_core.inference import InferenceSettings
 from qa_core.models import ModelSettings
+from qa_core.refusal import RefusalSettings
 from qa_core.selection import SelectionSettings
 from qa_core.tokenization import TokenizationSettings
 from tests.jobs.conftest import TEXTS, by_question, read_output

@@ -2,7 +2,7 @@
 
 import pytest
 
-from jobs.bulk_qa.workers.aggregate import RefusalSettings
+from qa_core.refusal import RefusalSettings
 
 
 def test_haystack_source_refuses_when_no_answer_beats_the_best_answer():
