@@ -30,7 +30,7 @@ from jobs.bulk_qa.config import JobConfig
 from jobs.bulk_qa.ids import check_ids_in_driver
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.waves import ActorResources, Inputs, commit_pairs
-from jobs.bulk_qa.workers.aggregate import RefusalSettings, commit, shard_results
+from jobs.bulk_qa.workers.aggregate import commit, shard_results
 from jobs.bulk_qa.workers.explode import JOINED_DOCUMENT_COLUMNS, document_columns, query_error
 from jobs.bulk_qa.workers.rows import (
     AGGREGATION_SCHEMA,
@@ -47,6 +47,7 @@ from jobs.storage import InputError, ShardStore, parquet_dataset, redact
 from jobs.table_schema import described_schema
 from jobs.tables import DOCUMENTS, QUESTIONS, read_ids, table_rows
 from qa_core.answers import ExtractedAnswer
+from qa_core.refusal import RefusalSettings
 from qa_core.selection import SelectionSettings
 
 BY_DOCUMENT = "by_document"  # the table's folder in the output folder
