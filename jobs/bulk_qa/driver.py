@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from jobs.bulk_qa import report
 from jobs.bulk_qa.config import JobConfig, RunSettings, load_config
-from jobs.bulk_qa.corpus import convert_corpus
+from jobs.bulk_qa.corpus import CORPUS_FOLDER, convert_corpus
 from jobs.bulk_qa.html_report import write_report
 from jobs.bulk_qa.ids import DRIVER_CHECK_MAX_ROWS, check_ids, check_ids_in_driver
 from jobs.bulk_qa.inputs import (
@@ -199,7 +199,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     cluster, converted, tables = None, None, config  # tables: the run's settings with the documents table it reads
     if corpus is not None:  # converted into the claimed output folder first: the conversion makes the ids
         cluster = start_engine(config.run, engine, ray_logs, shared, probed=probed)
-        output.claim(identity, config.run.overwrite)
+        output.claim(identity, config.run.overwrite, keep=(CORPUS_FOLDER,))  # an earlier conversion is updated
         converted = convert_corpus(
             corpus, output.uri, config.ingest, config.cleaning, engine, cluster["cpus"], resuming
         )
