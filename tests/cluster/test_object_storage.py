@@ -5,12 +5,18 @@ cluster's environment (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...), as cloud n
 
 import tempfile
 
+import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from jobs.bulk_qa.retrieval import build_index, write_index
+from jobs.engines import InProcessEngine
+from jobs.ingest.folder import list_folder
+from jobs.ingest.run import ingest
+from jobs.ingest.stage import IngestSettings, SplitSettings
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import local_index_folder, resolve_path
+from qa_core.ingest import CleanerSettings
 from tests.cluster.cluster_testing import ROOT, SAMPLE, check_answer_tables, explain, input_ids, submission_id, submit
 from tests.jobs.conftest import TEXTS, write_corpus
 
@@ -124,3 +130,34 @@ def test_an_index_of_one_shard_in_object_storage_is_copied_whole_to_a_node(s3_se
     fresh = local_index_folder(f"s3://{s3_server.bucket}/one-shard")
     assert fresh != copy
     assert (fresh / "index.json").read_bytes() == (tmp_path / "index-again" / "index.json").read_bytes()
+
+
+def test_an_ingestion_in_object_storage_is_updated_as_a_local_one(s3_server, monkeypatch, tmp_path):
+    """
+    `jobs.ingest`'s output at an s3:// URI, run again after the folder changed: the changed file alone converted,
+    the published table the one a fresh local ingestion writes, nothing left staged.
+    """
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    root = tmp_path / "in"
+    root.mkdir()
+    for name, text in zip(("a.txt", "b.txt", "c.txt"), TEXTS, strict=False):
+        (root / name).write_text(text)
+    settings = IngestSettings(timeout_per_file=0, memory_per_file=0, files_per_task=1)
+    uri = f"s3://{s3_server.bucket}/ingested"
+
+    def run(output: str) -> dict:
+        folder = list_folder(str(root))
+        return ingest(folder, output, settings, CleanerSettings(), SplitSettings(), InProcessEngine(), 1.0)
+
+    run(uri)
+    (root / "b.txt").write_text("Changed text of the second file.")
+    (root / "c.txt").unlink()
+    (root / "d.txt").write_text("A new file.")
+    manifest = run(uri)
+    assert [manifest[f"files_{change}"] for change in ("new", "changed", "unchanged", "deleted")] == [1, 1, 1, 1]
+    run(str(tmp_path / "fresh"))
+    filesystem = s3_filesystem(s3_server)
+    published = pads.dataset(f"{s3_server.bucket}/ingested/documents", filesystem=filesystem, format="parquet")
+    assert published.to_table().equals(pq.read_table(tmp_path / "fresh" / "documents"))
+    assert filesystem.get_file_info(f"{s3_server.bucket}/ingested/_staging").type == pafs.FileType.NotFound
