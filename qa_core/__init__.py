@@ -1,6 +1,7 @@
 """
-Engine-free extractive question answering with Haystack's semantics: reader, answers, AnswerBuilder, BM25
-retriever; SQuAD data and its official evaluation (`qa_core.squad`, `qa_core.evaluation`).
+Engine-free extractive question answering with Haystack's semantics: reader, answers, AnswerBuilder, the BM25 and
+embedding retrievers and the document joiner; SQuAD data and its official evaluation (`qa_core.squad`,
+`qa_core.evaluation`).
 
 The public names load on first use, so that code needing only the dataclasses or the answer selection
 (for instance the Ray job's aggregation tasks) does not import torch and transformers.
@@ -13,6 +14,8 @@ _MODULES = {
     "AnswerBuilder": "qa_core.answer_builder",
     "BM25Retriever": "qa_core.retrieval",
     "Document": "qa_core.document",
+    "DocumentJoiner": "qa_core.retrieval",
+    "EmbeddingRetriever": "qa_core.retrieval",
     "ExtractedAnswer": "qa_core.answers",
     "ExtractiveReader": "qa_core.reader",
     "GeneratedAnswer": "qa_core.answers",
@@ -22,6 +25,8 @@ __all__ = [
     "AnswerBuilder",
     "BM25Retriever",
     "Document",
+    "DocumentJoiner",
+    "EmbeddingRetriever",
     "ExtractedAnswer",
     "ExtractiveReader",
     "GeneratedAnswer",
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
     from qa_core.answers import ExtractedAnswer, GeneratedAnswer
     from qa_core.document import Document
     from qa_core.reader import ExtractiveReader
-    from qa_core.retrieval import BM25Retriever
+    from qa_core.retrieval import BM25Retriever, DocumentJoiner, EmbeddingRetriever
     from qa_core.secret import Secret
 
 

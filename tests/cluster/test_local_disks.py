@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from jobs.bulk_qa import main
-from jobs.bulk_qa.retrieval import build_index, write_index
+from jobs.indexing.build import build_index, write_index
 from jobs.retrieval_settings import RetrievalSettings
 from tests.cluster.cluster_testing import SAMPLE
 from tests.cluster.nodes import LocalRayCluster, node_env

@@ -9,8 +9,8 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from jobs.bulk_qa.retrieval import build_index, write_index
 from jobs.engines import InProcessEngine
+from jobs.indexing.build import build_index, write_index
 from jobs.ingest.folder import list_folder
 from jobs.ingest.run import ingest
 from jobs.ingest.stage import IngestSettings, SplitSettings

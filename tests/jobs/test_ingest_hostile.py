@@ -14,13 +14,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.bench.files import docx_with_entity, slow_html, write_docx_bomb
+from jobs.bench.files import write_docx_bomb
 from jobs.engines import InProcessEngine
 from jobs.ingest.folder import list_folder
 from jobs.ingest.run import ingest
 from jobs.ingest.stage import IngestSettings, SplitSettings
 from qa_core.ingest import CleanerSettings
-from tests.qa_core.ingest.files import write_corpus
+from tests.qa_core.ingest.files import docx_with_entity, slow_html, write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 NOT_FOLLOWED = (

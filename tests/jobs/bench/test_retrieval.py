@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobs.bulk_qa.retrieval import BUILD_FILE
+from jobs.indexing.record import BUILD_FILE
 
 
 def test_both_builds_and_the_addition_are_measured_and_printed(tmp_path: Path) -> None:

@@ -13,9 +13,9 @@ import torch
 
 from jobs.bulk_qa import waves
 from jobs.bulk_qa.config import load_config
-from jobs.bulk_qa.inputs import table_bytes
 from jobs.bulk_qa.workers.rows import PAIRS_SCHEMA, shard_of
 from jobs.storage import PAIR_NOTES, InputError, ShardStore, shard_name
+from jobs.tables import table_bytes
 from qa_core import AnswerBuilder, Document, ExtractiveReader
 from tests.jobs.conftest import (
     ROOT,
