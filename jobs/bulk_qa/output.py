@@ -90,8 +90,11 @@ class OutputFolder(ShardStore):
                 key for key in {*old_config, *identity["config"]} if old_config.get(key) != identity["config"].get(key)
             )
             differences = [f"other settings ({', '.join(changed)})"] if changed else []
-            if existing.get("inputs") != identity["inputs"]:
-                differences.append("other input files")
+            old_inputs = existing.get("inputs") or {}
+            inputs = sorted(name for name in {*old_inputs, *identity["inputs"]}
+                            if old_inputs.get(name) != identity["inputs"].get(name))  # fmt: skip
+            if inputs:
+                differences.append(f"other input files ({', '.join(inputs)})")
             if existing.get("model") != identity["model"]:
                 differences.append(_model_difference(existing.get("model"), identity["model"]))
             raise InputError(
