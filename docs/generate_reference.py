@@ -139,6 +139,13 @@ TABLES = [
         "REPORT_SCHEMA",
         "REPORT_DESCRIPTIONS",
     ),
+    Table(
+        "files (ingestion)",
+        "`jobs.ingest` OUTPUT/files.parquet, the bulk job's OUTPUT/_corpus/files.parquet",
+        "one row per file converted (or rejected), as the next ingestion over the output compares it",
+        "RECORD_SCHEMA",
+        "RECORD_DESCRIPTIONS",
+    ),
 ]
 SCHEMA_MODULES = {
     "ANSWERS_SCHEMA": "jobs.bulk_qa.workers.tables",
@@ -149,6 +156,7 @@ SCHEMA_MODULES = {
     "EVALUATION_SCHEMA": "jobs.bulk_qa.results",
     "DOCUMENTS_SCHEMA": "jobs.ingest.stage",
     "REPORT_SCHEMA": "jobs.ingest.stage",
+    "RECORD_SCHEMA": "jobs.ingest.stage",
 }
 
 # The public API: `qa_core`'s exported names, the settings and types their methods take and return, then the

@@ -5,9 +5,12 @@ Haystack's converters of each format (`TextFileToDocument`, `MarkdownToDocument`
 `PyPDFToDocument`, `DOCXToDocument`, `JSONConverter` on each JSONL line, `CSVToDocument` by row), each run over the
 files of its format, and (c) by `python -m jobs.ingest` on a local Ray of its own (all the machine's cores; end to
 end, Ray's start and its workers' imports included). Files/s and MB/s per format and overall, ours / Haystack,
-and how many of each side's documents have a text equal to Haystack's for the same file.
+and how many of each side's documents have a text equal to Haystack's for the same file. Then (d, `update`) 1% of
+the files changed, 1% added and 1% deleted, and `python -m jobs.ingest` run again over (c)'s output: the files it
+converted, counted, and its time against (c)'s.
 
-    .venv/bin/python -m jobs.bench.ingest [--files 7000] [--output ingest.json] [--skip haystack,ray] [--keep DIR]
+    .venv/bin/python -m jobs.bench.ingest [--files 7000] [--output ingest.json] [--skip haystack,ray,update]
+        [--keep DIR]
 
 Both in-process sides first convert one file of each format untimed, so that the libraries' imports are not timed.
 """
@@ -29,7 +32,8 @@ from qa_core.ingest.convert import file_format
 from qa_core.ingest.sources import list_files
 
 REPOSITORY = Path(__file__).resolve().parents[2]  # where `python -m jobs.ingest` runs
-SIDES = ("ours", "haystack", "ray")
+SIDES = ("ours", "haystack", "ray", "update")
+CHANGED_SHARE = 0.01  # of the folder's files, for the update: as many changed, added and deleted
 FORMAT_ORDER = ("txt", "markdown", "html", "pdf", "docx", "jsonl", "csv")
 
 
@@ -136,6 +140,41 @@ def ray_job(root: Path, output: Path) -> Side:
     return side
 
 
+def change_folder(root: Path, share: float) -> dict[str, int]:
+    """
+    `share` of the folder's files (every 1/share-th, at least one) changed (given another file's bytes of the same
+    format), as many added (copies under new names) and as many deleted; returns how many of each.
+    """
+    paths = list_files(root)
+    step = max(1, round(1 / share))
+    picked = paths[::step]
+    changed, added, deleted = picked[0::3], picked[1::3], picked[2::3]
+    for path in changed:
+        other = next(p for p in paths if p != path and file_format(p) == file_format(path))
+        (root / path).write_bytes((root / other).read_bytes())
+    for path in added:
+        target = root / path
+        (target.parent / f"added-{target.name}").write_bytes(target.read_bytes())
+    for path in deleted:
+        (root / path).unlink()
+    return {"changed": len(changed), "new": len(added), "deleted": len(deleted)}
+
+
+def update(root: Path, output: Path, first: Side) -> dict:
+    """(d): the folder changed (`change_folder`), then `python -m jobs.ingest` again over `first`'s output."""
+    made = change_folder(root, CHANGED_SHARE)
+    side = ray_job(root, output)
+    manifest = side.manifest
+    return {
+        "made": made,
+        "counted": {change: manifest[f"files_{change}"] for change in ("new", "changed", "unchanged", "deleted")},
+        "seconds": side.seconds["all"],
+        "vs_first": side.seconds["all"] / first.seconds["all"],
+        "convert_s": manifest["timings"]["convert_s"],
+        "first_convert_s": first.manifest["timings"]["convert_s"],
+    }
+
+
 def equal_texts(side: Side, reference: Side, paths: list[str]) -> int:
     """How many of `side`'s documents of these files have a text that Haystack gives for the same file."""
     return sum(
@@ -215,8 +254,11 @@ def main(argv: list[str] | None = None) -> dict:
         sides = [ours(root, groups)]
         if "haystack" not in skip:
             sides.append(haystack(root, groups))
+        updated = None
         if "ray" not in skip:
             sides.append(ray_job(root, Path(folder) / "out"))
+            if "update" not in skip:
+                updated = update(root, Path(folder) / "out", sides[-1])
         load.append(os.getloadavg()[0])
     rows = table(groups, sizes, sides)
     result = {"command": " ".join(["python -m jobs.bench.ingest", *(argv if argv is not None else sys.argv[1:])])}
@@ -236,6 +278,16 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{manifest['timings']['convert_s']:.1f} s of {side.seconds['all']:.1f} s end to end; "
                 f"{manifest['report_rows']} report rows"
             )
+    if updated is not None:
+        result["update"] = updated
+        made, counted = updated["made"], updated["counted"]
+        print(
+            f"update: {made['changed']} files changed, {made['new']} added, {made['deleted']} deleted; jobs.ingest "
+            f"again counted {counted['changed']} changed, {counted['new']} new, {counted['deleted']} deleted, "
+            f"{counted['unchanged']} unchanged, in {updated['seconds']:.1f} s end to end "
+            f"({updated['vs_first']:.2f} x the first run's; conversion {updated['convert_s']:.1f} s against "
+            f"{updated['first_convert_s']:.1f} s)"
+        )
     if args.output:
         args.output.write_text(json.dumps(result, indent=2) + "\n")
     return result

@@ -1,12 +1,14 @@
 """
 A `--documents` folder of files (local or at a URI): converted once per run, on the run's engine, by the ingestion
 stage of `python -m jobs.ingest` (`jobs.ingest.run.ingest`, with the run's `ingest` and `cleaning` settings) into
-`_corpus/` in the output folder (`documents/`, `report.parquet`, `manifest.json`), whose `documents/` the run
-then reads as it reads any documents table. A resumed run keeps it, as it keeps its index: a run resumes only with
-the same identity, which holds the folder's fingerprint (every file's path, size and modification time, as for
-any input) and the ingestion and cleaning settings; a run with a changed folder or settings is refused (or, with
-`--overwrite`, starts afresh and converts again). Passages are the retrieval settings' (`split_length`), not
-the ingestion's: the documents stay whole, so that answers name their source documents.
+`_corpus/` in the output folder (`documents/`, `report.parquet`, `files.parquet`, `manifest.json`), whose
+`documents/` the run then reads as it reads any documents table. A resumed run keeps it, as it keeps its index: a
+run resumes only with the same identity, which holds the folder's fingerprint (every file's path, size and
+modification time, as for any input) and the ingestion and cleaning settings; a run with a changed folder or
+settings is refused, or, with `--overwrite`, starts afresh with the conversion updated: only the files new or
+changed since are converted (all of them when the conversion settings changed). Passages are the retrieval
+settings' (`split_length`), not the ingestion's: the documents stay whole, so that answers name their source
+documents.
 """
 
 import json
@@ -17,7 +19,17 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from jobs.ingest.folder import InputFolder
-from jobs.ingest.run import DOCUMENTS_DIR, MANIFEST_FILE, REPORT_FILE, WRITTEN, IngestError, ingest, where
+from jobs.ingest.run import (
+    DOCUMENTS_DIR,
+    MANIFEST_FILE,
+    REPORT_FILE,
+    WRITTEN,
+    IngestError,
+    check_earlier,
+    finish_publish,
+    ingest,
+    where,
+)
 from jobs.ingest.stage import IngestSettings, SplitSettings
 from jobs.storage import InputError, redact, resolve_path
 from qa_core.ingest import CleanerSettings
@@ -28,8 +40,8 @@ CORPUS_FOLDER = "_corpus"  # the converted documents, inside the run's output fo
 SHOWN_REPORT_ROWS = 3
 # What the manifest's `ingestion` keeps of the ingestion's own manifest.
 _RECORDED = (
-    "files", "files_converted", "files_rejected", "entries_skipped", "reconciles", "documents", "report_rows",
-    "report_rows_for_files_converted",
+    "files", "files_converted", "files_rejected", "entries_skipped", "reconciles", "files_new", "files_changed",
+    "files_unchanged", "files_deleted", "documents", "report_rows", "report_rows_for_files_converted",
 )  # fmt: skip
 
 
@@ -39,9 +51,10 @@ class ConvertedCorpus:
     The run's converted documents.
 
     :param documents: The documents table (`_corpus/documents`, local path or URI).
-    :param record: The manifest's `ingestion`: files in, converted and rejected, whether they reconcile, documents,
-        report rows and where the report is, the seconds the conversion took, and `source`: `converted` (by this
-        run) or `resumed` (kept from the run this one resumes).
+    :param record: The manifest's `ingestion`: files in, converted and rejected, whether they reconcile, files new,
+        changed, unchanged and deleted since an earlier conversion, documents, report rows and where the report
+        is, the seconds the conversion took, and `source`: `converted` (by this run: all files, or those changed
+        since the conversion an earlier run left) or `resumed` (kept from the run this one resumes).
     """
 
     documents: str
@@ -59,13 +72,16 @@ def convert_corpus(
 ) -> ConvertedCorpus:
     """
     The run's documents from `folder`: converted into `output`'s `_corpus/` on `engine` (its Ray started, with
-    `cpus`), or with `resuming` kept from the run this one resumes when that run converted them.
+    `cpus`), or with `resuming` kept from the run this one resumes when that run converted them. A conversion an
+    earlier run left there is updated (only the files new or changed since are converted), or, made with other
+    conversion settings, replaced.
 
     :raises InputError: For missing libraries of the `files` extra, two documents with one id, or with
         `settings.strict` any report row, naming the folder and the first report rows.
     """
     location = f"{output.rstrip('/')}/{CORPUS_FOLDER}"
     shown = redact(folder.location)
+    finish_publish(location)  # a conversion whose publication was killed midway
     manifest = _read_manifest(location) if resuming else None
     source = "resumed"
     if manifest is None or manifest.get("status") != WRITTEN:
@@ -75,7 +91,10 @@ def convert_corpus(
                 f"--documents {shown} is a folder of files to convert, which needs the libraries "
                 f"{', '.join(missing)}: install the files extra (pip install 'ray-extractive-qa[files]')."
             )
-        _delete(location)  # a conversion an interrupted attempt left
+        try:
+            check_earlier(location, settings, cleaner, SplitSettings())
+        except IngestError:  # an earlier conversion with other settings: converted again
+            _delete(location)
         try:
             manifest = ingest(folder, location, settings, cleaner, SplitSettings(), engine, cpus)
         except IngestError as error:

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from jobs.bulk_qa import report
 from jobs.bulk_qa.config import JobConfig, load_config
-from jobs.bulk_qa.corpus import convert_corpus
+from jobs.bulk_qa.corpus import CORPUS_FOLDER, convert_corpus
 from jobs.bulk_qa.every_document import (
     BY_DOCUMENT,
     answer_documents_wave,
@@ -73,6 +73,7 @@ from jobs.engines import (
     RayEngine,
 )
 from jobs.indexing.plan import complete_index, given_store, prepare_index, reads_store, saved_index
+from jobs.indexing.record import index_fingerprint
 from jobs.ingest.folder import InputFolder, files_folder
 from jobs.ingest.stage import DOCUMENTS_SCHEMA as INGESTED_DOCUMENTS_SCHEMA
 from jobs.ray_logs import RayLogFilter
@@ -202,7 +203,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     cluster, converted, tables = None, None, config  # tables: the run's settings with the documents table it reads
     if corpus is not None:  # converted into the claimed output folder first: the conversion makes the ids
         cluster = start_engine(config.run, engine, ray_logs, shared, probed=probed)
-        output.claim(identity, config.run.overwrite)
+        output.claim(identity, config.run.overwrite, keep=(CORPUS_FOLDER,))  # an earlier conversion is updated
         converted = convert_corpus(
             corpus, output.uri, config.ingest, config.cleaning, engine, cluster["cpus"], resuming
         )
@@ -369,9 +370,10 @@ def check_inputs(
 
 def run_identity(config: JobConfig, schemas: Schemas, pooled: PooledContexts | None = None) -> dict[str, Any]:
     """
-    What the output folder records to recognise a resumable run: the settings, the input files, the model's
-    files (see `qa_core.models.model_fingerprint`) and, for a `--pool-contexts` run, the fingerprint of the corpus
-    it derives from its questions.
+    What the output folder records to recognise a resumable run: the settings, the input files, the given
+    `--index`'s fingerprint (its build record: an index rebuilt or grown since the run started is another input),
+    the model's files (see `qa_core.models.model_fingerprint`) and, for a `--pool-contexts` run, the fingerprint of
+    the corpus it derives from its questions.
     """
     inputs = {
         "questions": config.work.questions,
@@ -379,6 +381,8 @@ def run_identity(config: JobConfig, schemas: Schemas, pooled: PooledContexts | N
         "documents": None if schemas.squad else config.work.documents,
     }
     fingerprints: dict[str, Any] = {name: input_fingerprint(path) for name, path in inputs.items() if path}
+    if config.retrieval.index is not None:
+        fingerprints["index"] = index_fingerprint(config.retrieval.index)
     if pooled is not None:
         fingerprints["pooled_contexts"] = pooled.fingerprint()
     return {"config": config.identity(), "inputs": fingerprints, "model": model_fingerprint(config.model)}

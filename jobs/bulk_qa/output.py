@@ -91,8 +91,11 @@ class OutputFolder(ShardStore):
                 key for key in {*old_config, *identity["config"]} if old_config.get(key) != identity["config"].get(key)
             )
             differences = [f"other settings ({', '.join(changed)})"] if changed else []
-            if existing.get("inputs") != identity["inputs"]:
-                differences.append("other input files")
+            old_inputs = existing.get("inputs") or {}
+            inputs = sorted(name for name in {*old_inputs, *identity["inputs"]}
+                            if old_inputs.get(name) != identity["inputs"].get(name))  # fmt: skip
+            if inputs:
+                differences.append(f"other input files ({', '.join(inputs)})")
             if existing.get("model") != identity["model"]:
                 differences.append(_model_difference(existing.get("model"), identity["model"]))
             raise InputError(
@@ -101,19 +104,22 @@ class OutputFolder(ShardStore):
             )
         return existing
 
-    def claim(self, identity: dict[str, Any], overwrite: bool) -> None:
+    def claim(self, identity: dict[str, Any], overwrite: bool, keep: tuple[str, ...] = ()) -> None:
         """
         Makes the folder this run's (see `check`, which it runs first). With `overwrite`, an earlier run's
-        tables are deleted first.
+        tables are deleted first, but for `keep` (names of `_OWN_NAMES`: the converted corpus, which the run
+        updates).
         """
         existing = self.check(identity, overwrite)
         if existing is not None and (overwrite or existing != identity):
-            self.clear()
+            self.clear(keep)
         self._write_bytes(json.dumps(identity, sort_keys=True, indent=2).encode("utf-8"), "_job.json")
 
-    def clear(self) -> None:
-        """Deletes this job's own files and folders in the output folder (nothing else)."""
+    def clear(self, keep: tuple[str, ...] = ()) -> None:
+        """Deletes this job's own files and folders in the output folder (nothing else), but for `keep`."""
         for name in _OWN_NAMES:
+            if name in keep:
+                continue
             info = self.filesystem.get_file_info(self._path(name))
             if info.type == pafs.FileType.Directory:
                 self.filesystem.delete_dir(self._path(name))

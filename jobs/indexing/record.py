@@ -13,6 +13,7 @@ retrieval the folder also holds the passages' vectors (`dense/`, `jobs.indexing.
 `dense` section.
 """
 
+import hashlib
 import json
 import time
 from typing import Any
@@ -46,6 +47,17 @@ def read_json(location: str, name: str) -> Any | None:
             return json.loads(stream.read().decode("utf-8"))
     except (FileNotFoundError, ValueError):
         return None
+
+
+def index_fingerprint(location: str) -> str | None:
+    """
+    An index folder's fingerprint: the SHA-256 of its build record (`build.json`, rewritten by every build and
+    growth), as canonical JSON; None for a folder without one.
+    """
+    record = read_json(location, BUILD_FILE)
+    if record is None:
+        return None
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def build_record(

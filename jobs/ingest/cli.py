@@ -11,7 +11,10 @@ them, up to `--files-per-task` files and `--bytes-per-task` bytes per task, stre
 (`jobs.ingest.run`).
 OUT receives `documents/` (the bulk job's `--documents`: `id`, `content`, `page_number`, and the meta as columns and
 as JSON), `report.parquet` (path, line, reason: every file or row that gave no document, every entry the listing
-skipped) and `manifest.json` (counts that reconcile: files in = files converted + files rejected; entries skipped).
+skipped), `files.parquet` (each file's size, modification time and content hash) and `manifest.json` (counts that
+reconcile: files in = files converted + files rejected; entries skipped; files new, changed, unchanged, deleted).
+Run again over the same OUT, it converts only the files new or changed since (`jobs.ingest.run`), unless OUT was
+made with other conversion settings (refused, naming the setting) or `--overwrite` is given.
 The ingestion and cleaning options are the bulk job's (`IngestSettings`, `CleanerSettings`: one definition, the
 same flags). Exit status: 0 when written (with report rows, unless `--strict`), 2 for unusable input or options,
 two documents with one id, or any report row with `--strict` (the report and manifest are written, the documents
@@ -31,7 +34,17 @@ import pyarrow.parquet as pq
 
 from jobs.engines import RayEngine
 from jobs.ingest.folder import InputFolder, list_folder
-from jobs.ingest.run import DOCUMENTS_DIR, MANIFEST_FILE, REPORT_FILE, STAGING_DIR, WRITTEN, IngestError, ingest, where
+from jobs.ingest.run import (
+    DOCUMENTS_DIR,
+    MANIFEST_FILE,
+    REPORT_FILE,
+    STAGING_DIR,
+    WRITTEN,
+    IngestError,
+    check_earlier,
+    ingest,
+    where,
+)
 from jobs.ingest.stage import IngestSettings, SplitSettings
 from jobs.options import add_options
 from jobs.ray_logs import RAY_AUTH_SETUP_LOGGER, RayLogFilter, quiet_ray_data
@@ -49,7 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m jobs.ingest", description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("--input", required=True, help="folder of files to convert (read by every Ray worker)")
     parser.add_argument("--output", required=True, help="folder to write documents/, report.parquet, manifest.json")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="convert every file again, replacing an earlier output (else it is updated: only new and changed files "
+        "are converted)",
+    )
     split = parser.add_argument_group("splitting (Haystack's DocumentSplitter)")
     split.add_argument("--split-by", choices=SPLIT_BY, default="word", help="the unit of --split-length")
     split.add_argument("--split-length", type=int, default=None, help="units per passage (default: whole documents)")
@@ -79,6 +97,7 @@ def _ingest(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
             raise IngestError(f"missing libraries {', '.join(missing)}: install the files extra ({extra}).")
         settings, cleaner, split = _settings(args)
         output = _prepare_output(Path(args.output), args.overwrite)
+        check_earlier(str(output), settings, cleaner, split)
         folder = _list(args.input, settings.follow_symlinks)
         started = time.perf_counter()
         cpus = _start_ray(args.address, args.verbose, ray_logs)
@@ -145,18 +164,17 @@ def _list(folder: str, follow_symlinks: bool) -> InputFolder:
 
 
 def _prepare_output(output: Path, overwrite: bool) -> Path:
+    """The output folder, made; an earlier ingestion's output there is kept (updated), or with `overwrite` deleted."""
     if output.exists():
         if not output.is_dir():
             raise IngestError(f"--output {output}: exists and is not a folder.")
         names = {path.name for path in output.iterdir()}
-        if names:
-            if not overwrite:
-                raise IngestError(f"--output {output}: the folder is not empty; pass --overwrite to replace it.")
-            if not names & {MANIFEST_FILE, STAGING_DIR}:
-                raise IngestError(
-                    f"--output {output}: the folder holds files but no {MANIFEST_FILE}: it is not an earlier "
-                    "ingestion's output, and --overwrite replaces only those. Choose a new or empty folder."
-                )
+        if names and not names & {MANIFEST_FILE, STAGING_DIR}:
+            raise IngestError(
+                f"--output {output}: the folder holds files but no {MANIFEST_FILE}: it is not an earlier "
+                "ingestion's output, which is updated (or with --overwrite replaced). Choose a new or empty folder."
+            )
+        if names and overwrite:
             shutil.rmtree(output)
     output.mkdir(parents=True, exist_ok=True)
     return output
@@ -174,6 +192,12 @@ def _print_summary(manifest: dict, output: Path) -> None:
             f"jobs.ingest: {manifest['files']} files: {manifest['files_converted']} converted into "
             f"{manifest['documents']} documents{split} in {output / DOCUMENTS_DIR}, {manifest['files_rejected']} "
             f"rejected; {manifest['report_rows']} report rows in {output / REPORT_FILE}",
+            flush=True,
+        )
+        print(
+            f"jobs.ingest: since the earlier output: {manifest['files_new']} files new, {manifest['files_changed']} "
+            f"changed (both converted), {manifest['files_unchanged']} unchanged (kept), {manifest['files_deleted']} "
+            "deleted",
             flush=True,
         )
     else:

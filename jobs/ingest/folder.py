@@ -22,6 +22,7 @@ class InputFolder:
     :param paths: Its files, relative to it with POSIX separators, sorted (hidden files and folders skipped), as
         text (a local name's bytes that are not UTF-8 escaped: `qa_core.ingest.listing`).
     :param sizes: Their sizes in bytes, in the same order.
+    :param mtimes_ns: Their modification times, nanoseconds since the epoch, in the same order.
     :param raw_paths: A local folder's paths as the file system's bytes, in the same order (`None` elsewhere).
     :param skipped: A report row for each entry not listed (symbolic links, FIFOs, unreadable folders).
     """
@@ -29,6 +30,7 @@ class InputFolder:
     location: str
     paths: list[str]
     sizes: list[int]
+    mtimes_ns: list[int]
     raw_paths: list[bytes] | None = None
     skipped: list[ReportRow] = field(default_factory=list)
 
@@ -53,15 +55,16 @@ def list_folder(location: str, follow_symlinks: bool = False) -> InputFolder:
         listing = list_folder_files(root, follow_symlinks)
         files = listing.files
         paths, sizes, raw = [f.path for f in files], [f.size for f in files], [f.raw for f in files]
-        return InputFolder(location, paths, sizes, raw, listing.report)
+        return InputFolder(location, paths, sizes, [f.mtime_ns for f in files], raw, listing.report)
     prefix = root.rstrip("/") + "/"
     files = []
     for info in filesystem.get_file_info(pafs.FileSelector(root, recursive=True)):
         relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
         if info.type == pafs.FileType.File and not any(part.startswith(".") for part in relative.split("/")):
-            files.append((relative, info.size or 0))
+            files.append((relative, info.size or 0, info.mtime_ns or 0))
     files.sort()
-    return InputFolder(location, [path for path, _ in files], [size for _, size in files])
+    paths, sizes, mtimes = ([file[i] for file in files] for i in range(3))
+    return InputFolder(location, paths, sizes, mtimes)
 
 
 def files_folder(location: str, follow_symlinks: bool = False) -> InputFolder | None:

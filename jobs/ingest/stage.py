@@ -1,8 +1,10 @@
 """
 The conversion stage, what runs in Ray's workers (or in the bulk job's process, on its in-process engine): a batch
-of file paths in, a batch of document rows out (converted, cleaned and split with `qa_core.ingest`), the batch's
-report rows written beside the output as one Parquet file per batch, named by the batch's paths, so that a retried
-task replaces its file instead of adding to it. The input folder and the report folder are local paths or URIs.
+of files in; out, a part: one Parquet file of the documents' rows (converted, cleaned and split with
+`qa_core.ingest`) holding in its footer a record of each file (size, modification time, content hash) and the
+batch's report rows, named by the batch's files, so that a retried task replaces its part instead of adding one,
+and a resumed ingestion finds the parts a killed one finished. The input folder and the parts' folder are local
+paths or URIs.
 """
 
 import codecs
@@ -20,7 +22,16 @@ import pyarrow.parquet as pq
 
 from jobs.storage import resolve_path
 from jobs.table_schema import described_schema
-from qa_core.ingest import BadInput, CleanerSettings, RowColumns, Utf8Document, clean_documents, convert_files
+from qa_core.ingest import (
+    BadInput,
+    CleanerSettings,
+    ReportRow,
+    RowColumns,
+    Utf8Document,
+    clean_documents,
+    convert_files,
+)
+from qa_core.ingest.convert import Opener
 from qa_core.ingest.limits import ConversionOptions
 from qa_core.ingest.sources import ListingOpener
 from qa_core.retrieval.splitter import split_documents
@@ -72,6 +83,27 @@ REPORT_SCHEMA, REPORT_DESCRIPTIONS = described_schema(
         ("reason", pa.string(), "what was wrong, in words to act on"),
     ]
 )
+# What an ingestion records of each file (`files.parquet`), and a conversion task's input (its `sha256` the hash of
+# the file's earlier conversion, null for none).
+RECORD_SCHEMA, RECORD_DESCRIPTIONS = described_schema(
+    [
+        ("path", pa.string(), "the file, relative to the input folder"),
+        ("size", pa.int64(), "its size in bytes when it was listed"),
+        ("mtime_ns", pa.int64(), "its modification time when it was listed, nanoseconds since the epoch"),
+        ("sha256", pa.string(), "the SHA-256 of its bytes, hexadecimal; null when it could not be read"),
+    ]
+)
+# A part's record of each of its task's files: whether the task converted it (false: its bytes were those of its
+# earlier conversion, which is kept).
+PART_FILES_SCHEMA = RECORD_SCHEMA.append(pa.field("converted", pa.bool_()))
+HASH_CHUNK_BYTES = 2**20  # bytes of a file read at a time to hash it
+# The keys of a part's Parquet metadata: its files' records and its report rows, as JSON.
+_FILES_KEY, _REPORT_KEY = b"ingest.files", b"ingest.report"
+
+
+# The ingestion settings that change how many tasks run, not what they write: an earlier output made with others
+# is updated all the same.
+SCHEDULING_SETTINGS = ("strict", "files_per_task", "bytes_per_task", "cpus_per_task")
 
 
 @dataclass(frozen=True)
@@ -159,14 +191,14 @@ class SplitSettings:
 @dataclass(frozen=True)
 class StageSettings:
     """
-    Everything a conversion task needs: where the files are and where report rows go (local paths or URIs), the
+    Everything a conversion task needs: where the files are and where its part goes (local paths or URIs), the
     encoding and limits of each file's conversion (`options`), the size above which a PDF's text goes to its row
     as UTF-8, never a `str` (`utf8_above` bytes of file, or `None`; only where nothing cleans or splits it), and
     how to read rows, clean and split.
     """
 
     root: str
-    report_dir: str
+    parts_dir: str
     options: ConversionOptions = field(default_factory=ConversionOptions)
     utf8_above: int | None = None
     columns: RowColumns = field(default_factory=RowColumns)
@@ -174,11 +206,33 @@ class StageSettings:
     split: SplitSettings = field(default_factory=SplitSettings)
 
 
+@dataclass(frozen=True)
+class Part:
+    """
+    What one conversion task wrote (`convert_batch`): its documents' rows in one Parquet file, and in that file's
+    metadata a record of each of its files and the report rows of those that gave no document (or some rows that
+    gave none).
+
+    :param path: The part's file (inside its filesystem).
+    :param files: One `PART_FILES_SCHEMA` row per file of the task, in the folder's order.
+    :param report: The report rows of the files it converted.
+    """
+
+    path: str
+    files: pa.Table
+    report: list[ReportRow]
+
+
 def convert_batch(batch: pa.Table, settings: StageSettings) -> pa.Table:
     """
-    `map_batches` function (pyarrow batches): a batch with a `path` column (relative to `settings.root`; for a
-    local folder, a `raw_path` column too: the paths' own bytes, `qa_core.ingest.listing`) -> its documents' rows
-    (`DOCUMENTS_SCHEMA`), converted, cleaned, then split; its report rows go to `settings.report_dir`.
+    `map_batches` function (pyarrow batches), one task: a batch of files (`RECORD_SCHEMA`: each path relative to
+    `settings.root`, its size and modification time as listed, the content hash of its earlier conversion or null;
+    for a local folder, a `raw_path` column too: the paths' own bytes, `qa_core.ingest.listing`) -> its `Part`,
+    written to `settings.parts_dir` under a name its files make (a retried task replaces it). Each file's bytes
+    are hashed; a file whose hash is its earlier conversion's is not converted again (touched, not changed); the
+    others are converted, cleaned, then split (`DOCUMENTS_SCHEMA` rows).
+
+    :returns: The task's file records (`PART_FILES_SCHEMA`).
     """
     paths = batch["path"].to_pylist()
     filesystem, root = resolve_path(settings.root)
@@ -188,11 +242,47 @@ def convert_batch(batch: pa.Table, settings: StageSettings) -> pa.Table:
         opener = ListingOpener(root, dict(zip(paths, raw, strict=True)), settings.options.follow_symlinks)
     else:
         opener = partial(_open_file, filesystem, root)
+    hashes = [_content_hash(opener, path) for path in paths]
+    earlier = batch["sha256"].to_pylist()
+    converting = [hashed is None or hashed != known for hashed, known in zip(hashes, earlier, strict=True)]
+    converted = [path for path, convert in zip(paths, converting, strict=True) if convert]
+    rows, report = convert_rows(root, converted, opener, settings)
+    listed = {name: batch[name] for name in ("path", "size", "mtime_ns")}
+    files = pa.table({**listed, "sha256": hashes, "converted": converting}, schema=PART_FILES_SCHEMA)
+    _write_part(settings.parts_dir, part_name(batch), rows, files, report)
+    return files
+
+
+def part_name(batch: pa.Table) -> str:
+    """A task's part's file name: a digest of its files' paths, sizes and modification times."""
+    listed = zip(batch["path"].to_pylist(), batch["size"].to_pylist(), batch["mtime_ns"].to_pylist(), strict=True)
+    digest = hashlib.sha256("\n".join(f"{path}\t{size}\t{mtime}" for path, size, mtime in listed).encode("utf-8"))
+    return f"{digest.hexdigest()[:32]}.parquet"
+
+
+def read_part(filesystem: pafs.FileSystem, path: str) -> Part:
+    """A part's records, read from its file's footer (not its rows)."""
+    with filesystem.open_input_file(path) as file:
+        metadata = pq.read_schema(file).metadata
+    files = pa.Table.from_pylist(json.loads(metadata[_FILES_KEY]), schema=PART_FILES_SCHEMA)
+    report = [ReportRow(**row) for row in json.loads(metadata[_REPORT_KEY])]
+    return Part(path, files, report)
+
+
+def convert_rows(
+    root: str, paths: list[str], opener: Opener, settings: StageSettings
+) -> tuple[pa.Table, list[ReportRow]]:
+    """
+    The files' documents' rows (`DOCUMENTS_SCHEMA`), converted, cleaned and split, and their report rows.
+
+    :param root: The input folder, inside its filesystem.
+    :param paths: The files, relative to it.
+    :param opener: What opens a file by its relative path.
+    """
     split = settings.split
     whole = not settings.cleaner.active and split.split_length is None  # the texts go to the rows as they are
     utf8_above = settings.utf8_above if whole else None
     converted = convert_files(root, paths, settings.columns, settings.options, opener, utf8_above)
-    write_report(settings.report_dir, paths, converted.report)
     documents = converted.documents
     if settings.cleaner.active:
         documents = clean_documents(documents, settings.cleaner)
@@ -202,7 +292,33 @@ def convert_batch(batch: pa.Table, settings: StageSettings) -> pa.Table:
         documents = split_documents(
             documents, split.split_length, split.split_overlap, split.split_threshold, split.split_by
         )
-    return _rows(documents)
+    return _rows(documents), converted.report
+
+
+def _content_hash(opener: Opener, path: str) -> str | None:
+    """The SHA-256 of a file's bytes, or `None` when it cannot be read (its conversion then says why)."""
+    digest = hashlib.sha256()
+    try:
+        with opener(path) as stream:
+            while chunk := stream.read(HASH_CHUNK_BYTES):
+                digest.update(chunk)
+    except (BadInput, OSError):
+        return None
+    return digest.hexdigest()
+
+
+def _write_part(parts_dir: str, name: str, rows: pa.Table, files: pa.Table, report: list[ReportRow]) -> None:
+    """A task's part, written atomically (a temporary file renamed)."""
+    metadata = {
+        _FILES_KEY: json.dumps(files.to_pylist()),
+        _REPORT_KEY: json.dumps([row.to_dict() for row in report], ensure_ascii=False),
+    }
+    filesystem, folder = resolve_path(parts_dir)
+    target = f"{folder.rstrip('/')}/{name}"
+    staging = f"{target}.{uuid.uuid4().hex}.tmp"
+    with filesystem.open_output_stream(staging) as stream:
+        pq.write_table(rows.replace_schema_metadata(metadata), stream, **PARQUET_OPTIONS)
+    filesystem.move(staging, target)
 
 
 def _open_file(filesystem: pafs.FileSystem, root: str, relative_path: str) -> io.BytesIO:
@@ -215,20 +331,6 @@ def _open_file(filesystem: pafs.FileSystem, root: str, relative_path: str) -> io
             return io.BytesIO(stream.read())
     except OSError as error:
         raise BadInput(f"cannot read the file: {error}") from error
-
-
-def write_report(report_dir: str, paths: list[str], rows) -> None:
-    """The batch's report rows as one Parquet file named by its paths, written atomically (a retry replaces it)."""
-    if not rows:
-        return
-    filesystem, folder = resolve_path(report_dir)
-    name = hashlib.sha256("\n".join(paths).encode("utf-8")).hexdigest()[:32] + ".parquet"
-    table = pa.Table.from_pylist([row.to_dict() for row in rows], schema=REPORT_SCHEMA)
-    target = f"{folder.rstrip('/')}/{name}"
-    staging = f"{target}.{uuid.uuid4().hex}.tmp"
-    with filesystem.open_output_stream(staging) as stream:
-        pq.write_table(table, stream)
-    filesystem.move(staging, target)
 
 
 def _rows(documents) -> pa.Table:
@@ -274,6 +376,7 @@ def _utf8_array(doc: Utf8Document) -> pa.Array:
 
 
 __all__ = [
-    "DOCUMENTS_SCHEMA", "PARQUET_OPTIONS", "REPORT_SCHEMA", "IngestSettings", "SplitSettings", "StageSettings",
-    "convert_batch", "write_report",
+    "DOCUMENTS_SCHEMA", "PARQUET_OPTIONS", "PART_FILES_SCHEMA", "RECORD_SCHEMA", "REPORT_SCHEMA", "SCHEDULING_SETTINGS",
+    "IngestSettings", "Part",
+    "SplitSettings", "StageSettings", "convert_batch", "convert_rows", "part_name", "read_part",
 ]  # fmt: skip

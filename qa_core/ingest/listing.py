@@ -25,11 +25,13 @@ class ListedFile:
         path (bytes that are not UTF-8 escaped as `\\xNN`).
     :param raw: The same path as the file system's bytes, to open it by.
     :param size: Its size in bytes.
+    :param mtime_ns: Its modification time, nanoseconds since the epoch.
     """
 
     path: str
     raw: bytes
     size: int
+    mtime_ns: int = 0
 
 
 @dataclass
@@ -107,7 +109,7 @@ def list_folder_files(root: str | Path, follow_symlinks: bool = False) -> Listin
                     folders.append(path + b"/")
                     continue
             if stat.S_ISREG(info.st_mode):
-                listing.files.append(ListedFile(display_path(path), path, info.st_size))
+                listing.files.append(ListedFile(display_path(path), path, info.st_size, info.st_mtime_ns))
             else:
                 listing.report.append(_skipped(path, "not a regular file (a FIFO, socket or device): not read"))
     listing.files.sort(key=lambda listed: listed.path)

@@ -6,13 +6,19 @@ cluster's environment (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...), as cloud n
 import tempfile
 from pathlib import Path
 
+import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from jobs.engines import InProcessEngine
 from jobs.indexing.build import build_index, write_index
+from jobs.ingest.folder import list_folder
+from jobs.ingest.run import ingest
+from jobs.ingest.stage import IngestSettings, SplitSettings
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import local_index_folder, resolve_path, written_in_place
+from qa_core.ingest import CleanerSettings
 from tests.cluster.cluster_testing import ROOT, SAMPLE, check_answer_tables, explain, input_ids, submission_id, submit
 from tests.jobs.conftest import TEXTS, write_corpus
 
@@ -179,3 +185,34 @@ def test_written_in_place_writes_object_storage_complete_or_not_at_all(s3_server
     assert _files(filesystem, folder) == {
         "index/shard-00000/part.txt": b"4", "index/build.json": b"{}", "graph.faiss": b"y"
     }  # fmt: skip
+
+
+def test_an_ingestion_in_object_storage_is_updated_as_a_local_one(s3_server, monkeypatch, tmp_path):
+    """
+    `jobs.ingest`'s output at an s3:// URI, run again after the folder changed: the changed file alone converted,
+    the published table the one a fresh local ingestion writes, nothing left staged.
+    """
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    root = tmp_path / "in"
+    root.mkdir()
+    for name, text in zip(("a.txt", "b.txt", "c.txt"), TEXTS, strict=False):
+        (root / name).write_text(text)
+    settings = IngestSettings(timeout_per_file=0, memory_per_file=0, files_per_task=1)
+    uri = f"s3://{s3_server.bucket}/ingested"
+
+    def run(output: str) -> dict:
+        folder = list_folder(str(root))
+        return ingest(folder, output, settings, CleanerSettings(), SplitSettings(), InProcessEngine(), 1.0)
+
+    run(uri)
+    (root / "b.txt").write_text("Changed text of the second file.")
+    (root / "c.txt").unlink()
+    (root / "d.txt").write_text("A new file.")
+    manifest = run(uri)
+    assert [manifest[f"files_{change}"] for change in ("new", "changed", "unchanged", "deleted")] == [1, 1, 1, 1]
+    run(str(tmp_path / "fresh"))
+    filesystem = s3_filesystem(s3_server)
+    published = pads.dataset(f"{s3_server.bucket}/ingested/documents", filesystem=filesystem, format="parquet")
+    assert published.to_table().equals(pq.read_table(tmp_path / "fresh" / "documents"))
+    assert filesystem.get_file_info(f"{s3_server.bucket}/ingested/_staging").type == pafs.FileType.NotFound

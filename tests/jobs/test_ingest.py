@@ -118,10 +118,9 @@ def test_bad_options_and_folders_exit_2_before_ray_work(tmp_path, capsys) -> Non
     assert f"--input {tmp_path / 'nope'}: no such folder." in capsys.readouterr().err
     (tmp_path / "o2").mkdir()
     (tmp_path / "o2" / "x").write_text("keep")
-    assert main(["--input", str(tmp_path), "--output", str(tmp_path / "o2")]) == 2
-    assert "the folder is not empty; pass --overwrite" in capsys.readouterr().err
-    assert main(["--input", str(tmp_path), "--output", str(tmp_path / "o2"), "--overwrite"]) == 2
-    assert "holds files but no manifest.json: it is not an earlier ingestion's output" in capsys.readouterr().err
+    for overwrite in ([], ["--overwrite"]):
+        assert main(["--input", str(tmp_path), "--output", str(tmp_path / "o2"), *overwrite]) == 2
+        assert "holds files but no manifest.json: it is not an earlier ingestion's output" in capsys.readouterr().err
     assert (tmp_path / "o2" / "x").read_text() == "keep"
     assert main(["--input", str(tmp_path), "--output", str(tmp_path / "o3"), "--split-length", "2",
                  "--split-overlap", "2"]) == 2  # fmt: skip
@@ -130,10 +129,10 @@ def test_bad_options_and_folders_exit_2_before_ray_work(tmp_path, capsys) -> Non
 
 def test_files_are_cut_into_tasks_by_count_and_bytes() -> None:
     """Four tasks per slot, each of at most files_per_task files and bytes_per_task bytes; a larger file alone."""
-    folder = InputFolder("in", [f"f{i}" for i in range(10)], [10] * 4 + [500] + [10] * 5)
+    folder = InputFolder("in", [f"f{i}" for i in range(10)], [10] * 4 + [500] + [10] * 5, [0] * 10)
     settings = IngestSettings(files_per_task=3, bytes_per_task=100)
     by_three = [["f0", "f1", "f2"], ["f3"], ["f4"], ["f5", "f6", "f7"], ["f8", "f9"]]
     assert plan_tasks(folder, settings, slots=1) == by_three  # 3 files, 100 bytes at most
     by_two = [["f0", "f1"], ["f2", "f3"], ["f4"], ["f5", "f6"], ["f7", "f8"], ["f9"]]
     assert plan_tasks(folder, settings, slots=2) == by_two  # 8 tasks wanted: ceil(10 / 8) = 2 files each
-    assert plan_tasks(InputFolder("in", [], []), settings, slots=1) == []
+    assert plan_tasks(InputFolder("in", [], [], []), settings, slots=1) == []

@@ -17,12 +17,25 @@ FORMATS = ["txt", "markdown", "html", "pdf", "docx", "jsonl", "csv"]
 
 
 def fake_ray_job(root: Path, output: Path) -> bench.Side:
-    """Stands in for `python -m jobs.ingest`: our texts, the first CSV document's changed, 4 s."""
+    """
+    Stands in for `python -m jobs.ingest`: our texts, the first CSV document's changed, 4 s; run again over its
+    output (the update), 2 s and the files counted as the folder listed against the first run's.
+    """
     side = bench.ours(root, bench.by_format(root))
     first_csv = sorted(path for path in side.texts if path.endswith(".csv"))[0]
     side.texts[first_csv][0] += " (changed)"
     manifest = {"files_converted": 14, "documents": 0, "report_rows": 0, "timings": {"convert_s": 3.0}}
-    return bench.Side("ray", {"all": 4.0}, side.texts, manifest)
+    listed = {path: (root / path).read_bytes() for path in side.texts}
+    earlier = json.loads(output.read_text()) if output.exists() else None
+    output.write_text(json.dumps({path: data.hex() for path, data in listed.items()}))
+    if earlier is None:
+        return bench.Side("ray", {"all": 4.0}, side.texts, manifest)
+    changed = sum(path in earlier and earlier[path] != data.hex() for path, data in listed.items())
+    new = sum(path not in earlier for path in listed)
+    counts = {"files_new": new, "files_changed": changed, "files_deleted": len(earlier.keys() - listed.keys())}
+    counts["files_unchanged"] = len(listed) - new - changed
+    manifest = {**manifest, **counts, "timings": {"convert_s": 1.0}}
+    return bench.Side("ray", {"all": 2.0}, side.texts, manifest)
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +83,14 @@ def test_rates_and_ratios_follow_from_the_seconds(result: dict) -> None:
     assert list(ray) == ["all"]  # the job converts the whole folder at once: no per-format split
     assert ray["all"]["seconds"] == 4.0 and ray["all"]["vs_haystack"] == pytest.approx(theirs["all"]["seconds"] / 4.0)
     assert result["ray_job"]["convert_s"] == 3.0
+
+
+def test_the_update_changes_a_share_of_the_files_and_reports_what_the_job_counted(result: dict) -> None:
+    """14 files: every 100th (the first) changed; the stand-in counts against the first run's files."""
+    update = result["update"]
+    assert update["made"] == {"changed": 1, "new": 0, "deleted": 0}
+    assert update["counted"] == {"new": 0, "changed": 1, "unchanged": 13, "deleted": 0}
+    assert (update["seconds"], update["vs_first"], update["convert_s"], update["first_convert_s"]) == (2.0, 0.5, 1.0, 3.0)
 
 
 def test_agreement_counts_equal_texts_per_file(result: dict) -> None:

@@ -71,7 +71,8 @@ def test_a_folder_of_files_is_answered_as_its_converted_table(in_process_run, co
     manifest = json.loads((in_process_run / "manifest.json").read_text())
     assert manifest["ingestion"] == {
         "files": 11, "files_converted": 9, "files_rejected": 2, "entries_skipped": 0, "reconciles": True,
-        "documents": 11, "report_rows": 3, "report_rows_for_files_converted": 1, "source": "converted",
+        "files_new": 11, "files_changed": 0, "files_unchanged": 0, "files_deleted": 0, "documents": 11,
+        "report_rows": 3, "report_rows_for_files_converted": 1, "source": "converted",
         "report": str(in_process_run / "_corpus" / "report.parquet"),
         "convert_s": manifest["ingestion"]["convert_s"],
     }  # fmt: skip
@@ -97,8 +98,13 @@ def test_a_resume_keeps_the_conversion_and_a_changed_folder_or_setting_is_refuse
     try:
         assert run_job(*args) == 2
         assert "holds the output of a run with other input files" in capsys.readouterr().err
+        assert run_job(*args, "--overwrite") == 0  # the conversion updated: the changed file alone converted
+        ingestion = json.loads((in_process_run / "manifest.json").read_text())["ingestion"]
+        changes = [ingestion[f"files_{change}"] for change in ("new", "changed", "unchanged", "deleted")]
+        assert (ingestion["source"], changes, ingestion["documents"]) == ("converted", [0, 1, 10, 0], 11)
     finally:
         (corpus["folder"] / "notes.txt").write_bytes("First line.\nSecond line, café.\n".encode())
+        assert run_job(*args, "--overwrite") == 0  # as it was, for the module's other tests
 
 
 def test_strict_refuses_a_folder_with_bad_files_naming_them(corpus, tiny_bert_model, tmp_path, capsys):

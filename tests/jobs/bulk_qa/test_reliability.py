@@ -373,7 +373,7 @@ def test_changed_settings_or_inputs_are_refused_unless_overwrite(
     # nanosecond on a coarse clock would otherwise be possible).
     os.utime(questions_path, ns=(written.st_atime_ns, written.st_mtime_ns + 1_000_000_000))
     assert run_job(*args) == 2
-    assert "other input files. Pass --overwrite to replace it" in capsys.readouterr().err
+    assert "other input files (questions). Pass --overwrite to replace it" in capsys.readouterr().err
     assert markers(output) == committed, "a refused run leaves the output as it was"
 
     assert run_job(*args, "--overwrite") == 0

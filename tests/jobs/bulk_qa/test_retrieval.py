@@ -163,7 +163,7 @@ def test_manifest_records_the_index_saved_with_the_run(job_output: Path, corpus:
 
 
 def test_an_index_from_jobs_index_gives_the_same_output(
-    local_ray, job_output: Path, corpus: dict, tiny_bert_model: Path
+    local_ray, job_output: Path, corpus: dict, tiny_bert_model: Path, capfd: pytest.CaptureFixture
 ) -> None:
     """
     A questions table without a document_ids column, searched in an index built beforehand, in 3 shards (each
@@ -183,6 +183,16 @@ def test_an_index_from_jobs_index_gives_the_same_output(
     assert record["vocabulary"] == json.loads((job_output / "manifest.json").read_text())["index"]["vocabulary"]
     assert not (output / INDEX_FOLDER).exists()
     assert_same_retrieved(output, job_output)
+    # The index updated since (its build record rewritten): the run is not resumed over it (capfd, not capsys: this
+    # test starts Ray, unlike the bad-input tests `no_ray_for_bad_input` watches)
+    record = json.loads((index / "build.json").read_text())
+    (index / "build.json").write_text(json.dumps({**record, "build_s": record["build_s"] + 1}))
+    status = run_job(
+        "--questions", corpus["paths"]["retrieved_only"], "--documents", corpus["paths"]["documents"],
+        "--index", index, "--output", output, "--model", tiny_bert_model, *FLAGS,
+    )  # fmt: skip
+    assert status == 2
+    assert f"{output}: holds the output of a run with other input files (index)." in capfd.readouterr().err
 
 
 def test_over_an_index_the_job_reads_only_the_passages_it_retrieved(
