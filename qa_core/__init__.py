@@ -1,6 +1,6 @@
 """
 Engine-free extractive question answering with Haystack's semantics: reader, answers, AnswerBuilder, BM25
-retriever; SQuAD data and its official evaluation (`qa_core.squad`, `qa_core.evaluation`).
+retriever, cross-encoder ranker; SQuAD data and its official evaluation (`qa_core.squad`, `qa_core.evaluation`).
 
 The public names load on first use, so that code needing only the dataclasses or the answer selection
 (for instance the Ray job's aggregation tasks) does not import torch and transformers.
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 _MODULES = {
     "AnswerBuilder": "qa_core.answer_builder",
     "BM25Retriever": "qa_core.retrieval",
+    "CrossEncoderRanker": "qa_core.ranker",
     "Document": "qa_core.document",
     "ExtractedAnswer": "qa_core.answers",
     "ExtractiveReader": "qa_core.reader",
@@ -21,6 +22,7 @@ _MODULES = {
 __all__ = [
     "AnswerBuilder",
     "BM25Retriever",
+    "CrossEncoderRanker",
     "Document",
     "ExtractedAnswer",
     "ExtractiveReader",
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from qa_core.answer_builder import AnswerBuilder
     from qa_core.answers import ExtractedAnswer, GeneratedAnswer
     from qa_core.document import Document
+    from qa_core.ranker import CrossEncoderRanker
     from qa_core.reader import ExtractiveReader
     from qa_core.retrieval import BM25Retriever
     from qa_core.secret import Secret
