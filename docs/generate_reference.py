@@ -5,7 +5,7 @@ code, so that they cannot drift from it:
 - `docs/reference/commands.md` and a page per command under `docs/reference/commands/`: every command's options,
   defaults and help, from its argparse parser (the settings classes generate most flags through `jobs.options`);
 - `docs/reference/tables.md`: every output table's columns and Arrow types, from the schemas the job writes with,
-  each column's description taken from the comment beside it in the schema's source;
+  and each column's description, declared with it (`jobs.table_schema.described_schema`);
 - `docs/reference/python-api.md`: the public `qa_core` API, as autodoc directives that Sphinx fills from the
   docstrings.
 
@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import inspect
 import json
 import os
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,40 +76,52 @@ ENVIRONMENT_DEFAULTS = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")
 
 @dataclass(frozen=True)
 class Table:
-    """An output table: where it is written, what it holds, and the schema it is written with."""
+    """An output table: where it is written, what it holds, the schema it is written with and its columns'
+    descriptions (names in `SCHEMA_MODULES[schema]`, both made by `described_schema`)."""
 
     name: str
     where: str
     what: str
-    schema: str  # "module:NAME"
+    schema: str
+    descriptions: str
 
 
 TABLES = [
-    Table("answers", "OUTPUT/answers/", "one row per answer, the no-answer row included", "ANSWERS_SCHEMA"),
-    Table("questions", "OUTPUT/questions/", "one row per input question", "QUESTIONS_SCHEMA"),
+    Table(
+        "answers",
+        "OUTPUT/answers/",
+        "one row per answer, the no-answer row included",
+        "ANSWERS_SCHEMA",
+        "ANSWERS_DESCRIPTIONS",
+    ),
+    Table("questions", "OUTPUT/questions/", "one row per input question", "QUESTIONS_SCHEMA", "QUESTIONS_DESCRIPTIONS"),
     Table(
         "generated_answers",
         "OUTPUT/generated_answers/",
         "one row per generator reply (with `--replies`)",
         "GENERATED_ANSWERS_SCHEMA",
+        "GENERATED_ANSWERS_DESCRIPTIONS",
     ),
     Table(
         "evaluation",
         "OUTPUT/evaluation/",
         "one row per question scored against gold (SQuAD input with answers, or `jobs.evaluate`)",
         "EVALUATION_SCHEMA",
+        "EVALUATION_DESCRIPTIONS",
     ),
     Table(
         "documents (ingestion)",
         "`jobs.ingest` OUTPUT/documents/, the bulk job's OUTPUT/_corpus/documents/",
         "one row per document (or passage) converted from a folder of files",
         "DOCUMENTS_SCHEMA",
+        "DOCUMENTS_DESCRIPTIONS",
     ),
     Table(
         "report (ingestion)",
         "`jobs.ingest` OUTPUT/report.parquet, the bulk job's OUTPUT/_corpus/report.parquet",
         "one row per file or row that gave no document, with the reason",
         "REPORT_SCHEMA",
+        "REPORT_DESCRIPTIONS",
     ),
 ]
 SCHEMA_MODULES = {
@@ -176,27 +186,39 @@ def _code(value: Any) -> str:
     return f"`{text}`" if text else "`''`"
 
 
+def is_flag(action: argparse.Action) -> bool:
+    """An option that takes no value (`--no-wait`): given or not given."""
+    return isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction | argparse._StoreConstAction)
+
+
 def shown_default(action: argparse.Action) -> str:
-    """An option's default as the reference shows it: the settings' value for a flag derived from a settings class."""
+    """
+    An option's default as the reference shows it: the settings' value for a flag derived from a settings class,
+    `off` for a flag that takes no value (not given unless given, whatever it stores: `--no-wait` waits without it).
+    """
     if hasattr(action, "settings_default"):
         return _code(action.settings_default)
     if action.required:
         return "required"
+    if is_flag(action):
+        return "off"
     if action.default in (None, argparse.SUPPRESS) or isinstance(action, argparse._HelpAction):
         return ""
-    if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
-        return "off" if isinstance(action, argparse._StoreTrueAction) else "on"
     return _code(action.default)
 
 
-def shown_help(action: argparse.Action) -> str:
+def description(action: argparse.Action) -> str:
     """An option's help without the "(default: ...)" that `jobs.options` appends (the table has a column for it)."""
     text = action.help or ""
     if hasattr(action, "settings_default"):
         text = text.removesuffix(f" (default: {action.settings_default})")
-    if action.choices:
-        text += f" (one of: {', '.join(str(choice) for choice in action.choices)})"
     return text % {"prog": "", "default": action.default} if "%(" in text else text
+
+
+def shown_help(action: argparse.Action) -> str:
+    """An option's description and its choices, as its row shows them."""
+    choices = f" (one of: {', '.join(str(choice) for choice in action.choices)})" if action.choices else ""
+    return description(action) + choices
 
 
 def option_names(action: argparse.Action) -> str:
@@ -272,23 +294,11 @@ def commands_pages() -> dict[str, str]:
     return pages
 
 
-def column_comments(source: str) -> dict[str, str]:
-    """Each column's comment in a schema's source: `("name", pa.type()),  # comment`."""
-    return {
-        match["name"]: match["comment"].strip()
-        for match in re.finditer(r'\("(?P<name>\w+)",[^\n]*?\),?\s*#(?P<comment>[^\n]*)', source)
-    }
-
-
-def _schema_source(module_name: str, name: str) -> str:
-    source = inspect.getsource(importlib.import_module(module_name))
-    start = source.index(f"{name} = pa.schema(")
-    depth, end = 0, start
-    for end in range(source.index("(", start), len(source)):
-        depth += {"(": 1, ")": -1}.get(source[end], 0)
-        if depth == 0:
-            break
-    return source[start : end + 1]
+def table_columns(table: Table) -> list[tuple[str, str, str]]:
+    """A table's columns in schema order: `(name, Arrow type, description)`, the description empty if none."""
+    module = SCHEMA_MODULES[table.schema]
+    schema, descriptions = _load(f"{module}:{table.schema}"), _load(f"{module}:{table.descriptions}")
+    return [(field.name, str(field.type), descriptions.get(field.name, "")) for field in schema]
 
 
 def tables_page() -> str:
@@ -303,14 +313,11 @@ def tables_page() -> str:
         "",
     ]
     for table in TABLES:
-        module = SCHEMA_MODULES[table.schema]
-        schema = _load(f"{module}:{table.schema}")
-        comments = column_comments(_schema_source(module, table.schema))
         lines += [f"## {table.name}", "", f"Where: {table.where}. {table.what[0].upper()}{table.what[1:]}.", ""]
-        lines += [f"Schema: `{module}.{table.schema}`.", ""]
+        lines += [f"Schema: `{SCHEMA_MODULES[table.schema]}.{table.schema}`.", ""]
         lines += ["| column | type | description |", "|---|---|---|"]
-        for field in schema:
-            lines.append(f"| `{field.name}` | `{field.type}` | {_cell(comments.get(field.name, ''))} |")
+        for name, kind, description in table_columns(table):
+            lines.append(f"| `{name}` | `{kind}` | {_cell(description)} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -11,7 +11,7 @@ Or grows an index it built with more documents, as new shards, without reading i
 
     python -m jobs.index --add DOCS --index DIR [--address RAY]
 
-The index is built by Ray Data (`jobs.bulk_qa.retrieval.build_index_with_ray`), on its own local Ray or the
+The index is built by Ray Data (`jobs.indexing.build.build_index_with_ray`), on its own local Ray or the
 cluster `--address` names: memory per task is set by the shard size, the driver holds the corpus statistics only.
 Without `--index-shards` or `--index-shard-size` the shard size is chosen so that a node's build tasks at once stay
 within `--memory-budget` GiB (default: a quarter of the node's memory; `jobs.indexing.memory`); the shards and the
@@ -31,15 +31,19 @@ import sys
 
 import pyarrow.fs as pafs
 
-from jobs.bulk_qa.config import RunSettings, add_options, with_values
-from jobs.bulk_qa.driver import start_engine
-from jobs.bulk_qa.inputs import DOCUMENTS, table_schema
-from jobs.bulk_qa.retrieval import BUILD_FILE, add_dense_index, add_documents_with_ray, build_index_with_ray
 from jobs.engines import RayEngine
+from jobs.indexing.build import build_index_with_ray
+from jobs.indexing.grow import add_documents_with_ray
+from jobs.indexing.record import BUILD_FILE
+from jobs.indexing.vectors import add_dense_index
+from jobs.options import add_options, with_values
 from jobs.ray_logs import RayLogFilter
+from jobs.ray_start import start_engine
 from jobs.retrieval_settings import RetrievalSettings
+from jobs.run_settings import RunSettings
 from jobs.shared_paths import SharedPath, model_folder
 from jobs.storage import InputError, redact, resolve_path
+from jobs.tables import DOCUMENTS, table_schema
 from qa_core.retrieval.index_io import HEADER_FILE
 
 # The retrieval settings an index is built with (the job's others only apply to searching it).

@@ -191,7 +191,9 @@ def pull(client: LabelStudio, project: str, to: Path, export_format: str) -> dic
 def build_parser() -> argparse.ArgumentParser:
     """The command line of `python -m jobs.label_studio`."""
     parser = argparse.ArgumentParser(prog="python -m jobs.label_studio", description=__doc__.split("\n\n")[0].strip())
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(
+        dest="command", required=True, help="what to do: push a run's tasks, or pull the reviews"
+    )
     for name, help_text in (("push", "import a run's review tasks"), ("pull", "export the reviews to a file")):
         command = commands.add_parser(name, help=help_text)
         if name == "push":

@@ -1,8 +1,9 @@
 """
 Command-line options derived from settings classes (`qa_core.settings.Settings`): one flag per field, documented
-by its comment, and the values given turned back into settings. The bulk job's configuration (`jobs.bulk_qa.config`)
-and the other entry points (`jobs.ingest`, `jobs.index`, `jobs.train`, the benchmark) build their flags here, so
-that an option is defined once, in its settings class. Light on purpose: it imports no component.
+by the help its field declares (`qa_core.settings.setting`), and the values given turned back into settings. The
+bulk job's configuration (`jobs.bulk_qa.config`) and the other entry points (`jobs.ingest`, `jobs.index`,
+`jobs.train`, the benchmark) build their flags here, so that an option is defined once, in its settings class.
+Light on purpose: it imports no component.
 """
 
 import argparse
@@ -59,7 +60,7 @@ def add_options(
 ) -> None:
     """
     One flag per field of each phase's settings (dashes for underscores), in a group per phase, documented by the
-    field's comment and showing the given settings' value as the default. Flags not given are absent from the
+    field's declared help and showing the given settings' value as the default. Flags not given are absent from the
     parsed namespace, so that they keep their default.
 
     :param only: The fields to offer (default: all of them).
@@ -82,6 +83,7 @@ def add_options(
                 parse = _none_or(kind) if is_optional(annotation) else kind
                 action = group.add_argument(flag, type=parse, metavar=kind.__name__.upper(), **options)
             action.settings_default = values[name]  # the value a flag not given keeps (the generated reference's)
+            action.settings_class = type(phase)  # where the option is declared (named by the reference's tests)
 
 
 def with_values(phases: dict[str, Settings], values: dict[str, Any]) -> dict[str, Settings]:

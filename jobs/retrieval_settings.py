@@ -4,58 +4,73 @@ or both joined (`RetrievalSettings`), and how the index they search is built (sh
 The bulk job's retrieval stage, the index build and the command lines all read these settings from here.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from qa_core.hardware import PRECISIONS
 from qa_core.retrieval.ann import ANN_KINDS, AnnSearch
 from qa_core.retrieval.dense import DEFAULT_SIMILARITY, SIMILARITIES
 from qa_core.retrieval.fusion import DEFAULT_JOIN_MODE, JOIN_MODES
+from qa_core.retrieval.methods import RETRIEVAL_METHODS, RetrievalMethod, retrieval_method
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
-from qa_core.settings import Settings, at_least
+from qa_core.settings import Settings, at_least, setting, setting_factory
 
-RETRIEVALS = ("bm25", "dense", "hybrid")
-# Hybrid retrieval joins these retrievers' hits, in this order (DocumentJoiner's inputs).
-JOINED = ("bm25", "dense")
+# The retrievers whose hits hybrid retrieval joins, in this order (DocumentJoiner's inputs): join_weights' keys.
+JOINED = RETRIEVAL_METHODS["hybrid"].retrievers
 
 
 @dataclass(frozen=True)
 class RetrievalSettings(Settings):
     """How questions without document_ids get documents from --documents: by BM25, embeddings, or both joined."""
 
-    retrieval: str = "bm25"  # bm25, dense (embedding model) or hybrid (both, joined as Haystack's DocumentJoiner)
-    retriever_top_k: int = 10  # documents retrieved for each question without document_ids (Haystack's top_k)
-    bm25_algorithm: str = DEFAULT_ALGORITHM  # BM25L (Haystack's default), BM25Okapi, BM25Plus, or Lucene
-    bm25_parameters: dict[str, float] = field(default_factory=dict)  # some of k1, b, delta or epsilon (Haystack's)
-    index: str | None = None  # index folder from `python -m jobs.index` to search instead of building one
+    retrieval: str = setting(
+        "bm25", "bm25, dense (embedding model) or hybrid (both, joined as Haystack's DocumentJoiner)"
+    )
+    retriever_top_k: int = setting(10, "documents retrieved for each question without document_ids (Haystack's top_k)")
+    bm25_algorithm: str = setting(DEFAULT_ALGORITHM, "BM25L (Haystack's default), BM25Okapi, BM25Plus, or Lucene")
+    bm25_parameters: dict[str, float] = setting_factory(dict, "some of k1, b, delta or epsilon (Haystack's)")
+    index: str | None = setting(None, "index folder from `python -m jobs.index` to search instead of building one")
     # Each shard of the index is searched by its own actor, their hits merged exactly.
-    index_shards: int | None = None  # shards of the index the run builds; None: sized by memory_budget
+    index_shards: int | None = setting(None, "shards of the index the run builds; None: sized by memory_budget")
     # The shard size bounds the build's memory per task; documents added to an index later make new shards of it.
-    index_shard_size: int | None = None  # passages per shard of the index built, the last fewer; None: index_shards
+    index_shard_size: int | None = setting(
+        None, "passages per shard of the index built, the last fewer; None: index_shards"
+    )
     # Sets the shard size where neither index_shards nor index_shard_size is given (jobs.indexing.memory).
-    memory_budget: float | None = None  # GiB of a node's memory the index build may use; None: a quarter of it
+    memory_budget: float | None = setting(None, "GiB of a node's memory the index build may use; None: a quarter of it")
     # Documents split into passages of words before indexing, as Haystack's DocumentSplitter(split_by="word"):
     # retrieval finds passages and the reader reads them; answers point into the documents.
-    split_length: int | None = None  # words per indexed passage (DocumentSplitter's); None: whole documents
-    split_overlap: int = 0  # words consecutive passages of a document share (with split_length; less than it)
-    embedding_model: str | None = None  # sentence-transformers model (hub id or local folder) for dense and hybrid
-    embedding_similarity: str = DEFAULT_SIMILARITY  # dot_product (InMemoryDocumentStore's default) or cosine
-    embedding_precision: str = "fp32"  # the embedding model's: fp32, bf16, or auto (bf16 where fast)
-    # The exact search's screening product: fp32, bf16 or auto (bf16 where the retrieval actor's CPU multiplies
-    # bf16 natively, else fp32); the same hits and scores, bf16 faster on such CPUs (qa_core.retrieval.dense).
-    embedding_search_precision: str = "auto"
+    split_length: int | None = setting(None, "words per indexed passage (DocumentSplitter's); None: whole documents")
+    split_overlap: int = setting(0, "words consecutive passages of a document share (with split_length; less than it)")
+    embedding_model: str | None = setting(
+        None, "sentence-transformers model (hub id or local folder) for dense and hybrid"
+    )
+    embedding_similarity: str = setting(DEFAULT_SIMILARITY, "dot_product (InMemoryDocumentStore's default) or cosine")
+    embedding_precision: str = setting("fp32", "the embedding model's: fp32, bf16, or auto (bf16 where fast)")
+    embedding_search_precision: str = setting(
+        "auto",
+        "the exact dense search's screening product: fp32, bf16 or auto (bf16 where the retrieval actor's CPU "
+        "multiplies bf16 natively, else fp32); the same hits and scores, bf16 faster on such CPUs",
+    )
     # An approximate index (FAISS, the `ann` extra) built with the dense vectors; a run whose index holds one
     # searches it instead of searching exactly (qa_core.retrieval.ann), its hits rescored exactly.
-    ann: str | None = None  # None (exact search only), hnsw (a graph) or ivf (lists of 4-bit codes)
-    ann_ef_search: int = AnnSearch.ef_search  # hnsw: candidates kept per query while searching (FAISS's efSearch)
-    ann_nprobe: int = AnnSearch.nprobe  # ivf: lists scanned per query
-    ann_candidates: int = AnnSearch.candidates  # ivf: the codes' best hits rescored exactly per query
-    join_mode: str = DEFAULT_JOIN_MODE  # hybrid: DocumentJoiner's join_mode (reciprocal_rank_fusion, ...)
-    join_weights: dict[str, float] = field(default_factory=dict)  # hybrid: {bm25: w, dense: w}; empty: equal
+    ann: str | None = setting(None, "None (exact search only), hnsw (a graph) or ivf (lists of 4-bit codes)")
+    ann_ef_search: int = setting(
+        AnnSearch.ef_search, "hnsw: candidates kept per query while searching (FAISS's efSearch)"
+    )
+    ann_nprobe: int = setting(AnnSearch.nprobe, "ivf: lists scanned per query")
+    ann_candidates: int = setting(AnnSearch.candidates, "ivf: the codes' best hits rescored exactly per query")
+    join_mode: str = setting(DEFAULT_JOIN_MODE, "hybrid: DocumentJoiner's join_mode (reciprocal_rank_fusion, ...)")
+    join_weights: dict[str, float] = setting_factory(dict, "hybrid: {bm25: w, dense: w}; empty: equal")
+
+    @property
+    def method(self) -> RetrievalMethod:
+        """The retrieval method (`qa_core.retrieval.methods`): its retrievers and the index parts it needs."""
+        return retrieval_method(self.retrieval)
 
     @property
     def dense(self) -> bool:
-        """Whether the retrieval embeds (dense or hybrid)."""
-        return self.retrieval in ("dense", "hybrid")
+        """Whether the retrieval embeds (an embedding model and the index's vectors are needed)."""
+        return self.method.embeds
 
     def problems(self) -> list[str]:
         problems = at_least("retriever_top_k", self.retriever_top_k, 1)
@@ -92,8 +107,8 @@ class RetrievalSettings(Settings):
 
     def _dense_problems(self) -> list[str]:
         """The retrieval and its embedding and joining settings."""
-        if self.retrieval not in RETRIEVALS:
-            return [f"retrieval must be one of {', '.join(RETRIEVALS)}, not {self.retrieval!r}"]
+        if self.retrieval not in RETRIEVAL_METHODS:
+            return [f"retrieval must be one of {', '.join(RETRIEVAL_METHODS)}, not {self.retrieval!r}"]
         problems = []
         if self.dense and not self.embedding_model:
             problems.append(f"retrieval {self.retrieval} needs an embedding_model")

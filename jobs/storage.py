@@ -1,7 +1,8 @@
 """
 Where the job reads and writes: filesystems for local paths and URIs, credentials masked in messages, and the
-shard store that commits each shard's tables atomically (used by the aggregation tasks and by the driver), and a
-node's local copy of an index kept on a remote filesystem (`local_index_folder`).
+shard store that commits each shard's tables atomically (used by the aggregation tasks and by the driver), a
+node's local copy of an index kept on a remote filesystem (`local_index_folder`), and the one way a file or folder is
+written so that it appears complete or not at all (`written_in_place`, over `staged_copy` for remote ones).
 
 Layout under `--output`:
 - `answers/`, `questions/`, `generated_answers/`: one Parquet file per shard, `shard-00042.parquet`;
@@ -25,7 +26,10 @@ import re
 import shutil
 import tempfile
 import uuid
-from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pyarrow as pa
@@ -92,6 +96,117 @@ def parquet_dataset(path: str) -> pads.Dataset:
     """A Parquet file or folder, local or at a URI, opened lazily (footers are read on demand)."""
     filesystem, inner = resolve_path(path)
     return pads.dataset(inner, filesystem=filesystem, format="parquet")
+
+
+@contextmanager
+def staged_copy(location: str, read: bool = False, replace: bool = False) -> Iterator[Path]:
+    """
+    A local temporary copy of the file or folder at a remote `location` (object storage): filled from it first with
+    `read`, and copied to it when the block ends without error; what was there is removed just before the copy with
+    `replace`, else files there and not in the copy are kept.
+
+    :yields: The local path to work on (inside a temporary folder; a folder the caller creates).
+    """
+    filesystem, inner = resolve_path(location)
+    with tempfile.TemporaryDirectory() as local:
+        staged = Path(local) / (PurePosixPath(inner).name or "root")
+        if read:
+            staged.mkdir()  # copy_files makes no folder for an object store's keys (they have no folder)
+            pafs.copy_files(
+                inner, str(staged), source_filesystem=filesystem, destination_filesystem=pafs.LocalFileSystem()
+            )
+        yield staged
+        if replace and filesystem.get_file_info(inner).type != pafs.FileType.NotFound:
+            _delete(filesystem, inner)
+        pafs.copy_files(str(staged), inner, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
+
+
+@dataclass
+class Staged:
+    """
+    Where `written_in_place` has a file or folder written.
+
+    :param path: The local path to write (or, remote and not staged, the location itself).
+    :param last: Files of the folder written after all the rest, by name (a completion marker, such as an index's
+        `build.json`): locally before the folder is renamed into place, remotely after it is copied there.
+    """
+
+    path: str
+    last: dict[str, bytes] = field(default_factory=dict)
+
+
+@contextmanager
+def written_in_place(location: str, replace: bool = True, staged: bool = True) -> Iterator[Staged]:
+    """
+    Writes a file or folder so that it appears at `location` complete or not at all: the one helper for it.
+
+    Locally it is written as a hidden sibling (`.name.<random>`) and renamed into place when the block ends without
+    error (removed on error); what was there is replaced, or with `replace` off kept, the new copy dropped (another
+    process wrote the same folder first). Remotely (object storage) it is written into a local temporary copy
+    (`staged_copy`), what was there removed just before the copy; or, not `staged`, for writers that write the remote
+    place themselves (tasks of a cluster), into `location` itself, emptied first. Either way its `last` files are
+    written after the rest, so that one of them marks it complete.
+
+    Usage example:
+    ```python
+    with written_in_place("s3://bucket/index") as staged:
+        save_shards(staged.path)
+        staged.last["build.json"] = record_bytes
+    ```
+    """
+    filesystem, inner = resolve_path(location)
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        target = Path(inner)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
+        written = Staged(str(partial))
+        try:
+            yield written
+            _write_last(partial, written.last)
+            if replace and target.is_dir():
+                shutil.rmtree(target)
+            try:
+                os.replace(partial, target)  # a file replaces the one there at once
+            except OSError:
+                if replace:
+                    raise  # else another process wrote the folder first: its copy is kept
+        finally:
+            _remove(partial)  # gone once renamed; else left by an error, or not needed
+        return
+    if not staged:
+        if replace and filesystem.get_file_info(inner).type != pafs.FileType.NotFound:
+            _delete(filesystem, inner)
+        written = Staged(location)
+        yield written
+    else:
+        with staged_copy(location, replace=replace) as local:
+            written = Staged(str(local))
+            yield written
+    for name, data in written.last.items():
+        with filesystem.open_output_stream(f"{inner.rstrip('/')}/{name}") as stream:
+            stream.write(data)
+
+
+def _write_last(folder: Path, files: dict[str, bytes]) -> None:
+    """`Staged.last`'s files, written into a local folder."""
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+
+
+def _remove(path: Path) -> None:
+    """A local file or folder removed, if it is there."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists():
+        path.unlink()
+
+
+def _delete(filesystem: pafs.FileSystem, path: str) -> None:
+    """A remote file or folder deleted."""
+    if filesystem.get_file_info(path).type == pafs.FileType.Directory:
+        filesystem.delete_dir(path)
+    else:
+        filesystem.delete_file(path)
 
 
 def shard_name(shard: int) -> str:
@@ -274,13 +389,9 @@ def local_index_folder(location: str) -> Path:
     header = _index_header_digest(filesystem, inner)
     cache = Path(tempfile.gettempdir()) / "bulk-qa-index" / uuid.uuid5(uuid.NAMESPACE_URL, f"{location}#{header}").hex
     if not (cache / "index.json").exists():
-        partial = cache.with_name(f"{cache.name}.{uuid.uuid4().hex}")
-        partial.mkdir(parents=True)  # copy_files makes no folder for an object store's keys (they have no folder)
-        pafs.copy_files(
-            inner, str(partial), source_filesystem=filesystem, destination_filesystem=pafs.LocalFileSystem()
-        )
-        try:
-            partial.rename(cache)
-        except OSError:  # another actor of this node finished first
-            shutil.rmtree(partial, ignore_errors=True)
+        with written_in_place(str(cache), replace=False) as staged:  # another actor of this node may finish first
+            Path(staged.path).mkdir()  # copy_files makes no folder for an object store's keys (they have no folder)
+            pafs.copy_files(
+                inner, staged.path, source_filesystem=filesystem, destination_filesystem=pafs.LocalFileSystem()
+            )
     return cache

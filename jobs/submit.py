@@ -203,14 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--working-dir",
         type=Path,
-        default=PROJECT_ROOT,
-        help="the project directory uploaded as the job's working directory (default: this project)",
+        help="the project directory uploaded as the job's working directory (not given: the folder holding this "
+        "project's jobs/ and pyproject.toml, wherever the command is run from)",
     )
     parser.add_argument(
         "--no-install",
         dest="install",
         action="store_false",
-        help="do not pip-install the project's dependencies: the cluster's image already has them",
+        help="do not pip-install the project's dependencies: the cluster's image already has them (not given: the "
+        "job installs them from pyproject.toml)",
     )
     parser.add_argument(
         "--pip",
@@ -233,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-wait",
         dest="wait",
         action="store_false",
-        help="return once the job is submitted instead of streaming its logs until it ends",
+        help="return once the job is submitted (not given: stream the job's logs until it ends and exit with its "
+        "outcome)",
     )
     return parser
 
@@ -291,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(own_args)
     if not job_args:
         parser.error("give the job's arguments after `--`, e.g. -- --questions Q --documents D --output OUT")
-    working_dir = args.working_dir.resolve()
+    working_dir = (args.working_dir or PROJECT_ROOT).resolve()
     if not (working_dir / "pyproject.toml").is_file() or not (working_dir / "jobs").is_dir():
         parser.error(f"--working-dir {working_dir} is not the project directory (no pyproject.toml and jobs/)")
     try:

@@ -1,6 +1,7 @@
 """
-Engine-free extractive question answering with Haystack's semantics: reader, answers, AnswerBuilder, BM25
-retriever, cross-encoder ranker; SQuAD data and its official evaluation (`qa_core.squad`, `qa_core.evaluation`).
+Engine-free extractive question answering with Haystack's semantics: reader, answers, AnswerBuilder, the BM25 and
+embedding retrievers, the document joiner and the cross-encoder ranker; SQuAD data and its official evaluation
+(`qa_core.squad`, `qa_core.evaluation`).
 
 The public names load on first use, so that code needing only the dataclasses or the answer selection
 (for instance the Ray job's aggregation tasks) does not import torch and transformers.
@@ -14,6 +15,8 @@ _MODULES = {
     "BM25Retriever": "qa_core.retrieval",
     "CrossEncoderRanker": "qa_core.ranker",
     "Document": "qa_core.document",
+    "DocumentJoiner": "qa_core.retrieval",
+    "EmbeddingRetriever": "qa_core.retrieval",
     "ExtractedAnswer": "qa_core.answers",
     "ExtractiveReader": "qa_core.reader",
     "GeneratedAnswer": "qa_core.answers",
@@ -24,6 +27,8 @@ __all__ = [
     "BM25Retriever",
     "CrossEncoderRanker",
     "Document",
+    "DocumentJoiner",
+    "EmbeddingRetriever",
     "ExtractedAnswer",
     "ExtractiveReader",
     "GeneratedAnswer",
@@ -36,7 +41,7 @@ if TYPE_CHECKING:
     from qa_core.document import Document
     from qa_core.ranker import CrossEncoderRanker
     from qa_core.reader import ExtractiveReader
-    from qa_core.retrieval import BM25Retriever
+    from qa_core.retrieval import BM25Retriever, DocumentJoiner, EmbeddingRetriever
     from qa_core.secret import Secret
 
 

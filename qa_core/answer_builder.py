@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from qa_core.answers import GeneratedAnswer
 from qa_core.document import Document
-from qa_core.settings import Settings
+from qa_core.settings import Settings, setting
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +27,11 @@ class Reply(Protocol):
 class AnswerBuilderSettings(Settings):
     """How generator replies are parsed (`AnswerBuilder`'s parameters; `answer_pattern` is its `pattern`)."""
 
-    answer_pattern: str | None = None  # regex extracting the answer from a reply (at most one group)
-    reference_pattern: str | None = None  # regex finding 1-based document references, e.g. \[(\d+)\]
-    last_message_only: bool = False  # parse only the last reply of each question
-    return_only_referenced_documents: bool = True  # referenced_document_ids lists only referenced documents
-    expand_reference_ranges: bool = False  # read [1-3,5] as documents 1, 2, 3 and 5
+    answer_pattern: str | None = setting(None, "regex extracting the answer from a reply (at most one group)")
+    reference_pattern: str | None = setting(None, r"regex finding 1-based document references, e.g. \[(\d+)\]")
+    last_message_only: bool = setting(False, "parse only the last reply of each question")
+    return_only_referenced_documents: bool = setting(True, "referenced_document_ids lists only referenced documents")
+    expand_reference_ranges: bool = setting(False, "read [1-3,5] as documents 1, 2, 3 and 5")
 
     def problems(self) -> list[str]:
         problems = []

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from qa_core.settings import Settings, at_least
+from qa_core.settings import Settings, at_least, setting
 from qa_core.spans import SequenceSpans, null_and_best_logits, spans_to_chars, top_spans
 from qa_core.tokenization import Sequence
 
@@ -40,11 +40,13 @@ def default_batch_tokens(device: torch.device | str, dtype: torch.dtype = torch.
 class InferenceSettings(Settings):
     """How sequences go through the model and how spans are decoded from its logits."""
 
-    max_batch_size: int | None = None  # most sequences per forward pass (None: only the token budget bounds it)
-    max_batch_tokens: int | None = None  # most padded tokens per forward pass (None: by device and dtype)
-    answers_per_seq: int | None = None  # candidate spans per sequence (None: 20)
-    calibration_factor: float = 0.1  # multiplies start + end logits before the sigmoid
-    max_answer_length: int | None = None  # longest answer in tokens; None: no limit
+    max_batch_size: int | None = setting(
+        None, "most sequences per forward pass (None: only the token budget bounds it)"
+    )
+    max_batch_tokens: int | None = setting(None, "most padded tokens per forward pass (None: by device and dtype)")
+    answers_per_seq: int | None = setting(None, "candidate spans per sequence (None: 20)")
+    calibration_factor: float = setting(0.1, "multiplies start + end logits before the sigmoid")
+    max_answer_length: int | None = setting(None, "longest answer in tokens; None: no limit")
 
     def batch_tokens(self, device: torch.device | str, dtype: torch.dtype = torch.float32) -> int:
         """`max_batch_tokens`, or when it is None `default_batch_tokens(device, dtype)`."""

@@ -4,14 +4,14 @@ call can happen). transformers and torch load only when a function here is calle
 """
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from qa_core.hardware import PRECISIONS
 from qa_core.secret import Secret
-from qa_core.settings import Settings
+from qa_core.settings import Settings, setting, setting_factory
 
 QUANTIZATIONS = (None, "int8")
 DTYPE_KEYS = ("torch_dtype", "dtype")  # the model_kwargs keys from_pretrained reads a dtype from
@@ -23,10 +23,10 @@ DEFAULT_TOKEN = Secret.from_env_var(["HF_API_TOKEN", "HF_TOKEN"], strict=False)
 class ModelSettings(Settings):
     """The question-answering model and how it is loaded."""
 
-    model: str = "deepset/roberta-base-squad2-distilled"  # hub id or local folder of a QA model
-    precision: str = "fp32"  # fp32; bf16 (the model in bfloat16, spans decoded in fp32); auto: bf16 where fast
-    quantization: str | None = None  # "int8": dynamic int8 on CPU (faster, answers may differ slightly)
-    model_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to from_pretrained (torch_dtype, ...)
+    model: str = setting("deepset/roberta-base-squad2-distilled", "hub id or local folder of a QA model")
+    precision: str = setting("fp32", "fp32; bf16 (the model in bfloat16, spans decoded in fp32); auto: bf16 where fast")
+    quantization: str | None = setting(None, '"int8": dynamic int8 on CPU (faster, answers may differ slightly)')
+    model_kwargs: dict[str, Any] = setting_factory(dict, "passed to from_pretrained (torch_dtype, ...)")
 
     @property
     def trust_remote_code(self) -> bool:

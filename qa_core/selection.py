@@ -19,7 +19,7 @@ import numpy as np
 
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
-from qa_core.settings import Settings, at_least, within
+from qa_core.settings import Settings, at_least, setting, within
 
 if TYPE_CHECKING:  # spans.py imports torch, which the Ray job's aggregation tasks do without
     from qa_core.spans import SequenceSpans
@@ -31,11 +31,11 @@ logger = logging.getLogger(__name__)
 class SelectionSettings(Settings):
     """How one query's candidate spans become its answers."""
 
-    top_k: int = 20  # answers per question, plus the no-answer row
-    score_threshold: float | None = None  # keep answers scoring at least this
-    overlap_threshold: float | None = 0.01  # de-duplicate answers overlapping more than this; None keeps all
-    no_answer: bool = True  # add the no-answer row
-    context_window_size: int | None = None  # characters of context around each answer; None: no context
+    top_k: int = setting(20, "answers per question, plus the no-answer row")
+    score_threshold: float | None = setting(None, "keep answers scoring at least this")
+    overlap_threshold: float | None = setting(0.01, "de-duplicate answers overlapping more than this; None keeps all")
+    no_answer: bool = setting(True, "add the no-answer row")
+    context_window_size: int | None = setting(None, "characters of context around each answer; None: no context")
 
     def problems(self) -> list[str]:
         return [

@@ -1,25 +1,37 @@
 """
-The base of every component's settings: a dataclass whose field comments are its documentation and whose
-`problems()` are its validation. Each phase defines its settings next to the code that uses them
+The base of every component's settings: a dataclass whose fields declare their documentation (`setting(default,
+help)`) and whose `problems()` are its validation. Each phase defines its settings next to the code that uses them
 (`TokenizationSettings` in `tokenization.py`, `InferenceSettings` in `inference.py`, `SelectionSettings` in
 `selection.py`, `ModelSettings` in `models.py`); the components, the Ray job's configuration and command line,
 and the benchmark all derive from those definitions.
 """
 
 import dataclasses
-import inspect
-import re
 import typing
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-_FIELD_COMMENT = re.compile(r"^\s+(\w+): .*?  # (.+)$")
+HELP = "help"  # the key of a field's metadata that holds its documentation
+
+
+def setting(default: Any, help: str) -> Any:
+    """
+    A settings field with its default and its documentation (the `--help` of its flag and its row in the
+    reference), e.g. `top_k: int = setting(20, "answers per question")`. Use `setting_factory` for a mutable default.
+    """
+    return dataclasses.field(default=default, metadata={HELP: help})
+
+
+def setting_factory(factory: Callable[[], Any], help: str) -> Any:
+    """A settings field whose default is made by `factory` (`list`, `dict`), with its documentation."""
+    return dataclasses.field(default_factory=factory, metadata={HELP: help})
 
 
 class Settings:
     """
     Mixin for settings dataclasses: `problems()` lists what is wrong with the values (empty when they are usable),
-    `check()` raises them all at once, `docs()` gives each field's comment.
+    `check()` raises them all at once, `docs()` gives each field's documentation.
     """
 
     def problems(self) -> list[str]:
@@ -40,8 +52,8 @@ class Settings:
 
     @classmethod
     def docs(cls) -> dict[str, str]:
-        """Each field's comment (its documentation), by field name."""
-        return _field_comments(cls)
+        """Each field's documentation (declared with `setting`; empty for a field declared otherwise), by name."""
+        return {spec.name: spec.metadata.get(HELP, "") for spec in dataclasses.fields(cls)}  # type: ignore[arg-type]
 
     @classmethod
     def types(cls) -> dict[str, Any]:
@@ -56,12 +68,6 @@ class Settings:
 
 def _copy(value: Any) -> Any:
     return dict(value) if isinstance(value, dict) else list(value) if isinstance(value, list) else value
-
-
-@cache
-def _field_comments(cls: type) -> dict[str, str]:
-    source = inspect.getsource(cls).splitlines()
-    return {match[1]: match[2] for match in map(_FIELD_COMMENT.match, source) if match}
 
 
 @cache

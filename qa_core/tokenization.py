@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qa_core.settings import Settings, at_least
+from qa_core.settings import Settings, at_least, setting
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 class TokenizationSettings(Settings):
     """How (query, document) pairs become model sequences."""
 
-    max_seq_length: int = 384  # tokens per sequence; longer documents are split
-    stride: int = 128  # tokens shared by consecutive windows of a document
+    max_seq_length: int = setting(384, "tokens per sequence; longer documents are split")
+    stride: int = setting(128, "tokens shared by consecutive windows of a document")
 
     def problems(self) -> list[str]:
         problems = at_least("max_seq_length", self.max_seq_length, 8)

@@ -1,8 +1,9 @@
 """
 The layers the tree promises: `qa_core` imports neither Ray nor `jobs`; the modules `jobs/` shares between the
 bulk job, the index build and ingestion import none of the three; the bulk job's worker side imports only `qa_core`,
-itself and the shared modules workers use, never its driver side. Read from the source, so that a lazy import
-counts too.
+itself and the shared modules workers use, never its driver side; the index command, the index build, retrieval on
+Ray and the benchmarks of retrieval and ingestion import nothing of the bulk job. Read from the source, so that a
+lazy import counts too.
 """
 
 import ast
@@ -11,10 +12,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# What runs in Ray's workers may import these `jobs/` modules besides its own package: they import nothing of jobs.
-WORKER_SAFE = ("jobs.storage", "jobs.passages", "jobs.retrieval_settings")
+# What runs in Ray's workers may import these `jobs/` modules besides its own package: they import only each other.
+WORKER_SAFE = (
+    "jobs.storage", "jobs.passages", "jobs.retrieval_settings", "jobs.table_schema",
+    "jobs.retrieval.retrieve", "jobs.retrieval.retrieve_dense",  # the retrieval actors
+)  # fmt: skip
 # The modules below the bulk job, the index build and ingestion, which all three use.
-SHARED = (*WORKER_SAFE, "jobs.engines", "jobs.in_process")
+SHARED = (
+    *WORKER_SAFE, "jobs.engines", "jobs.in_process", "jobs.tables", "jobs.run_settings", "jobs.ray_start",
+    "jobs.ray_logs", "jobs.shared_paths", "jobs.path_probe", "jobs.options",
+)  # fmt: skip
+# The benchmarks of the bulk job itself, which run it (`throughput`) or score and report its output with its own
+# writers (`evaluation`, `precision`, `retrieval_quality`: its results tables and refusal rule): they import it.
+BULK_JOB_BENCHMARKS = ("evaluation.py", "precision.py", "retrieval_quality.py", "throughput.py")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -55,9 +65,9 @@ def test_worker_side_imports_nothing_of_the_driver_side(path: Path) -> None:
 
 
 def shared_and_below_the_bulk_job() -> list[Path]:
-    """The shared modules, and the index build's and ingestion's packages, which the bulk job uses."""
+    """The shared modules, and the index build's, retrieval's and ingestion's packages, which the bulk job uses."""
     shared = [ROOT / f"{name.replace('.', '/')}.py" for name in SHARED]
-    return shared + modules("jobs/indexing") + modules("jobs/ingest")
+    return shared + modules("jobs/indexing") + modules("jobs/retrieval") + modules("jobs/ingest")
 
 
 @pytest.mark.parametrize("path", shared_and_below_the_bulk_job(), ids=lambda path: str(path.relative_to(ROOT)))
@@ -137,3 +147,16 @@ def test_no_import_circle() -> None:
     """A module that reaches back to itself through imports (as a lazy import can hide) is one layer, not two."""
     assert circles(import_graph()) == []
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check can fail
+
+
+def beside_the_bulk_job() -> list[Path]:
+    """The index command and the benchmarks but those of the bulk job itself (`BULK_JOB_BENCHMARKS`)."""
+    benchmarks = [path for path in modules("jobs/bench") if path.name not in BULK_JOB_BENCHMARKS]
+    return [ROOT / "jobs/index.py", *benchmarks]
+
+
+@pytest.mark.parametrize("path", beside_the_bulk_job(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_the_index_command_and_the_benchmarks_import_nothing_of_the_bulk_job(path: Path) -> None:
+    """They build and search indexes through `jobs.indexing` and `jobs.retrieval`, never through `jobs.bulk_qa`."""
+    offending = {name for name in imported_modules(path) if name.startswith("jobs.bulk_qa")}
+    assert not offending, f"{path.relative_to(ROOT)} imports {sorted(offending)}"

@@ -35,7 +35,7 @@ from qa_core.retrieval.ann import ANN_KINDS, AnnSearch, build_ann_index, ivf_lis
 from qa_core.retrieval.dense import SEARCH_PRECISIONS, DenseIndex, unit_rows
 
 TOP_K = 10
-QUERIES_PER_BATCH = 256  # the job's retrieval batch (`jobs.bulk_qa.retrieval.QUESTIONS_PER_RETRIEVAL_BATCH`)
+QUERIES_PER_BATCH = 256  # the job's retrieval batch (`jobs.retrieval.stages.QUESTIONS_PER_RETRIEVAL_BATCH`)
 _ROWS_PER_DRAW = 100_000  # vectors drawn at a time
 
 

@@ -1,6 +1,7 @@
 """
 Files of every format ingestion reads, written with the formats' own libraries or by hand (PDF): the generators the
-ingestion tests use, and `write_mixed_folder`, the ingestion benchmark's folder of them (text from `data/text/`).
+ingestion benchmarks use (the ingestion tests build on `pdf_bytes`, `docx_bytes` and `write_docx_bomb` too), and
+`write_mixed_folder`, the benchmark's folder of them (text from `data/text/`).
 """
 
 import csv
@@ -85,7 +86,7 @@ def docx_bytes(paragraphs: list[str], table: list[list[str]], new_page: int, tit
     return out.getvalue()
 
 
-_WORD_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+WORD_NAMESPACE = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 _BOMB_PARAGRAPH = b"<w:p><w:r><w:t>All work and no play makes a zip bomb.</w:t></w:r></w:p>"
 
 
@@ -99,7 +100,7 @@ def write_docx_bomb(path: str | Path, unzipped_bytes: int) -> int:
     import zipfile
 
     template = zipfile.ZipFile(io.BytesIO(docx_bytes(["x"], [["x"]], -1, "")))
-    head = f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:document xmlns:w="{_WORD_NS}"><w:body>'
+    head = f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:document xmlns:w="{WORD_NAMESPACE}"><w:body>'
     tail = b"</w:body></w:document>"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as bomb:
         for member in template.infolist():
@@ -113,34 +114,6 @@ def write_docx_bomb(path: str | Path, unzipped_bytes: int) -> int:
                     stream.write(chunk)
                 stream.write(tail)
     return Path(path).stat().st_size
-
-
-def docx_with_entity(text_before: str, entity: str, text_after: str) -> bytes:
-    """A DOCX whose one paragraph's text holds an XML entity reference (`&entity;`, declared in a DOCTYPE)."""
-    import zipfile
-
-    template = zipfile.ZipFile(io.BytesIO(docx_bytes(["x"], [["x"]], -1, "")))
-    document = (
-        f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<!DOCTYPE w:document [<!ENTITY {entity} '
-        f'"expanded">]>\n<w:document xmlns:w="{_WORD_NS}"><w:body><w:p><w:r><w:t>{text_before}&{entity};'
-        f"{text_after}</w:t></w:r></w:p></w:body></w:document>"
-    )
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as package:
-        for member in template.infolist():
-            data = document.encode() if member.filename == "word/document.xml" else template.read(member)
-            package.writestr(member, data)
-    return out.getvalue()
-
-
-def slow_html(size_bytes: int) -> bytes:
-    """
-    A one-line HTML page of about `size_bytes`, one-cell tables one after another: trafilatura's extraction takes
-    time growing with the square of its size (measured on a shared 2-core machine: 100 KB 3.6 s, 200 KB 12 s, 1 MB
-    144 s), much of it in libxml2's C code, where no signal handler stops it.
-    """
-    table = b"<table><tr><td>w</td></tr></table>"
-    return b"<html><body>" + table * (size_bytes // len(table)) + b"</body></html>"
 
 
 @lru_cache(maxsize=1)

@@ -124,16 +124,12 @@ def measure_build(
         passage stores apart: split, where the passages lie and their source documents), the driver's peak RSS in
         MiB, Ray Data's start in seconds (None for `single`) and queries/s over the shards.
     """
-    from jobs.bulk_qa.config import RunSettings
-    from jobs.bulk_qa.driver import configure_ray_data, start_ray
-    from jobs.bulk_qa.retrieval import (
-        add_documents_with_ray,
-        build_index,
-        build_index_with_ray,
-        shard_locations,
-        write_index,
-    )
+    from jobs.indexing.build import build_index, build_index_with_ray, write_index
+    from jobs.indexing.grow import add_documents_with_ray
+    from jobs.indexing.record import shard_locations
+    from jobs.ray_start import configure_ray_data, start_ray
     from jobs.retrieval_settings import RetrievalSettings
+    from jobs.run_settings import RunSettings
 
     settings = RetrievalSettings(index_shard_size=shard_size, split_length=split[0], split_overlap=split[1])
     ray_data_start_s = None
@@ -242,7 +238,7 @@ def search_index(index: str, n_queries: int, k: int, ray_queries: int = 0, stage
     stages per CPU in `stages_per_cpu`: more than the one-process comparison needs, so that the pipeline of stages
     runs full for most of its time.
     """
-    from jobs.bulk_qa.retrieval import BUILD_FILE, shard_locations
+    from jobs.indexing.record import BUILD_FILE, shard_locations
 
     record = json.loads((Path(index) / BUILD_FILE).read_text(encoding="utf-8"))
     shards = [BM25Index.load(location) for location in shard_locations(index, record["shards"])]
@@ -266,10 +262,11 @@ def search_with_ray(index: str, shards: list[BM25Index], queries: list[str], k: 
     """
     import ray
 
-    from jobs.bulk_qa.config import RunSettings
-    from jobs.bulk_qa.driver import configure_ray_data, start_ray
-    from jobs.bulk_qa.retrieval import bm25_shard_stages, shard_locations, shard_stages
     from jobs.engines import RayEngine
+    from jobs.indexing.record import shard_locations
+    from jobs.ray_start import configure_ray_data, start_ray
+    from jobs.retrieval.stages import bm25_shard_stages, shard_stages
+    from jobs.run_settings import RunSettings
 
     cluster = start_ray(RunSettings(output=index, quiet=True))
     configure_ray_data(RunSettings(output=index))
@@ -458,7 +455,7 @@ def main() -> None:
         compare_builds(args)
         return
     if args.search:
-        from jobs.bulk_qa.retrieval import BM25_STAGES_PER_CPU
+        from jobs.retrieval.stages import BM25_STAGES_PER_CPU
 
         per_cpu = args.ray_stages_per_cpu or [BM25_STAGES_PER_CPU]
         search_index(args.search, args.queries, args.top_k, args.ray_queries, per_cpu)

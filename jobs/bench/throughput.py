@@ -58,7 +58,7 @@ from jobs.bench.data import (
     peak_flops,
     write_parquet,
 )
-from jobs.bulk_qa.config import add_options, with_values
+from jobs.options import add_options, with_values
 from qa_core.hardware import PRECISION_DTYPES, cpu_description, resolve_precision
 from qa_core.inference import InferenceSettings, length_sorted_batches, model_dtype, pad_batch
 from qa_core.models import ModelSettings, load_tokenizer
@@ -621,7 +621,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(parser, Settings().phases())
     parser.add_argument("--model", help="QA model folder (default: MiniLM-L6 built locally; tiny-bert with --scale)")
     parser.add_argument("--questions", type=int, default=300, help="questions (default 300)")
-    parser.add_argument("--documents-per-question", type=int, default=5)
+    parser.add_argument(
+        "--documents-per-question", type=int, default=5, help="documents each question is read in (default 5)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the questions' draw")
     parser.add_argument(
         "--mixed-questions",
@@ -637,8 +639,10 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["bf16", "fp16", "auto"],
         help="add run_batch and limit rows in this precision (auto: bf16 where the device has bf16 units, else none)",
     )
-    parser.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads in this process")
+    parser.add_argument(
+        "--device", help="torch device every row runs on (not given: cuda:0 where a GPU is visible, else cpu)"
+    )
+    parser.add_argument("--threads", type=int, help="torch threads in this process (not given: one per CPU)")
     parser.add_argument("--peak-tflops", type=float, help="the device's peak, for the MFU (GPUs: looked up)")
     parser.add_argument("--ray-args", default="", help="extra flags for the Ray job, e.g. '--num-actors 2'")
     parser.add_argument("--scale", action="store_true", help="measure the Ray job's peak memory at N and 10 N")
@@ -651,10 +655,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Runs the benchmark, prints its table and writes it as JSON; returns what it wrote."""
     args = build_parser().parse_args(argv)
-    torch.set_num_threads(args.threads)
-    described = machine(args.device)
+    torch.set_num_threads(args.threads or os.cpu_count())
+    device = args.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
+    described = machine(device)
     print(describe_machine(described), flush=True)
-    settings = Settings(**with_values(Settings().phases(), vars(args)), device=args.device)
+    settings = Settings(**with_values(Settings().phases(), vars(args)), device=device)
     skip = {name.strip() for name in args.skip.split(",") if name.strip()}
     with tempfile.TemporaryDirectory(prefix="bench-") as temporary:
         folder = Path(args.work_dir or temporary)

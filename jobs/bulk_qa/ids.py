@@ -10,9 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.bulk_qa.inputs import TableSpec
 from jobs.bulk_qa.workers.rows import shard_of
 from jobs.storage import InputError, redact
+from jobs.tables import TableSpec
 
 # Id columns of at most this many rows in all (questions, documents and replies) are checked in the driver: tens
 # of MB of ids at most, read in about a second, where a shuffle on the cluster costs seconds of fixed overhead.

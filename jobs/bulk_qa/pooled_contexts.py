@@ -21,10 +21,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from jobs.bulk_qa.config import WorkSettings
-from jobs.bulk_qa.inputs import QUESTIONS, is_squad_style, table_schema
+from jobs.bulk_qa.inputs import is_squad_style
 from jobs.bulk_qa.output import CONTEXTS_FILE, CONTEXTS_FOLDER, OutputFolder
 from jobs.bulk_qa.squad_input import SquadInput
 from jobs.storage import InputError, parquet_dataset, redact
+from jobs.tables import QUESTIONS, table_schema
 from qa_core.document import Document
 from qa_core.retrieval.fingerprint import fingerprint
 

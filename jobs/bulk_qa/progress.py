@@ -4,6 +4,7 @@ plain line at most every 30 seconds. Written to stderr, so that stdout holds onl
 """
 
 import _thread
+import signal
 import sys
 import threading
 import time
@@ -104,6 +105,11 @@ class StallWatch:
     that lands in a finalizer), and leaving the watch raises `RunStalled` with the line to show. A check that fails
     (the cluster's state unreadable for a moment) is told on the stream, and the next one runs as usual.
 
+    The interrupt is a simulated SIGINT, which Python drops in a process whose SIGINT is ignored or left to the
+    system (`nohup ... &`, a background job of a script, a service manager that starts it so): while the watch runs,
+    such a process gets a handler that raises for the watch's own interrupt and does for any other SIGINT what the
+    process did (nothing, or end at once); leaving the watch restores the process's setting.
+
     Usage: `with StallWatch(300, waiting, 300, missing) as watch: ... watch.committed() ...`; a thread checks every
     few seconds.
 
@@ -145,6 +151,7 @@ class StallWatch:
         self._lock = threading.Lock()  # no interrupt once the watch is left
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._sigint: signal.Handlers | None = None  # SIGINT's setting, SIG_IGN or SIG_DFL, while replaced
 
     def committed(self) -> None:
         """A shard was committed."""
@@ -200,9 +207,32 @@ class StallWatch:
 
     def __enter__(self) -> "StallWatch":
         if self.enabled:
+            self._let_its_interrupt_through()
             self._thread = threading.Thread(target=self._watch, name="bulk-qa-stall-watch", daemon=True)
             self._thread.start()
         return self
+
+    def _let_its_interrupt_through(self) -> None:
+        """
+        In a process whose SIGINT is ignored or the system's default (where `_thread.interrupt_main` does nothing),
+        `_on_sigint` handles SIGINT until the watch is left. Only the main thread may set a handler: elsewhere, and
+        in a process with a handler of its own (Python's, which raises KeyboardInterrupt), nothing changes.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        setting = signal.getsignal(signal.SIGINT)
+        if setting in (signal.SIG_IGN, signal.SIG_DFL):
+            self._sigint = setting
+            signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        """The watch's interrupt (the run ended) raises KeyboardInterrupt; another SIGINT gets the process's own
+        setting: ignored, or the system's default (the process ends)."""
+        if self.failure:
+            raise KeyboardInterrupt
+        if self._sigint == signal.SIG_DFL:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGINT)
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         try:
@@ -214,6 +244,10 @@ class StallWatch:
             if not self.failure:
                 raise
             exc_type = KeyboardInterrupt
+        finally:
+            if self._sigint is not None:  # a pending interrupt of the watch is then dropped
+                signal.signal(signal.SIGINT, self._sigint)
+                self._sigint = None
         if self.failure and exc_type is not None:  # the interrupt, or what Ray made of it while stopping
             raise RunStalled(self.failure) from None
 

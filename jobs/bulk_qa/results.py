@@ -9,7 +9,7 @@ inputs), with gold answers `evaluation.json` (the official script's metrics) and
 For a SQuAD input the annotated dataset is the input dataset; for Parquet questions and documents it is a SQuAD
 v2.0 dataset built from them: each question with, as its context, the document of its best span (else its first
 document with content), and only the spans in that document. Questions with no such document are left out. When
-the index's passage stores served the run (`jobs.bulk_qa.retrieval.reads_store`), those contexts are read from the
+the index's passage stores served the run (`jobs.indexing.plan.reads_store`), those contexts are read from the
 stores by id (`workers.fetch.read_contents`), not from the documents table, which the run then never joins.
 
 Retrieval quality (recall@k and MRR of the retrieved documents, `qa_core.retrieval.quality`) is reported in
@@ -37,6 +37,7 @@ from jobs.bulk_qa.pooled_contexts import PooledContexts
 from jobs.bulk_qa.squad_input import SquadInput
 from jobs.bulk_qa.workers.fetch import read_contents, rows_with_ids
 from jobs.storage import parquet_dataset
+from jobs.table_schema import described_schema
 from qa_core.annotation import (
     LABEL_STUDIO_CONFIG,
     UNREAD_NO_ANSWER_PROBABILITY,
@@ -58,14 +59,14 @@ from qa_core.evaluation import (
 from qa_core.retrieval.quality import retrieval_quality
 from qa_core.squad import SquadDataset, SquadExample
 
-EVALUATION_SCHEMA = pa.schema(
+EVALUATION_SCHEMA, EVALUATION_DESCRIPTIONS = described_schema(
     [
-        ("question_id", pa.string()),
-        ("has_answer", pa.bool_()),  # the question has gold answers (False: impossible)
-        ("prediction", pa.string()),  # as in predictions.json
-        ("no_answer_probability", pa.float64()),  # as in na_probs.json
-        ("exact", pa.float64()),  # the official script's per-question exact match (0 or 1)
-        ("f1", pa.float64()),  # and token F1, in [0, 1]
+        ("question_id", pa.string(), "the question's id, as in the SQuAD data"),
+        ("has_answer", pa.bool_(), "the question has gold answers (false: it is impossible)"),
+        ("prediction", pa.string(), "the answer given, as in predictions.json (empty: refused, or nothing read)"),
+        ("no_answer_probability", pa.float64(), "the no-answer score, as in na_probs.json"),
+        ("exact", pa.float64(), "the official SQuAD script's per-question exact match (0 or 1)"),
+        ("f1", pa.float64(), "the official SQuAD script's per-question token F1, in [0, 1]"),
     ]
 )
 

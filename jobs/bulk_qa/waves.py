@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.bulk_qa.config import JobConfig, RunSettings
-from jobs.bulk_qa.inputs import table_bytes
-from jobs.bulk_qa.retrieval import RETRIEVAL_ACTOR_MAX_CPUS, IndexPlan, retrieved_questions
+from jobs.bulk_qa.retrieval import retrieved_questions
 from jobs.bulk_qa.workers.aggregate import aggregate_shard
 from jobs.bulk_qa.workers.explode import (
     PART,
@@ -30,7 +29,10 @@ from jobs.bulk_qa.workers.explode import (
 from jobs.bulk_qa.workers.read import ReadSequences
 from jobs.bulk_qa.workers.tokenize import tokenize
 from jobs.engines import IN_PROCESS_ENGINE, Engine
+from jobs.indexing.plan import IndexPlan
+from jobs.retrieval.stages import RETRIEVAL_ACTOR_MAX_CPUS
 from jobs.storage import ShardStore
+from jobs.tables import table_bytes
 from qa_core.models import DEFAULT_TOKEN
 
 # (question, document) pairs one tokenize call reads: a block holds a wave's pairs (the join's output), and whole

@@ -12,8 +12,6 @@ missing (`needs_graph`): asked for but never built (the build was stopped after 
 another kind than asked for, or recorded but its file absent.
 """
 
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ import pyarrow.fs as pafs
 
 from jobs.indexing.embed import DENSE_FOLDER
 from jobs.retrieval_settings import RetrievalSettings
-from jobs.storage import local_index_folder, resolve_path
+from jobs.storage import local_index_folder, resolve_path, written_in_place
 from qa_core.retrieval.ann import (
     HNSW_EF_CONSTRUCTION,
     HNSW_M,
@@ -74,7 +72,7 @@ def build_ann(location: str, dense: dict[str, Any], kind: str, search: AnnSearch
     """
     Builds, measures (searched as `search` says) and writes the approximate index of `kind` over the dense shards
     at `location` with `threads` FAISS threads, where the engine places it (`run_on_a_node`, which gives `threads`).
-    The file is written under a temporary name and renamed, so that a build stopped midway leaves no index.
+    The file is written complete or not at all (`written_in_place`), so that a build stopped midway leaves no index.
 
     :returns: The `dense.ann` section.
     """
@@ -112,13 +110,5 @@ def build_ann(location: str, dense: dict[str, Any], kind: str, search: AnnSearch
 
 def _write_graph(faiss: Any, graph: Any, location: str, file: str) -> None:
     """Writes the approximate index as `file` of the index at `location`, complete or not at all."""
-    filesystem, inner = resolve_path(f"{location.rstrip('/')}/{file}")
-    if isinstance(filesystem, pafs.LocalFileSystem):
-        partial = f"{inner}.partial"
-        faiss.write_index(graph, partial)
-        os.replace(partial, inner)
-        return
-    with tempfile.TemporaryDirectory() as local:
-        faiss.write_index(graph, f"{local}/graph")
-        pafs.copy_files(f"{local}/graph", inner, source_filesystem=pafs.LocalFileSystem(),
-                        destination_filesystem=filesystem)  # fmt: skip
+    with written_in_place(f"{location.rstrip('/')}/{file}") as staged:
+        faiss.write_index(graph, staged.path)

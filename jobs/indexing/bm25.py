@@ -21,7 +21,6 @@ new, is weighed with the merged statistics (an old shard's terms are in the corp
 are read memory-mapped and only its idf, bounds and header written).
 """
 
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ import pyarrow.fs as pafs
 
 from jobs.indexing.passages import read_shard
 from jobs.passages import Passages, passage_columns, save_split
-from jobs.storage import resolve_path
+from jobs.storage import resolve_path, staged_copy
 from qa_core.retrieval.counted import COUNT_PART_DOCS, CountedShard, count_parts
 from qa_core.retrieval.fingerprint import fingerprint_hex
 from qa_core.retrieval.index_io import DOC_IDS_FILE
@@ -398,9 +397,6 @@ def in_folder(location: str, work: Callable[[Path], Any], read: bool = True) -> 
     if isinstance(filesystem, pafs.LocalFileSystem):
         Path(inner).mkdir(parents=True, exist_ok=True)
         return work(Path(inner))
-    with tempfile.TemporaryDirectory() as local:
-        if read:
-            pafs.copy_files(inner, local, source_filesystem=filesystem, destination_filesystem=pafs.LocalFileSystem())
-        result = work(Path(local))
-        pafs.copy_files(local, inner, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
-    return result
+    with staged_copy(location, read=read) as local:
+        local.mkdir(exist_ok=True)
+        return work(local)

@@ -7,10 +7,7 @@ there with the same passage ids, model fingerprint and similarity is kept, so th
 is missing.
 """
 
-import shutil
-import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +16,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from jobs.retrieval_settings import RetrievalSettings
-from jobs.storage import InputError, redact, resolve_path
+from jobs.storage import InputError, redact, resolve_path, written_in_place
 from qa_core.embedding import EmbeddingModelConfig, SentenceEmbedder, embedding_fingerprint, resolve_model_folder
 from qa_core.retrieval.dense import DENSE_HEADER_FILE, DenseIndex, read_dense_header
 from qa_core.retrieval.index_io import read_doc_ids
@@ -112,19 +109,9 @@ class EmbedPassages:
 
 
 def _write_shard(index: DenseIndex, folder: str, record: dict[str, Any]) -> None:
-    """Writes a dense shard: locally beside its place and renamed into it, remotely by a copy of a local folder."""
-    filesystem, inner = resolve_path(folder)
-    if isinstance(filesystem, pafs.LocalFileSystem):
-        target = Path(inner)
-        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
-        index.save(partial, record)
-        if target.exists():
-            shutil.rmtree(target)
-        partial.rename(target)
-        return
-    with tempfile.TemporaryDirectory() as local:
-        index.save(local, record)
-        pafs.copy_files(local, inner, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
+    """Writes a dense shard, complete or not at all (`written_in_place`)."""
+    with written_in_place(folder) as staged:
+        index.save(staged.path, record)
 
 
 def embed_index(

@@ -19,29 +19,43 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from jobs.storage import resolve_path
+from jobs.table_schema import described_schema
 from qa_core.ingest import BadInput, CleanerSettings, RowColumns, Utf8Document, clean_documents, convert_files
 from qa_core.ingest.limits import ConversionOptions
 from qa_core.ingest.sources import ListingOpener
 from qa_core.retrieval.splitter import split_documents
-from qa_core.settings import Settings, at_least
+from qa_core.settings import Settings, at_least, setting
 
 # The documents table the stage writes: the bulk job's contract (`id`, `content`, `page_number`) and the meta a
 # user filters on as columns; `meta` holds the whole meta as JSON (a converter's own keys, a row's other columns).
-DOCUMENTS_SCHEMA = pa.schema(
+DOCUMENTS_SCHEMA, DOCUMENTS_DESCRIPTIONS = described_schema(
     [
-        ("id", pa.string()),
-        ("content", pa.string()),
-        ("page_number", pa.int64()),
-        ("source_id", pa.string()),
-        ("file_path", pa.string()),
-        ("line", pa.int64()),
-        ("format", pa.string()),
-        ("pages", pa.int64()),
-        ("size_bytes", pa.int64()),
-        ("encoding", pa.string()),
-        ("split_id", pa.int64()),
-        ("split_idx_start", pa.int64()),
-        ("meta", pa.string()),
+        (
+            "id",
+            pa.string(),
+            "the document's id: a file's path relative to the input folder; a JSONL line's or CSV record's id "
+            "column, else PATH#LINE; a passage's id as Haystack's DocumentSplitter gives it",
+        ),
+        ("content", pa.string(), "the document's text (a PDF's pages separated by form feeds)"),
+        ("page_number", pa.int64(), "the page the document (or passage) starts on, from 1"),
+        ("source_id", pa.string(), "the id of the document a passage was split from (a whole document's own id)"),
+        ("file_path", pa.string(), "the file the document came from, relative to the input folder"),
+        ("line", pa.int64(), "the 1-based line of a JSONL line or CSV record; null for a whole file"),
+        ("format", pa.string(), "the file's format: txt, markdown, html, pdf, docx, jsonl or csv"),
+        ("pages", pa.int64(), "pages of the text: form feeds + 1 (a PDF's page count)"),
+        ("size_bytes", pa.int64(), "the file's size in bytes"),
+        ("encoding", pa.string(), "the encoding a text format was decoded from; null for PDF, DOCX and HTML"),
+        ("split_id", pa.int64(), "a passage's position in its source document, from 0; null unless split"),
+        (
+            "split_idx_start",
+            pa.int64(),
+            "character offset of a passage's start in its source document; null unless split",
+        ),
+        (
+            "meta",
+            pa.string(),
+            "the whole meta as JSON: these columns' values, a converter's own keys, a row's other columns",
+        ),
     ]
 )
 # How the documents table is written (`write_parquet`'s Parquet options): no dictionary and no statistics for
@@ -51,25 +65,45 @@ PARQUET_OPTIONS = {
     "use_dictionary": [name for name in DOCUMENTS_SCHEMA.names if name != "content"],
     "write_statistics": [name for name in DOCUMENTS_SCHEMA.names if name != "content"],
 }
-REPORT_SCHEMA = pa.schema([("path", pa.string()), ("line", pa.int64()), ("reason", pa.string())])
+REPORT_SCHEMA, REPORT_DESCRIPTIONS = described_schema(
+    [
+        ("path", pa.string(), "the file that gave no document (or the file of the row), relative to the input folder"),
+        ("line", pa.int64(), "the 1-based line of a JSONL line or CSV record that gave no document; null for a file"),
+        ("reason", pa.string(), "what was wrong, in words to act on"),
+    ]
+)
 
 
 @dataclass(frozen=True)
 class IngestSettings(Settings):
     """Ingestion: how a folder of files becomes documents (`python -m jobs.ingest`, or the bulk job's --documents)."""
 
-    strict: bool = False  # any report row (a file or row that gave no document) stops the run with exit status 2
-    content_column: str = "content"  # JSONL/CSV column holding a document's text
-    id_column: str = "id"  # JSONL/CSV column holding a document's id, where a row has one
-    files_per_task: int = 256  # most files one conversion task converts (fewer in a small folder: 4 tasks per CPU)
-    bytes_per_task: int = 64 * 2**20  # most bytes of files one conversion task converts (a larger file: alone)
-    cpus_per_task: float = 1.0  # CPUs a conversion task reserves
-    timeout_per_file: float = 300.0  # seconds one file's conversion may take; past them it is killed (0: no limit)
-    memory_per_file: int = 3 * 2**30  # address space of the converter process, bytes (RLIMIT_AS; 0: no limit)
-    max_document_bytes: int = 256 * 2**20  # most bytes of UTF-8 text in one document (file, JSONL line, CSV record)
-    max_unzipped_bytes: int = 512 * 2**20  # most bytes a DOCX may decompress to, all its parts together (zip bombs)
-    encoding: str | None = None  # the .txt/.md/.jsonl/.csv files' encoding (e.g. cp1252), not UTF-8 then detection
-    follow_symlinks: bool = False  # follow symbolic links to targets inside the input folder (else: report rows)
+    strict: bool = setting(
+        False, "any report row (a file or row that gave no document) stops the run with exit status 2"
+    )
+    content_column: str = setting("content", "JSONL/CSV column holding a document's text")
+    id_column: str = setting("id", "JSONL/CSV column holding a document's id, where a row has one")
+    files_per_task: int = setting(
+        256, "most files one conversion task converts (fewer in a small folder: 4 tasks per CPU)"
+    )
+    bytes_per_task: int = setting(64 * 2**20, "most bytes of files one conversion task converts (a larger file: alone)")
+    cpus_per_task: float = setting(1.0, "CPUs a conversion task reserves")
+    timeout_per_file: float = setting(
+        300.0, "seconds one file's conversion may take; past them it is killed (0: no limit)"
+    )
+    memory_per_file: int = setting(3 * 2**30, "address space of the converter process, bytes (RLIMIT_AS; 0: no limit)")
+    max_document_bytes: int = setting(
+        256 * 2**20, "most bytes of UTF-8 text in one document (file, JSONL line, CSV record)"
+    )
+    max_unzipped_bytes: int = setting(
+        512 * 2**20, "most bytes a DOCX may decompress to, all its parts together (zip bombs)"
+    )
+    encoding: str | None = setting(
+        None, "the .txt/.md/.jsonl/.csv files' encoding (e.g. cp1252), not UTF-8 then detection"
+    )
+    follow_symlinks: bool = setting(
+        False, "follow symbolic links to targets inside the input folder (else: report rows)"
+    )
 
     def problems(self) -> list[str]:
         problems = at_least("files_per_task", self.files_per_task, 1) + at_least(

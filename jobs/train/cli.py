@@ -59,7 +59,7 @@ class BadInput(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line; each recipe flag's help is `TrainConfig`'s field comment."""
+    """The command line; each recipe flag's help is declared by its `TrainConfig` field."""
     parser = argparse.ArgumentParser(
         prog="python -m jobs.train", description="Fine-tune an extractive QA model on SQuAD data."
     )

@@ -2,12 +2,12 @@
 
 import re
 import unicodedata
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial, reduce
 from itertools import chain
 
 from qa_core.document import Document
-from qa_core.settings import Settings
+from qa_core.settings import Settings, setting, setting_factory
 
 NORMALIZATIONS = ("NFC", "NFKC", "NFD", "NFKD")
 
@@ -22,15 +22,17 @@ class CleanerSettings(Settings):
     common 3- to 29-word n-gram of the pages' first and last 300 characters, first and last pages ignored.
     """
 
-    unicode_normalization: str | None = None  # NFC, NFKC, NFD or NFKD: the text Unicode-normalized; None: as is
-    ascii_only: bool = False  # accents removed (NFKD) and other non-ASCII characters dropped
-    remove_extra_whitespaces: bool = False  # runs of whitespace made one space, each page stripped
-    remove_empty_lines: bool = False  # lines holding only whitespace removed
-    remove_substrings: list[str] = field(default_factory=list)  # substrings removed everywhere
-    remove_regex: str | None = None  # matches of this regular expression removed, each page stripped
-    replace_regexes: dict[str, str] = field(default_factory=dict)  # pattern -> replacement, page by page
-    remove_repeated_substrings: bool = False  # headers and footers repeated on every page removed
-    strip_whitespaces: bool = False  # leading and trailing whitespace of the whole text removed
+    unicode_normalization: str | None = setting(
+        None, "NFC, NFKC, NFD or NFKD: the text Unicode-normalized; None: as is"
+    )
+    ascii_only: bool = setting(False, "accents removed (NFKD) and other non-ASCII characters dropped")
+    remove_extra_whitespaces: bool = setting(False, "runs of whitespace made one space, each page stripped")
+    remove_empty_lines: bool = setting(False, "lines holding only whitespace removed")
+    remove_substrings: list[str] = setting_factory(list, "substrings removed everywhere")
+    remove_regex: str | None = setting(None, "matches of this regular expression removed, each page stripped")
+    replace_regexes: dict[str, str] = setting_factory(dict, "pattern -> replacement, page by page")
+    remove_repeated_substrings: bool = setting(False, "headers and footers repeated on every page removed")
+    strip_whitespaces: bool = setting(False, "leading and trailing whitespace of the whole text removed")
 
     def problems(self) -> list[str]:
         problems = []

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qa_core.settings import Settings, at_least, within
+from qa_core.settings import Settings, at_least, setting, within
 from qa_core.squad import GoldAnswer, SquadExample
 
 
@@ -42,16 +42,22 @@ from qa_core.squad import GoldAnswer, SquadExample
 class ClozeConfig(Settings):
     """How cloze questions are made."""
 
-    seed: int = 0  # fixes the split, the answers and the pairings
-    heldout_share: float = 0.2  # share of paragraphs held out (never trained on)
-    unanswerable_share: float = 0.33  # share of questions asked on another paragraph than their own
-    same_document_share: float = 0.5  # share of unanswerable questions paired with a paragraph of the same document
-    min_paragraph_chars: int = 250  # join a document's consecutive blocks until a paragraph is at least this long
-    max_paragraph_chars: int = 1000  # but never beyond this (a longer block stays whole)
-    min_sentence_words: int = 5  # shorter sentences ask nothing
-    max_sentence_words: int = 60  # and so do longer ones
-    question_window: int = 12  # words kept on each side of the wh-word
-    questions_per_sentence: int = 1  # answers drawn per sentence (distinct spans)
+    seed: int = setting(0, "fixes the split, the answers and the pairings")
+    heldout_share: float = setting(0.2, "share of paragraphs held out (never trained on)")
+    unanswerable_share: float = setting(0.33, "share of questions asked on another paragraph than their own")
+    same_document_share: float = setting(
+        0.5, "share of unanswerable questions paired with a paragraph of the same document"
+    )
+    min_paragraph_chars: int = setting(
+        250, "join a document's consecutive blocks until a paragraph is at least this long"
+    )
+    max_paragraph_chars: int = setting(
+        1000, "but never join blocks beyond this many characters (a longer block stays whole)"
+    )
+    min_sentence_words: int = setting(5, "shorter sentences ask nothing")
+    max_sentence_words: int = setting(60, "longer sentences ask nothing either")
+    question_window: int = setting(12, "words kept on each side of the wh-word")
+    questions_per_sentence: int = setting(1, "answers drawn per sentence (distinct spans)")
 
     def problems(self) -> list[str]:
         problems = within("heldout_share", self.heldout_share, 0, 1)

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from qa_core.inference import DEFAULT_BATCH_SIZE, resolve_device
-from qa_core.settings import Settings, at_least, within
+from qa_core.settings import Settings, at_least, setting, within
 from qa_core.spans import NULL_POSITION
 from qa_core.tokenization import TokenizationSettings
 from qa_core.training.features import collate_features, prepare_train_features
@@ -70,20 +70,24 @@ _LENGTH_GROUP_BATCHES = 64  # group_by_length sorts chunks of this many batches 
 class TrainConfig(Settings):
     """How a model is fine-tuned."""
 
-    epochs: int = 2  # passes over the train features
-    learning_rate: float = 5e-5  # AdamW's peak learning rate
-    batch_size: int = 16  # features per optimizer step, over all workers together (the global batch)
-    weight_decay: float = 0.01  # AdamW's decoupled weight decay (biases and LayerNorm weights get none)
-    warmup_ratio: float = 0.1  # share of the steps over which the learning rate rises linearly from 0
-    max_grad_norm: float | None = 1.0  # clip the gradients' global norm to this; None: no clipping
-    max_seq_length: int = TokenizationSettings.max_seq_length  # tokens per window, as the reader's max_seq_length
-    stride: int = TokenizationSettings.stride  # tokens shared by consecutive windows, as the reader's stride
-    seed: int = 0  # fixes the batches, dropout and so the trained weights
-    max_steps: int | None = None  # stop after this many optimizer steps in all; None: train every epoch
-    group_by_length: bool = False  # batches of similar length (less padding) within chunks of 64 batches
-    eval_batch_size: int = DEFAULT_BATCH_SIZE  # windows per forward pass when evaluating
-    eval_max_answer_length: int | None = None  # longest predicted answer in tokens when evaluating; None: no limit
-    progress: bool = True  # show a progress bar (rank 0 only)
+    epochs: int = setting(2, "passes over the train features")
+    learning_rate: float = setting(5e-5, "AdamW's peak learning rate")
+    batch_size: int = setting(16, "features per optimizer step, over all workers together (the global batch)")
+    weight_decay: float = setting(0.01, "AdamW's decoupled weight decay (biases and LayerNorm weights get none)")
+    warmup_ratio: float = setting(0.1, "share of the steps over which the learning rate rises linearly from 0")
+    max_grad_norm: float | None = setting(1.0, "clip the gradients' global norm to this; None: no clipping")
+    max_seq_length: int = setting(
+        TokenizationSettings.max_seq_length, "tokens per window, as the reader's max_seq_length"
+    )
+    stride: int = setting(TokenizationSettings.stride, "tokens shared by consecutive windows, as the reader's stride")
+    seed: int = setting(0, "fixes the batches, dropout and so the trained weights")
+    max_steps: int | None = setting(None, "stop after this many optimizer steps in all; None: train every epoch")
+    group_by_length: bool = setting(False, "batches of similar length (less padding) within chunks of 64 batches")
+    eval_batch_size: int = setting(DEFAULT_BATCH_SIZE, "windows per forward pass when evaluating")
+    eval_max_answer_length: int | None = setting(
+        None, "longest predicted answer in tokens when evaluating; None: no limit"
+    )
+    progress: bool = setting(True, "show a progress bar (rank 0 only)")
 
     @property
     def tokenization(self) -> TokenizationSettings:

@@ -32,6 +32,7 @@ import psutil
 import pyarrow.parquet as pq
 
 from jobs.bulk_qa.workers.tables import ANSWERS_SCHEMA, QUESTIONS_SCHEMA
+from tests.jobs.conftest import run_process
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "sample"
@@ -51,9 +52,7 @@ def run_command(args: list[str], env: dict[str, str | None], timeout_s: float) -
             full_env.pop(name, None)
         else:
             full_env[name] = value
-    return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout_s
-    )
+    return run_process([sys.executable, *args], timeout_s, cwd=ROOT, env=full_env)
 
 
 _PORTS_GIVEN: set[int] = set()  # every port `free_port` returned in this process

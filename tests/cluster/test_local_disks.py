@@ -17,13 +17,13 @@ import pyarrow.fs as pafs
 import pytest
 
 from jobs.bulk_qa import main
-from jobs.bulk_qa.retrieval import build_index, write_index
+from jobs.indexing.build import build_index, write_index
 from jobs.retrieval_settings import RetrievalSettings
 from tests.cluster.cluster_testing import SAMPLE
 from tests.cluster.nodes import LocalRayCluster, node_env
 from tests.cluster.test_object_storage import s3_filesystem
 from tests.jobs.bulk_qa.test_reliability import assert_same_tables
-from tests.jobs.conftest import ROOT, TEXTS, write_corpus
+from tests.jobs.conftest import ROOT, TEXTS, run_process, write_corpus
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("nsenter") is None,
@@ -82,9 +82,9 @@ def job(
 ) -> subprocess.CompletedProcess:
     """The job (or `module`'s) run as a user runs it, with --address the head."""
     settings = SETTINGS if module == "jobs.bulk_qa" else []
-    return subprocess.run(
-        [sys.executable, "-m", module, *args, *settings, "--address", cluster.address],
-        cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, env={**node_env(env), "PYTHONPATH": str(ROOT)},
+    return run_process(
+        [sys.executable, "-m", module, *args, *settings, "--address", cluster.address], TIMEOUT_S,
+        cwd=ROOT, env={**node_env(env), "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
 
 
@@ -171,10 +171,9 @@ def check_from_a_driver(cluster: LocalRayCluster, read: list[str], written: list
         "    pass\n"
         "print(seconds)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S,
-        env={**node_env(), "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    result = run_process(
+        [sys.executable, "-c", script], TIMEOUT_S, cwd=ROOT, env={**node_env(), "PYTHONPATH": str(ROOT)}
+    )
     assert result.returncode == 0, result.stderr
     seconds = float(result.stdout.split()[-1])
     print(f"shared paths checked in {seconds} s")  # what the check adds to a run's start (pytest -s shows it)

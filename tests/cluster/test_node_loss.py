@@ -16,7 +16,7 @@ import pytest
 from jobs.bulk_qa import main
 from tests.cluster.nodes import LocalRayCluster, RayNode, node_env
 from tests.jobs.bulk_qa.test_reliability import assert_same_tables
-from tests.jobs.conftest import ROOT, TEXTS, write_corpus
+from tests.jobs.conftest import ROOT, TEXTS, wait_for_process, write_corpus
 
 SETTINGS = ["--top-k", "2", "--max-seq-length", "64", "--stride", "16", "--context-window-size", "40"]
 # 2 waves of 3 shards of 6 questions, actor batches of 16 sequences: a reader has many batches to lose.
@@ -96,7 +96,7 @@ def committed(output: Path) -> int:
 def finish(job: subprocess.Popen, log: Path) -> str:
     """Waits for the job; returns its output (stdout and stderr) after checking its exit status 0."""
     try:
-        status = job.wait(timeout=TIMEOUT_S)
+        status = wait_for_process(job, TIMEOUT_S, log)
     finally:
         job.kill()
     text = log.read_text()
@@ -159,7 +159,7 @@ def test_an_error_in_a_reader_actor_still_reaches_the_user(
         (model / path.name).write_bytes(path.read_bytes()[:100] if path.suffix == ".safetensors" else path.read_bytes())
     log = tmp_path / "job.log"
     job = start_job(job_args(corpus["listed"], model, tmp_path / "out"), cluster.address, log)
-    assert job.wait(timeout=TIMEOUT_S) == 1
+    assert wait_for_process(job, TIMEOUT_S, log) == 1
     text = log.read_text()
     errors = [line for line in text.splitlines() if line.startswith("bulk-qa: error:")]
     assert len(errors) == 1 and "ReadSequences" in errors[0] and "run the same command again" in errors[0], errors

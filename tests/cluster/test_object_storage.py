@@ -8,7 +8,7 @@ import tempfile
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from jobs.bulk_qa.retrieval import build_index, write_index
+from jobs.indexing.build import build_index, write_index
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import local_index_folder, resolve_path
 from tests.cluster.cluster_testing import ROOT, SAMPLE, check_answer_tables, explain, input_ids, submission_id, submit

@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -112,5 +113,59 @@ def by_question(rows: list[dict]) -> dict[str, list[dict]]:
 
 
 def run_job(*args: str) -> int:
-    """Runs the job in-process (it joins the module's Ray) and returns its exit status."""
+    """
+    Runs the job in-process (it joins the module's Ray) and returns its exit status. A run that does not end fails
+    its test at pytest-timeout's limit, with the test's captured output (the job's).
+    """
     return main([str(arg) for arg in args])
+
+
+def run_process(command: list, timeout_s: float, **options) -> subprocess.CompletedProcess:
+    """
+    `command` (a job, or a script, as a user runs it), its stdout and stderr captured as text. One still running
+    after `timeout_s` is killed and fails the test with the end of its output, instead of holding the suite.
+    """
+    try:
+        return subprocess.run(
+            [str(part) for part in command], capture_output=True, text=True, timeout=timeout_s, **options
+        )
+    except subprocess.TimeoutExpired as expired:  # run() killed it; the output so far is bytes
+        fail_after(timeout_s, command, _text(expired.stdout) + _text(expired.stderr))
+
+
+def wait_for_process(process: subprocess.Popen, timeout_s: float, log: Path) -> int:
+    """
+    The exit status of `process` (a job started with its output written to `log`). One still running after
+    `timeout_s` is killed and fails the test with the end of its log, instead of holding the suite.
+    """
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        fail_after(timeout_s, process.args, log.read_text(errors="replace"))
+
+
+def communicate_within(process: subprocess.Popen, timeout_s: float) -> tuple[str, str]:
+    """
+    The stdout and stderr of `process` (started with both piped, as text) once it ends. One still running after
+    `timeout_s` is killed and fails the test with the end of its output, instead of holding the suite.
+    """
+    try:
+        return process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+        fail_after(timeout_s, process.args, stdout + stderr)
+
+
+def fail_after(timeout_s: float, command: list, output: str) -> None:
+    """Fails the test: `command` ran past `timeout_s`; the last 6,000 characters of its output."""
+    pytest.fail(
+        f"still running after {timeout_s:g} s, killed: {' '.join(map(str, command))}\n{output[-6000:]}",
+        pytrace=False,
+    )
+
+
+def _text(output: bytes | str | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""

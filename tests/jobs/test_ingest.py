@@ -5,11 +5,11 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.bulk_qa.inputs import DOCUMENTS, table_schema
 from jobs.ingest import main
 from jobs.ingest.folder import InputFolder
 from jobs.ingest.run import plan_tasks
 from jobs.ingest.stage import IngestSettings
+from jobs.tables import DOCUMENTS, table_schema
 from qa_core.ingest import convert_folder
 from qa_core.retrieval import split_documents
 from tests.jobs.conftest import own_local_ray

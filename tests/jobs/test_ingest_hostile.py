@@ -14,13 +14,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.bench.files import docx_with_entity, slow_html, write_docx_bomb
+from jobs.bench.files import write_docx_bomb
 from jobs.engines import InProcessEngine
 from jobs.ingest.folder import list_folder
 from jobs.ingest.run import ingest
 from jobs.ingest.stage import IngestSettings, SplitSettings
 from qa_core.ingest import CleanerSettings
-from tests.qa_core.ingest.files import write_corpus
+from tests.jobs.conftest import communicate_within
+from tests.qa_core.ingest.files import docx_with_entity, slow_html, write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 NOT_FOLLOWED = (
@@ -117,7 +118,7 @@ def test_ingest_and_index_print_only_their_own_lines(tmp_path) -> None:
     }
     printed = {}
     for name, run in runs.items():
-        stdout, stderr = run.communicate(timeout=300)
+        stdout, stderr = communicate_within(run, 300)
         assert run.returncode == 0, stderr
         printed[name] = (stderr + stdout).splitlines()  # the report rows (stderr), then the summary
         assert printed[name] and all(line.startswith(f"{name}: ") for line in printed[name]), printed[name]

@@ -5,8 +5,8 @@ import sys
 import numpy as np
 import pytest
 
-from jobs.bulk_qa.retrieval import add_graph
 from jobs.engines import InProcessEngine
+from jobs.indexing.vectors import add_graph
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError
 from qa_core.retrieval.ann import (

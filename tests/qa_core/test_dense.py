@@ -7,12 +7,13 @@ Dense and hybrid retrieval against Haystack's own components on the same model a
 import json
 import re
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from haystack import Document as HaystackDocument
-from haystack.components.joiners import DocumentJoiner
+from haystack.components.joiners import DocumentJoiner as HaystackDocumentJoiner
 from haystack.components.preprocessors import DocumentSplitter
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -24,7 +25,13 @@ from haystack_integrations.components.embedders.sentence_transformers import (
 from qa_core.document import Document
 from qa_core.embedding import EmbeddingModelConfig, SentenceEmbedder
 from qa_core.local_models import TEXT_FILE
-from qa_core.retrieval import BM25Retriever, merge_top_k, split_documents
+from qa_core.retrieval import (
+    BM25Retriever,
+    DocumentJoiner,
+    EmbeddingRetriever,
+    ScoredDocument,
+    split_documents,
+)
 from qa_core.retrieval import dense as dense_module
 from qa_core.retrieval.dense import (
     SEARCH_PRECISIONS,
@@ -103,25 +110,23 @@ def _our_vectors(split_length: int | None) -> tuple[np.ndarray, np.ndarray]:
     return _embedder().embed([doc.content for doc in _corpus(split_length)[0]]), _embedder().embed(QUERIES)
 
 
-def _dense_hits(split_length: int | None, similarity: str, shards: int) -> list[list[tuple[str, float]]]:
-    """Our dense retrieval: the corpus embedded, cut into `shards` contiguous shards, searched and merged."""
+def _dense_retriever(folder: Path, split_length: int | None, similarity: str, shards: int) -> EmbeddingRetriever:
+    """Our embedding retriever over the corpus embedded, cut into `shards` contiguous shards saved in `folder`."""
     ours = _corpus(split_length)[0]
-    vectors, queries = _our_vectors(split_length)
+    vectors = _our_vectors(split_length)[0]
     bounds = [shard * len(ours) // shards for shard in range(shards + 1)]
-    indexes = [
-        DenseIndex([doc.id for doc in ours[start:stop]], vectors[start:stop], start, similarity)
-        for start, stop in zip(bounds[:-1], bounds[1:], strict=True)
-    ]
-    positions, scores = merge_top_k([index.search(queries, TOP_K) for index in indexes], TOP_K)
-    return [
-        [(ours[p].id, float(s)) for p, s in zip(row_positions, row_scores, strict=True) if p != NO_POSITION]
-        for row_positions, row_scores in zip(positions, scores, strict=True)
-    ]
+    dense = {"similarity": similarity, "shards": []}
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        DenseIndex([doc.id for doc in ours[start:stop]], vectors[start:stop], start).save(folder / f"shard-{start}")
+        dense["shards"].append({"folder": f"shard-{start}", "doc_offset": start, "n": stop - start})
+    retriever = EmbeddingRetriever(folder, dense, top_k=TOP_K)
+    retriever.warm_up()
+    return retriever
 
 
-def _assert_same(ours: list[tuple[str, float]], theirs: list) -> None:
-    assert [doc_id for doc_id, _ in ours] == [doc.id for doc in theirs]
-    np.testing.assert_allclose([score for _, score in ours], [doc.score for doc in theirs], rtol=0, atol=1e-5)
+def _assert_same(ours: list[ScoredDocument], theirs: list) -> None:
+    assert [doc.id for doc in ours] == [doc.id for doc in theirs]
+    np.testing.assert_allclose([doc.score for doc in ours], [doc.score for doc in theirs], rtol=0, atol=1e-5)
 
 
 def test_vectors_equal_haystack_embedders() -> None:
@@ -137,13 +142,35 @@ def test_vectors_equal_haystack_embedders() -> None:
 @pytest.mark.parametrize(("similarity", "split_length", "shards"), [
     ("dot_product", None, 1), ("cosine", None, 3), ("dot_product", 40, 4),
 ])  # fmt: skip
-def test_dense_retrieval_equals_in_memory_embedding_retriever(similarity: str, split_length, shards: int) -> None:
+def test_dense_retrieval_equals_in_memory_embedding_retriever(
+    tmp_path: Path, similarity: str, split_length, shards: int
+) -> None:
     theirs = _corpus(split_length)[1]
     retriever = InMemoryEmbeddingRetriever(_store(theirs, similarity), top_k=TOP_K)
     text_embedder = _haystack_embedders()[1]
-    for query, hits in zip(QUERIES, _dense_hits(split_length, similarity, shards), strict=True):
-        expected = retriever.run(query_embedding=text_embedder.run(text=query)["embedding"])["documents"]
+    ours = _dense_retriever(tmp_path, split_length, similarity, shards)
+    for query, hits in zip(QUERIES, ours.run_batch(_our_vectors(split_length)[1])["documents"], strict=True):
+        query_embedding = text_embedder.run(text=query)["embedding"]
+        expected = retriever.run(query_embedding=query_embedding)["documents"]
         _assert_same(hits, expected)
+        _assert_same(ours.run(query_embedding=query_embedding)["documents"], expected)
+    assert [doc.content for doc in hits] == [None] * TOP_K  # the shards hold ids and vectors, no texts
+    fewer = retriever.run(query_embedding=query_embedding, top_k=2)["documents"]
+    _assert_same(ours.run(query_embedding=query_embedding, top_k=2)["documents"], fewer)
+
+
+def test_embedding_retriever_round_trips_and_needs_warm_up(tmp_path: Path) -> None:
+    retriever = _dense_retriever(tmp_path, None, "cosine", 2)
+    again = EmbeddingRetriever.from_dict(retriever.to_dict())
+    assert again.to_dict() == retriever.to_dict()
+    assert retriever.to_dict()["init_parameters"]["ann_search"] == {"ef_search": 128, "nprobe": 160, "candidates": 200}
+    with pytest.raises(RuntimeError, match="warm_up"):
+        again.run(query_embedding=_our_vectors(None)[1][0])
+    again.warm_up()
+    queries = _our_vectors(None)[1]
+    assert again.run_batch(queries)["documents"] == retriever.run_batch(queries)["documents"]
+    with pytest.raises(ValueError, match="search_precision must be one of"):
+        EmbeddingRetriever(tmp_path, {}, search_precision="fp8")
 
 
 @pytest.mark.parametrize(("join_mode", "weights", "split_length"), [
@@ -153,22 +180,42 @@ def test_dense_retrieval_equals_in_memory_embedding_retriever(similarity: str, s
     ("merge", [2.0, 1.0], None),
     ("concatenate", None, 40),
 ])  # fmt: skip
-def test_hybrid_retrieval_equals_document_joiner(join_mode: str, weights, split_length) -> None:
+def test_hybrid_retrieval_equals_document_joiner(tmp_path: Path, join_mode: str, weights, split_length) -> None:
     ours, theirs = _corpus(split_length)
     store = _store(theirs, "dot_product")
     bm25 = BM25Retriever(documents=ours, top_k=TOP_K)
     bm25.warm_up()
-    bm25_hits = [[(doc.id, doc.score) for doc in hits] for hits in bm25.run_batch(QUERIES)["documents"]]
-    joiner = DocumentJoiner(join_mode=join_mode, weights=weights, top_k=TOP_K)
+    dense = _dense_retriever(tmp_path, split_length, "dot_product", 2)
+    sparse = bm25.run_batch(QUERIES)["documents"]
+    dense_hits = dense.run_batch(_our_vectors(split_length)[1])["documents"]
+    ours_joined = DocumentJoiner(join_mode=join_mode, weights=weights, top_k=TOP_K).run_batch(
+        [[bm25_docs, dense_docs] for bm25_docs, dense_docs in zip(sparse, dense_hits, strict=True)]
+    )["documents"]
+    joiner = HaystackDocumentJoiner(join_mode=join_mode, weights=weights, top_k=TOP_K)
     their_bm25 = InMemoryBM25Retriever(store, top_k=TOP_K)
     their_dense = InMemoryEmbeddingRetriever(store, top_k=TOP_K)
     text_embedder = _haystack_embedders()[1]
-    for query, sparse, dense in zip(QUERIES, bm25_hits, _dense_hits(split_length, "dot_product", 2), strict=True):
+    for query, joined, bm25_docs in zip(QUERIES, ours_joined, sparse, strict=True):
         lists = [
             their_bm25.run(query=query)["documents"],
             their_dense.run(query_embedding=text_embedder.run(text=query)["embedding"])["documents"],
         ]
-        _assert_same(fuse([sparse, dense], join_mode, weights, TOP_K), joiner.run(lists)["documents"])
+        expected = joiner.run(lists)["documents"]
+        _assert_same(joined, expected)
+        # A hit keeps the document it was first found as: BM25's carries its text, the dense shards' none.
+        found_by_bm25 = {doc.id for doc in bm25_docs}
+        assert [doc.content for doc in joined] == [doc.content if doc.id in found_by_bm25 else None for doc in expected]
+
+
+def test_document_joiner_checks_its_settings_and_round_trips() -> None:
+    joiner = DocumentJoiner(join_mode="merge", weights=[2.0, 1.0], top_k=3)
+    assert DocumentJoiner.from_dict(joiner.to_dict()).to_dict() == joiner.to_dict()
+    assert joiner.join_hits([[(7, 1.0)], [(7, 0.5), (9, 3.0)]]) == [(9, 1.0), (7, pytest.approx(2.5 / 3, abs=1e-15))]
+    assert joiner.join_hits([[(7, 1.0)], [(9, 3.0)]], top_k=1) == [(9, 1.0)]
+    for bad, message in [({"join_mode": "sum"}, "join_mode must be one of"), ({"weights": [-1.0, 1.0]}, "negative"),
+                         ({"weights": [0.0, 0.0]}, "sum to zero"), ({"top_k": 0}, "top_k")]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            DocumentJoiner(**bad)
 
 
 def test_fusion_ties_keep_first_appearance_and_top_k() -> None:

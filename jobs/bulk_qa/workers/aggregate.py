@@ -17,16 +17,16 @@ from jobs.bulk_qa.workers.tables import (
     GENERATED_ANSWERS_SCHEMA,
     QUESTION_STATUSES,
     QUESTIONS_SCHEMA,
-    RETRIEVER_FIELDS,
     answer_rows,
     generated_answer_rows,
 )
+from jobs.retrieval.retrieve import RETRIEVER_FIELDS
 from jobs.storage import ShardStore
 from qa_core.answer_builder import AnswerBuilder, AnswerBuilderSettings
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
 from qa_core.selection import SelectionSettings, model_no_answer_score, no_answer_score, rank_answers
-from qa_core.settings import Settings, within
+from qa_core.settings import Settings, setting, within
 
 MARKER_SCHEMA = pa.schema([("shard", pa.int32()), ("marker", pa.string())])
 
@@ -38,10 +38,17 @@ NO_ANSWER_SOURCES = ("haystack", "model")
 class RefusalSettings(Settings):
     """When a question counts as refused rather than answered (the answers table keeps every answer either way)."""
 
-    # haystack: prod(1 - score) of the kept answers (Haystack's no-answer score); model: the model's own null span
-    # against its best span, sigmoid(min null - max best logit sums), as SQuAD 2.0 models are trained
-    no_answer_source: str = "haystack"
-    refusal_threshold: float | None = None  # refuse when the no-answer score >= this; None: see `refused`
+    no_answer_source: str = setting(
+        "haystack",
+        "the no-answer score a question is refused by: haystack, prod(1 - score) of the kept answers (Haystack's "
+        "no-answer score); model, the model's own null span against its best span, sigmoid(min null - max best logit "
+        "sums), as SQuAD 2.0 models are trained",
+    )
+    refusal_threshold: float | None = setting(
+        None,
+        "refuse when the no-answer score >= this; None: when it beats the best answer's score (haystack) or 0.5 "
+        "(model)",
+    )
 
     def problems(self) -> list[str]:
         problems = within("refusal_threshold", self.refusal_threshold, 0, 1)

@@ -22,7 +22,7 @@ from jobs.bulk_qa.workers.rows import (
     shard_of,
     table,
 )
-from jobs.bulk_qa.workers.tables import RETRIEVER_FIELDS
+from jobs.retrieval.retrieve import RETRIEVER_FIELDS
 from jobs.storage import ShardStore, parquet_dataset
 from qa_core.document import Document
 

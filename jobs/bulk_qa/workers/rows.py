@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from jobs.bulk_qa.workers.tables import RETRIEVER_FIELDS
+from jobs.retrieval.retrieve import RETRIEVER_FIELDS
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
 from qa_core.selection import DocumentText

@@ -5,68 +5,93 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.retrieval_settings import JOINED
+from jobs.retrieval.retrieve import RETRIEVER_COLUMNS
+from jobs.table_schema import described_schema
 from qa_core.answers import ExtractedAnswer, GeneratedAnswer
 
 TABLES = ("answers", "questions", "generated_answers")
 
-ANSWERS_SCHEMA = pa.schema(
+ANSWERS_SCHEMA, ANSWERS_DESCRIPTIONS = described_schema(
     [
-        ("question_id", pa.string()),  # the question's id, as in the input
-        ("query", pa.string()),  # the question's text
-        ("rank", pa.int32()),  # 1-based position in the question's answer list, the no-answer row included
-        ("answer", pa.string()),  # null for the no-answer row
-        ("score", pa.float64()),  # sigmoid(calibration_factor * (start + end logits)); no-answer row: prod(1 - score)
-        ("is_no_answer", pa.bool_()),  # true for the no-answer row
-        ("document_id", pa.string()),  # the document the answer was read in (a retrieved passage's source)
-        ("document_start", pa.int64()),  # character offsets of the answer in the document (a passage's source)
-        ("document_end", pa.int64()),  # exclusive: content[document_start:document_end] is the answer
-        ("context", pa.string()),  # text around the answer (when context_window_size is set)
-        ("context_start", pa.int64()),  # offsets of the answer inside the context
-        ("context_end", pa.int64()),  # exclusive
-        ("answer_page_number", pa.int64()),  # the document's page_number plus the form feeds before the answer
-        ("retrieval_score", pa.float64()),  # BM25 score of the answer's document (or passage); null if not retrieved
-        ("passage_id", pa.string()),  # the retrieved passage the answer was read in (split_length); else null
-        ("file_path", pa.string()),  # the file the answer's document came from (documents' file_path); else null
+        ("question_id", pa.string(), "the question's id, as in the input"),
+        ("query", pa.string(), "the question's text"),
+        ("rank", pa.int32(), "1-based position in the question's answer list, the no-answer row included"),
+        ("answer", pa.string(), "the answer's text; null for the no-answer row"),
+        ("score", pa.float64(), "sigmoid(calibration_factor * (start + end logits)); no-answer row: prod(1 - score)"),
+        ("is_no_answer", pa.bool_(), "true for the no-answer row"),
+        ("document_id", pa.string(), "the document the answer was read in (a retrieved passage's source)"),
+        ("document_start", pa.int64(), "character offset of the answer's start in the document (a passage's source)"),
+        ("document_end", pa.int64(), "its end, exclusive: content[document_start:document_end] is the answer"),
+        (
+            "context",
+            pa.string(),
+            "text around the answer, context_window_size characters (the job's default: 200); null for the no-answer "
+            "row or when context_window_size is none",
+        ),
+        ("context_start", pa.int64(), "character offset of the answer's start inside the context"),
+        ("context_end", pa.int64(), "its end inside the context, exclusive"),
+        ("answer_page_number", pa.int64(), "the document's page_number plus the form feeds before the answer"),
+        (
+            "retrieval_score",
+            pa.float64(),
+            "the retrieval score of the answer's document (or passage): BM25's (bm25), the embedding similarity "
+            "(dense) or the joined score (hybrid); null if not retrieved",
+        ),
+        ("passage_id", pa.string(), "the retrieved passage the answer was read in (with split_length); else null"),
+        ("file_path", pa.string(), "the file the answer's document came from (documents' file_path); else null"),
     ]
 )
 
 QUESTION_STATUSES = ("answered", "refused", "no_documents", "error")
 
-# Dense and hybrid retrieval: each retriever's score and rank (1 = its best) of each retrieved hit, null where that
-# retriever did not find it (null lists for questions not retrieved for, or retrieved by BM25 alone).
-RETRIEVER_FIELDS = [
-    pa.field(f"{name}_{kind}", pa.list_(pa.float64() if kind == "scores" else pa.int32()))
-    for name in JOINED
-    for kind in ("scores", "ranks")
-]
-QUESTIONS_SCHEMA = pa.schema(
+QUESTIONS_SCHEMA, QUESTIONS_DESCRIPTIONS = described_schema(
     [
-        ("question_id", pa.string()),  # the question's id, as in the input
-        ("query", pa.string()),  # the question's text
-        ("status", pa.string()),  # one of QUESTION_STATUSES
-        ("best_answer", pa.string()),  # the answer given: null unless answered
-        ("best_score", pa.float64()),  # its score: null unless answered
-        ("no_answer_score", pa.float64()),  # Haystack's, prod(1 - score) of the kept answers; null when nothing read
-        ("model_no_answer_score", pa.float64()),  # the model's null span against its best; null when nothing read
-        ("n_documents", pa.int32()),  # documents read (known, with content)
-        ("n_sequences", pa.int32()),  # model sequences their text made
-        ("error", pa.string()),  # why the question's status is error (or its replies could not be parsed); else null
-        ("retrieved_document_ids", pa.list_(pa.string())),  # the retrieved documents, best first; null if not retrieved
-        ("retrieval_scores", pa.list_(pa.float64())),  # their scores (raw BM25 or embedding similarity, or joined)
-        ("retrieved_passage_ids", pa.list_(pa.string())),  # with split_length: the passages retrieved; else null
-        *RETRIEVER_FIELDS,
+        ("question_id", pa.string(), "the question's id, as in the input"),
+        ("query", pa.string(), "the question's text"),
+        ("status", pa.string(), f"one of {', '.join(QUESTION_STATUSES)}"),
+        ("best_answer", pa.string(), "the answer given: null unless answered"),
+        ("best_score", pa.float64(), "its score: null unless answered"),
+        (
+            "no_answer_score",
+            pa.float64(),
+            "Haystack's no-answer score, prod(1 - score) of the kept answers; null when nothing was read",
+        ),
+        (
+            "model_no_answer_score",
+            pa.float64(),
+            "the model's null span against its best span, sigmoid(min null - max best logit sums); null when nothing "
+            "was read",
+        ),
+        ("n_documents", pa.int32(), "documents read (known, with content)"),
+        ("n_sequences", pa.int32(), "model sequences their text made"),
+        ("error", pa.string(), "why the question's status is error (or its replies could not be parsed); else null"),
+        (
+            "retrieved_document_ids",
+            pa.list_(pa.string()),
+            "the retrieved documents, best first; null if not retrieved for",
+        ),
+        (
+            "retrieval_scores",
+            pa.list_(pa.float64()),
+            "their scores: BM25's (bm25), the embedding similarity (dense) or the joined score (hybrid)",
+        ),
+        ("retrieved_passage_ids", pa.list_(pa.string()), "with split_length: the passages retrieved; else null"),
+        *RETRIEVER_COLUMNS,
     ]
 )
 
-GENERATED_ANSWERS_SCHEMA = pa.schema(
+GENERATED_ANSWERS_SCHEMA, GENERATED_ANSWERS_DESCRIPTIONS = described_schema(
     [
-        ("question_id", pa.string()),  # the question the reply answers
-        ("reply_index", pa.int32()),  # the reply's position in the question's replies, from 0
-        ("answer", pa.string()),  # the answer parsed out of the reply (answer_pattern), or the whole reply
-        ("referenced_document_ids", pa.list_(pa.string())),  # its documents: those referenced, or all (AnswerBuilder)
-        ("source_indices", pa.list_(pa.int32())),  # 1-based positions in the question's document_ids
-        ("meta", pa.string()),  # JSON
+        ("question_id", pa.string(), "the question the reply answers"),
+        ("reply_index", pa.int32(), "the reply's position in the question's replies, from 0"),
+        ("answer", pa.string(), "the answer parsed out of the reply (answer_pattern), or the whole reply"),
+        (
+            "referenced_document_ids",
+            pa.list_(pa.string()),
+            "its documents: those the reply references, or all of the question's (AnswerBuilder)",
+        ),
+        ("source_indices", pa.list_(pa.int32()), "their 1-based positions in the question's document_ids"),
+        ("meta", pa.string(), "the reply's meta, with the parsing's own keys, as JSON"),
     ]
 )
 

@@ -5,11 +5,11 @@ each build in a process of its own, measured from outside, the Ray build grown b
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
-from jobs.bulk_qa.retrieval import BUILD_FILE
+from jobs.indexing.record import BUILD_FILE
+from tests.jobs.conftest import run_process
 
 
 def test_both_builds_and_the_addition_are_measured_and_printed(tmp_path: Path) -> None:
@@ -17,7 +17,9 @@ def test_both_builds_and_the_addition_are_measured_and_printed(tmp_path: Path) -
     command = [sys.executable, "-m", "jobs.bench.retrieval", "--build", "both", "--passages", "3000",
                "--shard-size", "1000", "--add-share", "0.1", "--queries", "20", "--work", str(tmp_path),
                "--split-length", "100"]  # fmt: skip
-    printed = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True).stdout
+    ran = run_process(command, 600)
+    assert ran.returncode == 0, ran.stderr
+    printed = ran.stdout
     lines = printed.splitlines()
     assert lines[0] == "3,000 documents of 100 words, split by 100 (overlap 0), shards of 1,000"
     number = r"[\d,]+(?:\.\d)?"

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from jobs import engines
-from jobs.bulk_qa import driver, report
-from jobs.bulk_qa.config import RunSettings
+from jobs import engines, ray_start
+from jobs.bulk_qa import report
 from jobs.bulk_qa.waves import ActorResources, actor_resources, sequences_per_batch, task_cpus
 from jobs.engines import RayEngine
+from jobs.run_settings import RunSettings
 from tests.jobs.conftest import run_job
 
 
@@ -84,14 +84,14 @@ def data_context() -> Iterator[Any]:
 def test_the_inputs_are_read_without_footer_reader_actors(local_ray, data_context) -> None:
     """Ray Data's DataSourceV2 Parquet reader starts actors for every read (seconds each on two cores): the job's
     reads take the file reader, in the settings each dataset copies when it is made."""
-    driver.configure_ray_data(RunSettings())
+    ray_start.configure_ray_data(RunSettings())
     questions = RayEngine().read_parquet("data/sample/questions.parquet", ["id"])
     data_context.use_datasource_v2 = True  # a later change to the current settings is not the dataset's
     assert questions.context.use_datasource_v2 is False
     assert questions.count() == 12
     # Nor do Ray Data's issue detectors print their advice every 30 s, but with --verbose.
     assert questions.context.issue_detectors_config.detectors == []
-    driver.configure_ray_data(RunSettings(verbose=True))
+    ray_start.configure_ray_data(RunSettings(verbose=True))
     assert RayEngine().read_parquet("data/sample/questions.parquet", ["id"]).context.issue_detectors_config.detectors
 
 

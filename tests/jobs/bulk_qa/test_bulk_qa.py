@@ -3,7 +3,6 @@
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,9 +12,9 @@ import torch
 
 from jobs.bulk_qa import waves
 from jobs.bulk_qa.config import load_config
-from jobs.bulk_qa.inputs import table_bytes
 from jobs.bulk_qa.workers.rows import PAIRS_SCHEMA, shard_of
 from jobs.storage import PAIR_NOTES, InputError, ShardStore, shard_name
+from jobs.tables import table_bytes
 from qa_core import AnswerBuilder, Document, ExtractiveReader
 from tests.jobs.conftest import (
     ROOT,
@@ -25,6 +24,7 @@ from tests.jobs.conftest import (
     by_question,
     read_output,
     run_job,
+    run_process,
     write_table,
 )
 from tests.jobs.driver_reads import DriverReads
@@ -426,10 +426,10 @@ def test_the_sample_job_runs_in_process_by_default_without_importing_ray(tmp_pat
     """
     output = tmp_path / "out"
     code = "import sys; sys.modules['ray'] = None; from jobs.bulk_qa import main; sys.exit(main(sys.argv[1:]))"
-    result = subprocess.run(
-        [sys.executable, "-c", code, "--config", "data/sample/job.yaml", "--model", str(minilm_model),
-         "--output", str(output), "--quiet"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "RAY_ADDRESS": ""},
+    result = run_process(
+        [sys.executable, "-c", code, "--config", "data/sample/job.yaml", "--model", minilm_model,
+         "--output", output, "--quiet"],
+        300, cwd=ROOT, env={**os.environ, "RAY_ADDRESS": ""},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "in-process, no Ray, precision fp32)" in result.stdout

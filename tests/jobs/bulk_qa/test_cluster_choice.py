@@ -4,9 +4,10 @@ import logging
 
 import pytest
 
+from jobs import ray_start
 from jobs.bulk_qa import driver, waves
-from jobs.bulk_qa.config import RunSettings
 from jobs.bulk_qa.squad_input import load_squad_input
+from jobs.run_settings import RunSettings
 
 
 class Joined(Exception):
@@ -44,20 +45,20 @@ def test_the_job_starts_its_own_ray_unless_told_to_join_one(
     if environment:
         monkeypatch.setenv("RAY_ADDRESS", environment)
     with pytest.raises(Joined):
-        driver.start_ray(RunSettings(address=address))
+        ray_start.start_ray(RunSettings(address=address))
     # settings only for its own; workers' logs are forwarded with --verbose only, on a cluster joined too
-    own = {"_system_config": driver.own_ray_config(), "include_dashboard": False} if expected == "local" else {}
+    own = {"_system_config": ray_start.own_ray_config(), "include_dashboard": False} if expected == "local" else {}
     assert init_calls == [{"address": expected, "log_to_driver": False, "logging_level": logging.WARNING, **own}]
 
 
 def test_verbose_forwards_the_workers_logs_from_a_cluster_joined(init_calls: list[dict]) -> None:
     with pytest.raises(Joined):
-        driver.start_ray(RunSettings(address="auto", verbose=True))
+        ray_start.start_ray(RunSettings(address="auto", verbose=True))
     assert init_calls == [{"address": "auto", "log_to_driver": True, "logging_level": logging.INFO}]
 
 
 def test_its_own_ray_keeps_the_worker_count_warning_away_on_small_machines() -> None:
-    assert driver.own_ray_config()["worker_maximum_startup_concurrency"] >= 8
+    assert ray_start.own_ray_config()["worker_maximum_startup_concurrency"] >= 8
 
 
 SAMPLE = {"questions": "data/sample/questions.parquet", "documents": "data/sample/documents.parquet", "output": "o"}
@@ -116,9 +117,9 @@ def test_rays_log_lines_are_filtered_on_ray_without_verbose(
 ) -> None:
     """Before Ray starts: the driver's C++ log writes to stderr from `ray.init` on (see `jobs.ray_logs`)."""
     ray_logs = Filter()
-    monkeypatch.setattr(driver, "start_ray", lambda run: {"started with the filter": ray_logs.started})
-    monkeypatch.setattr(driver, "configure_ray_data", lambda run: None)
+    monkeypatch.setattr(ray_start, "start_ray", lambda run: {"started with the filter": ray_logs.started})
+    monkeypatch.setattr(ray_start, "configure_ray_data", lambda run: None)
     engine = driver.RayEngine() if engine == "ray" else driver.InProcessEngine()
-    cluster = driver.start_engine(RunSettings(verbose=verbose), engine, ray_logs)
+    cluster = ray_start.start_engine(RunSettings(verbose=verbose), engine, ray_logs)
     assert ray_logs.started is filtered
     assert cluster.get("started with the filter", False) is filtered

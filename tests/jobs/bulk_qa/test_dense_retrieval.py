@@ -26,10 +26,11 @@ from haystack_integrations.components.embedders.sentence_transformers import (
 )
 
 from jobs import index as index_command
-from jobs.bulk_qa.retrieval import BUILD_FILE, INDEX_FOLDER
 from jobs.indexing import ann as ann_build
 from jobs.indexing import embed as embed_module
 from jobs.indexing.embed import EmbedPassages
+from jobs.indexing.plan import INDEX_FOLDER
+from jobs.indexing.record import BUILD_FILE
 from qa_core.retrieval.dense import DenseIndex
 from qa_core.retrieval.quality import retrieval_quality
 from tests.jobs.conftest import TEXTS, read_output, run_job, write_corpus

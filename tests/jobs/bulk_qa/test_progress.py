@@ -8,7 +8,7 @@ import io
 import json
 import os
 import re
-import subprocess
+import signal
 import sys
 import threading
 import time
@@ -19,7 +19,7 @@ import pytest
 from jobs.bulk_qa import driver
 from jobs.bulk_qa.progress import Progress, RunStalled, StallWatch
 from jobs.engines import RayEngine, waiting_actors
-from tests.jobs.conftest import ROOT, run_job
+from tests.jobs.conftest import ROOT, run_job, run_process
 
 
 class Clock:
@@ -125,6 +125,42 @@ def test_an_interrupt_that_python_drops_is_sent_again(monkeypatch: pytest.Monkey
     assert dropped == [KeyboardInterrupt] and time.monotonic() - started < 10
 
 
+@pytest.mark.parametrize("setting", [signal.SIG_IGN, signal.SIG_DFL])
+def test_a_process_that_ignores_sigint_still_has_its_run_ended(setting: signal.Handlers) -> None:
+    """
+    A job started with SIGINT ignored (`nohup ... &`, a script's background job, as the test suite run in the
+    background was) or left to the system: Python drops the watch's interrupt there, so the run waited for ever. The watch lets its own
+    interrupt through; a SIGINT from outside still does what the process's setting says (ignored here; the
+    system's default below), and leaving the watch restores the setting.
+    """
+    previous = signal.signal(signal.SIGINT, setting)
+    try:
+        watch = StallWatch(60, lambda: "", exit_after_s=0.5, missing=lambda: "GPU 1", warn=False)
+        started = time.monotonic()
+        with pytest.raises(RunStalled), watch:
+            if setting == signal.SIG_IGN:
+                signal.raise_signal(signal.SIGINT)  # before the watch ends the run: ignored
+            while time.monotonic() - started < 30:
+                time.sleep(0.01)
+        assert time.monotonic() - started < 10
+        assert signal.getsignal(signal.SIGINT) == setting
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_sigint_from_outside_still_ends_a_process_that_left_it_to_the_system() -> None:
+    script = (
+        "import signal, time\n"
+        "from jobs.bulk_qa.progress import StallWatch\n"
+        "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+        "with StallWatch(60, lambda: '', exit_after_s=60, missing=lambda: None, warn=False):\n"
+        "    signal.raise_signal(signal.SIGINT)\n"
+        "    time.sleep(30)\n"
+    )
+    ended = run_process([sys.executable, "-c", script], 60, cwd=ROOT)
+    assert ended.returncode == -signal.SIGINT, ended.stderr
+
+
 def test_a_check_that_fails_is_told_once_and_the_watch_goes_on() -> None:
     answers = iter([RuntimeError("GCS timed out"), RuntimeError("GCS timed out"), None, "GPU 1"])
 
@@ -217,9 +253,9 @@ def test_a_run_whose_readers_fit_no_node_ends_with_one_line_and_the_same_command
     ), errors
     # The same command again, as a user runs it: a new driver, joined to the same Ray.
     address = local_ray.get_runtime_context().gcs_address
-    resumed = subprocess.run(
-        [sys.executable, "-m", "jobs.bulk_qa", *map(str, args), "--address", address], cwd=ROOT,
-        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    resumed = run_process(
+        [sys.executable, "-m", "jobs.bulk_qa", *args, "--address", address], 300, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "2/2 committed (0 from an earlier run)" in resumed.stdout

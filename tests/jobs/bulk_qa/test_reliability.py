@@ -25,7 +25,7 @@ import pytest
 from jobs.bulk_qa.config import JobConfig
 from jobs.bulk_qa.output import OutputFolder
 from jobs.storage import redact
-from tests.jobs.conftest import ROOT, TEXTS, read_output, run_job, write_corpus, write_table
+from tests.jobs.conftest import ROOT, TEXTS, read_output, run_job, wait_for_process, write_corpus, write_table
 
 REPO = ROOT
 SETTINGS = ["--top-k", "3", "--max-seq-length", "64", "--stride", "16", "--context-window-size", "40"]
@@ -240,7 +240,7 @@ def test_reader_actor_killed_mid_run_changes_nothing(
     try:
         actor_id, pid = _busy_reader_actor(time.monotonic() + TIMEOUT_S)
         os.kill(pid, signal.SIGKILL)
-        assert job.wait(timeout=TIMEOUT_S) == 0, (tmp_path / "job.log").read_text()[-3000:]
+        assert wait_for_process(job, TIMEOUT_S, tmp_path / "job.log") == 0, (tmp_path / "job.log").read_text()[-3000:]
     finally:
         job.kill()
     assert ray._private.state.actors()[actor_id]["NumRestarts"] >= 1, "the killed actor was restarted"
@@ -412,7 +412,7 @@ def safety_run(gcs_address: str, tmp_path_factory: pytest.TempPathFactory, tiny_
     args = ["--questions", questions, "--documents", documents, "--model", model, "--output", output, *SETTINGS]
     job = start_job(args, gcs_address, log, env={"HF_TOKEN": SECRET, "HF_API_TOKEN": SECRET})
     try:
-        status = job.wait(timeout=TIMEOUT_S)
+        status = wait_for_process(job, TIMEOUT_S, log)
     finally:
         job.kill()
     return {"status": status, "output": output, "log": log, "sentinel": sentinel}

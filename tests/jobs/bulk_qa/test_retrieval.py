@@ -19,21 +19,16 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from jobs import index as index_command
 from jobs.bulk_qa import driver, main
-from jobs.bulk_qa.config import RunSettings
-from jobs.bulk_qa.output import OutputFolder
-from jobs.bulk_qa.retrieval import (
-    INDEX_FOLDER,
-    build_index,
-    prepare_index,
-    shard_locations,
-    shard_stages,
-    write_index,
-)
 from jobs.bulk_qa.workers import fetch
-from jobs.bulk_qa.workers.retrieve import RetrieveDocuments
 from jobs.engines import Engine, RayEngine
+from jobs.indexing.build import build_index, write_index
+from jobs.indexing.plan import INDEX_FOLDER, prepare_index
+from jobs.indexing.record import shard_locations
 from jobs.ray_logs import RayLogFilter
+from jobs.retrieval.retrieve import RetrieveDocuments
+from jobs.retrieval.stages import shard_stages
 from jobs.retrieval_settings import RetrievalSettings
+from jobs.run_settings import RunSettings
 from qa_core import Document, ExtractiveReader
 from qa_core.retrieval.store import PassageStore
 from tests.jobs.conftest import (
@@ -159,7 +154,7 @@ def test_manifest_records_the_index_saved_with_the_run(job_output: Path, corpus:
     assert (job_output / INDEX_FOLDER / "build.json").exists()
     # A resumed run takes the saved index instead of building one (checked without a second run).
     settings = RetrievalSettings(retriever_top_k=TOP_K)
-    plan = prepare_index(settings, corpus["paths"]["documents"], OutputFolder(str(job_output)), resuming=True,
+    plan = prepare_index(settings, corpus["paths"]["documents"], str(job_output), resuming=True,
                          distributed=False)  # fmt: skip
     assert (plan.built, plan.record["source"], plan.location) == (None, "resumed", f"{job_output}/{INDEX_FOLDER}")
     assert {key: value for key, value in plan.record.items() if key != "source"} == {

@@ -19,12 +19,15 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from jobs import index as index_command
 from jobs.bulk_qa import driver, main
-from jobs.bulk_qa.retrieval import BUILD_FILE, INDEX_FOLDER, build_index, shard_locations, shard_stages, write_index
 from jobs.bulk_qa.workers.aggregate import RefusalSettings, question_result
-from jobs.bulk_qa.workers.retrieve import RetrieveDocuments
 from jobs.bulk_qa.workers.rows import AGGREGATION_SCHEMA, CANDIDATE, PAIR, SEQUENCE
 from jobs.bulk_qa.workers.tokenize import tokenize
+from jobs.indexing.build import build_index, write_index
+from jobs.indexing.plan import INDEX_FOLDER
+from jobs.indexing.record import BUILD_FILE, shard_locations
 from jobs.passages import PASSAGES_FILE, SOURCE_IDS_FILE, SOURCES_FILE, Passages
+from jobs.retrieval.retrieve import RetrieveDocuments
+from jobs.retrieval.stages import shard_stages
 from jobs.retrieval_settings import RetrievalSettings
 from qa_core import Document, ExtractiveReader
 from qa_core.models import ModelSettings

@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.bulk_qa.retrieval import BUILD_FILE, IndexPlan, complete_index
 from jobs.engines import InProcessEngine
 from jobs.indexing import ann as ann_build
+from jobs.indexing.plan import IndexPlan, complete_index
+from jobs.indexing.record import BUILD_FILE
 from jobs.retrieval_settings import RetrievalSettings
 from qa_core.retrieval.dense import DenseIndex, unit_rows
 

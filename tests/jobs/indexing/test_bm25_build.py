@@ -14,20 +14,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import index as index_command
-from jobs.bulk_qa.retrieval import (
-    BUILD_FILE,
-    _indexed_texts,
-    add_documents_with_ray,
-    build_index,
-    build_index_with_ray,
-    check_given_index,
-    shard_locations,
-    write_index,
-)
 from jobs.indexing import memory
 from jobs.indexing import passages as passages_module
 from jobs.indexing.bm25 import ID_HASHES_FILE, id_hashes, read_doc_ids, shard_id_hashes
+from jobs.indexing.build import build_index, build_index_with_ray, write_index
+from jobs.indexing.check import check_given_index
+from jobs.indexing.documents import indexed_texts
+from jobs.indexing.grow import add_documents_with_ray
 from jobs.indexing.passages import _counts_in_footers, indexed_passages, passage_shards, read_shard
+from jobs.indexing.record import BUILD_FILE, shard_locations
 from jobs.passages import PASSAGES_FILE, SOURCE_IDS_FILE, SOURCES_FILE, Passages, split_batch
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError
@@ -161,7 +156,7 @@ def test_ray_build_equals_the_single_process_build_bit_for_bit(
         assert shard_id_hashes(ours).tobytes() == id_hashes(read_doc_ids(ours)).tobytes()  # kept for an addition
     # The same hits and scores as one index of the whole corpus, bit for bit.
     ids = [doc_id for shard in built.shards for doc_id in shard.doc_ids]
-    texts = [text for _, batch_texts, _ in _indexed_texts(documents, settings) for text in batch_texts]
+    texts = [text for _, batch_texts, _ in indexed_texts(documents, settings) for text in batch_texts]
     whole = BM25Index.build(ids, texts, algorithm=algorithm)
     shards = [BM25Index.load(location) for location in shard_locations(str(tmp_path / "ray"), n_shards)]
     for found, expected in zip(merge_top_k([shard.search(QUERIES, 7) for shard in shards], 7),
@@ -265,7 +260,7 @@ def test_a_small_memory_budget_builds_shards_that_search_as_one_shard_bit_for_bi
     stores = [PassageStore(Path(shard), 20 * number) for number, shard in enumerate(shard_locations(str(small), 11))]
     stored = [row for store in stores for row in store.take(range(store.doc_offset, store.doc_offset + len(store)))
               .to_pylist()]  # fmt: skip
-    indexed = [(doc_id, text) for ids, texts, _ in _indexed_texts(documents, RetrievalSettings())
+    indexed = [(doc_id, text) for ids, texts, _ in indexed_texts(documents, RetrievalSettings())
                for doc_id, text in zip(ids, texts, strict=True)]  # fmt: skip
     assert [(row["id"], row["content"]) for row in stored] == indexed
     assert PassageStore(one, 0).take([217, 3]).to_pylist() == [{"id": indexed[i][0], "content": indexed[i][1]}

@@ -1,10 +1,13 @@
-"""Test files of every format: the generators are the ingestion benchmark's (`jobs.bench.files`), shared."""
+"""
+Test files of every format: the generators of valid files are the ingestion benchmark's (`jobs.bench.files`), shared;
+the hostile ones (an XML entity, a slow page) are the tests' own.
+"""
 
 import io
 import json
 from pathlib import Path
 
-from jobs.bench.files import docx_bytes, pdf_bytes
+from jobs.bench.files import WORD_NAMESPACE, docx_bytes, pdf_bytes
 
 
 def encrypted_pdf_bytes(text: str, password: str) -> bytes:
@@ -143,3 +146,31 @@ def without_core_properties(data: bytes) -> bytes:
                 blob = re.sub(rb"<Relationship [^>]*core-properties[^>]*/>", b"", blob)
             target.writestr(item, blob)
     return out.getvalue()
+
+
+def docx_with_entity(text_before: str, entity: str, text_after: str) -> bytes:
+    """A DOCX whose one paragraph's text holds an XML entity reference (`&entity;`, declared in a DOCTYPE)."""
+    import zipfile
+
+    template = zipfile.ZipFile(io.BytesIO(docx_bytes(["x"], [["x"]], -1, "")))
+    document = (
+        f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<!DOCTYPE w:document [<!ENTITY {entity} '
+        f'"expanded">]>\n<w:document xmlns:w="{WORD_NAMESPACE}"><w:body><w:p><w:r><w:t>{text_before}&{entity};'
+        f"{text_after}</w:t></w:r></w:p></w:body></w:document>"
+    )
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as package:
+        for member in template.infolist():
+            data = document.encode() if member.filename == "word/document.xml" else template.read(member)
+            package.writestr(member, data)
+    return out.getvalue()
+
+
+def slow_html(size_bytes: int) -> bytes:
+    """
+    A one-line HTML page of about `size_bytes`, one-cell tables one after another: trafilatura's extraction takes
+    time growing with the square of its size (measured on a shared 2-core machine: 100 KB 3.6 s, 200 KB 12 s, 1 MB
+    144 s), much of it in libxml2's C code, where no signal handler stops it.
+    """
+    table = b"<table><tr><td>w</td></tr></table>"
+    return b"<html><body>" + table * (size_bytes // len(table)) + b"</body></html>"

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.bench.files import docx_with_entity, pdf_bytes, slow_html, write_docx_bomb
+from jobs.bench.files import pdf_bytes, write_docx_bomb
 from qa_core.ingest import ConversionOptions, ReportRow, convert_file
 from qa_core.ingest.converter_process import shared_converter
+from tests.qa_core.ingest.files import docx_with_entity, slow_html
 
 TIME_LIMIT_S = 1.5
 KILL_SLACK_S = 1.0  # the kill, the report and a loaded machine's scheduling

@@ -1,21 +1,23 @@
 """
 Dense and hybrid retrieval, one actor per pool: the questions' queries embedded by the index's embedding model, the
-dense shards of the index searched exactly (memory-mapped, merged with `merge_top_k`) as Haystack's
-`InMemoryEmbeddingRetriever`, and with `retrieval: hybrid` the BM25 hits that the BM25 stages carried in the rows
-joined with the dense ones as Haystack's `DocumentJoiner` joins them (`qa_core.retrieval.fusion`).
+dense shards of the index searched by `qa_core.retrieval.EmbeddingRetriever` (Haystack's
+`InMemoryEmbeddingRetriever` ranking, exact or approximate), and with a method that joins (`retrieval: hybrid`) the
+BM25 hits that the BM25 stages carried in the rows joined with the dense ones by `qa_core.retrieval.DocumentJoiner`
+(as Haystack's `DocumentJoiner`).
 
 The rows keep the joined hits (`document_ids`, `retrieval_scores`, ...) and each retriever's own score and rank
-(1 = its best) of every joined hit (`tables.RETRIEVER_FIELDS`, null where that retriever did not find the hit).
+(1 = its best) of every joined hit (`retrieve.RETRIEVER_FIELDS`, null where that retriever did not find the hit).
 """
 
-from bisect import bisect_right
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from jobs.bulk_qa.workers.retrieve import (
+from jobs.passages import Passages, ShardPassages
+from jobs.retrieval.retrieve import (
     RETRIEVED_SCHEMA,
+    RETRIEVER_FIELDS,
     Hit,
     asked_rows,
     hit_columns,
@@ -24,15 +26,12 @@ from jobs.bulk_qa.workers.retrieve import (
     row_hits,
     set_row_hits,
 )
-from jobs.bulk_qa.workers.tables import RETRIEVER_FIELDS
-from jobs.passages import Passages, ShardPassages
 from jobs.retrieval_settings import JOINED
 from qa_core.embedding import SentenceEmbedder
-from qa_core.hardware import resolve_precision
-from qa_core.retrieval.ann import DEFAULT_SEARCH, AnnSearch, load_ann, require_faiss, search_ann
-from qa_core.retrieval.dense import DenseIndex, search_shards
-from qa_core.retrieval.fusion import fuse
+from qa_core.retrieval.ann import DEFAULT_SEARCH, AnnSearch
+from qa_core.retrieval.embedding_retriever import EmbeddingRetriever
 from qa_core.retrieval.index_io import HEADER_FILE, read_doc_ids
+from qa_core.retrieval.joiner import DocumentJoiner
 from qa_core.retrieval.topk import NO_POSITION
 
 RETRIEVER_COLUMNS = {field.name: field.type for field in RETRIEVER_FIELDS}
@@ -45,7 +44,7 @@ class RetrieveDense:
     """
     Holds the dense shards of an index (memory-mapped), the embedding model and where each indexed passage lies,
     and retrieves for a batch's questions: those without `document_ids` (`retrieval: dense`), or those an earlier
-    BM25 stage retrieved for (`hybrid`), whose BM25 hits it joins with its own.
+    BM25 stage retrieved for (`joins`), whose BM25 hits it joins with its own.
     """
 
     def __init__(
@@ -54,7 +53,7 @@ class RetrieveDense:
         dense: dict[str, Any],
         bm25_shards: list[str],
         retriever_top_k: int,
-        hybrid: bool,
+        joins: bool,
         join_mode: str,
         join_weights: list[float] | None,
         cpu_threads: int,
@@ -67,7 +66,7 @@ class RetrieveDense:
         :param dense: The build record's `dense` section (model, similarity, shards).
         :param bm25_shards: The BM25 shard folders, in corpus order (they hold where each passage lies).
         :param retriever_top_k: Hits per question, of each retriever and joined.
-        :param hybrid: Join the BM25 hits carried in the rows with the dense ones.
+        :param joins: Join the BM25 hits carried in the rows with the dense ones.
         :param join_mode: `DocumentJoiner`'s join mode.
         :param join_weights: Its weights, in `JOINED` order, or None.
         :param cpu_threads: torch's threads (the search's, and the model's on the CPU).
@@ -84,11 +83,9 @@ class RetrieveDense:
             device = "cuda:0" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
         torch.set_num_threads(max(1, cpu_threads))  # the search runs on the CPU, the model too without a GPU
         folder = local_index_folder(location)
-        self.shards = [
-            DenseIndex.load(folder / shard["folder"], mmap=True, similarity=dense["similarity"])
-            for shard in dense["shards"]
-        ]
-        self._offsets = [shard.doc_offset for shard in self.shards]
+        self.retriever = EmbeddingRetriever(folder, dense, retriever_top_k, search_precision, ann_search=ann_search,
+                                            ann_threads=cpu_threads)  # fmt: skip
+        self.retriever.warm_up()
         parts = [Passages.load(local_index_folder(shard)) for shard in bm25_shards]
         self.passages = None  # whole documents
         if all(part is not None for part in parts):
@@ -96,33 +93,20 @@ class RetrieveDense:
         self._check_bm25(folder, bm25_shards)
         self.embedder = SentenceEmbedder(dense["model"], precision=dense["precision"], device=device)
         self.embedder.warm_up()
-        self.search_precision = resolve_precision(search_precision, "cpu")
-        self.ann = load_ann(folder, dense) if "ann" in dense else None
-        if self.ann is not None:
-            require_faiss().omp_set_num_threads(max(1, cpu_threads))
-        self.ann_search = ann_search
-        self.top_k = retriever_top_k
-        self.hybrid = hybrid
-        self.join_mode = join_mode
-        self.join_weights = join_weights
+        self.joiner = DocumentJoiner(join_mode, join_weights, retriever_top_k) if joins else None
 
     def _check_bm25(self, folder: Any, bm25_shards: list[str]) -> None:
         """The BM25 shards index the passages of the dense shards, in the same order (their memory-mapped ids)."""
         bm25_ids = [read_doc_ids(local_index_folder(shard)).arrow() for shard in bm25_shards]
-        dense_ids = [shard.ids.arrow() for shard in self.shards]
+        dense_ids = [shard.ids.arrow() for shard in self.retriever.shards]
         if not pa.chunked_array(bm25_ids, pa.string()).equals(pa.chunked_array(dense_ids, pa.string())):
             raise ValueError(f"{folder}: the dense shards hold other passages than the BM25 index ({HEADER_FILE}).")
-
-    def _id(self, position: int) -> str:
-        """The id of the passage at corpus `position`."""
-        shard = self.shards[bisect_right(self._offsets, position) - 1]
-        return shard.ids[position - shard.doc_offset]
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Questions (or the BM25 stages' rows) -> `DENSE_RETRIEVED_SCHEMA` rows."""
         queries = batch["query"].to_pylist()
         hits = hit_columns(batch)
-        if self.hybrid:
+        if self.joiner is not None:
             carried = batch["retrieved_positions"].to_pylist()
             bm25_scores = batch["retrieval_scores"].to_pylist()
             asked = [row for row, positions in enumerate(carried) if positions is not None]
@@ -134,18 +118,14 @@ class RetrieveDense:
         own: dict[str, list] = {name: [None] * len(batch) for name in RETRIEVER_COLUMNS}
         if asked:
             vectors = self.embedder.embed([queries[row] for row in asked])
-            if self.ann is None:
-                found_positions, found_scores = search_shards(self.shards, vectors, self.top_k, self.search_precision)
-            else:
-                found_positions, found_scores = search_ann(self.ann, self.shards, vectors, self.top_k,
-                                                           self.ann_search)  # fmt: skip
+            found_positions, found_scores = self.retriever.search(vectors)
             for index, row in enumerate(asked):
                 kept = found_positions[index] != NO_POSITION
                 lists = {"dense": list(zip(found_positions[index][kept].tolist(), found_scores[index][kept].tolist(),
                                            strict=True))}  # fmt: skip
-                if self.hybrid:
+                if self.joiner is not None:
                     lists["bm25"] = list(zip(carried[row], bm25_scores[row], strict=True))
-                    joined = fuse([lists[name] for name in JOINED], self.join_mode, self.join_weights, self.top_k)
+                    joined = self.joiner.join_hits([lists[name] for name in JOINED])
                 else:
                     joined = lists["dense"]
                 known = dict(zip(carried[row] or [], row_hits(hits, row), strict=True))
@@ -162,6 +142,6 @@ class RetrieveDense:
     def _hit(self, position: int) -> Hit:
         """The document (or passage) at corpus `position`."""
         if self.passages is None:
-            return Hit(self._id(position))
+            return Hit(self.retriever.id_at(position))
         source_id, start, end = self.passages.hit(position)
-        return Hit(source_id, self._id(position), start, end)
+        return Hit(source_id, self.retriever.id_at(position), start, end)

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.passages import Passages
+from jobs.retrieval_settings import JOINED
 from jobs.storage import local_index_folder
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.sharding import search_shards
@@ -37,6 +38,22 @@ RETRIEVED_SCHEMA = pa.schema(
         ("passage_ends", pa.list_(pa.int64())),
     ]
 )
+# Dense and hybrid retrieval: each retriever's score and rank (1 = its best) of each retrieved hit, null where that
+# retriever did not find it (null lists for questions not retrieved for, or retrieved by BM25 alone): (name, Arrow
+# type, description) as the questions table declares its columns (`jobs.table_schema`).
+RETRIEVER_COLUMNS = [
+    (
+        f"{name}_{kind}",
+        pa.list_(pa.float64() if kind == "scores" else pa.int32()),
+        f"{name} retrieval's {kind[:-1]} of each retrieved document, in retrieved_document_ids' order"
+        + (" (1: its best)" if kind == "ranks" else "")
+        + f"; an item is null where {name} did not find that document, the list null unless the run retrieved by "
+        + ("dense or hybrid" if name == "dense" else "hybrid"),
+    )
+    for name in JOINED
+    for kind in ("scores", "ranks")
+]
+RETRIEVER_FIELDS = [pa.field(name, kind) for name, kind, _ in RETRIEVER_COLUMNS]
 # The columns that describe a question's hits, one list entry per hit (the fields of `Hit`).
 HIT_COLUMNS = ("document_ids", "passage_ids", "passage_starts", "passage_ends")
 
