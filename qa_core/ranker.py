@@ -14,7 +14,7 @@ run-time dependencies.
 
 import inspect
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from qa_core.embedding import MODULES_FILE, TRANSFORMER_CONFIG_FILE, read_model_
 from qa_core.hardware import PRECISION_DTYPES, resolve_precision
 from qa_core.inference import default_batch_tokens, length_sorted_batches, model_dtype, pad_rows, resolve_device
 from qa_core.retrieval.scored_document import ScoredDocument
-from qa_core.settings import Settings, at_least
+from qa_core.settings import Settings, at_least, setting, setting_factory
 
 logger = logging.getLogger(__name__)
 
@@ -37,18 +37,18 @@ DEFAULT_MODEL = "cross-encoder/ms-marco-MiniLM-L-6-v2"  # Haystack's default ran
 class RankerSettings(Settings):
     """How the cross-encoder ranker prepares, scores and keeps each query's documents."""
 
-    top_k: int = 10  # documents kept per query, best first
-    scale_score: bool = True  # scores as sigmoid(calibration_factor * logit); false: the model's raw logits
-    calibration_factor: float = 1.0  # multiplies the logit before the sigmoid (with scale_score)
-    score_threshold: float | None = None  # keep only documents scoring at least this (after scaling)
-    meta_fields_to_embed: list[str] = field(default_factory=list)  # meta values put before a document's content
-    embedding_separator: str = "\n"  # joins the embedded meta values and the content
-    query_prefix: str = ""  # put before each query (an instruction some models expect)
-    query_suffix: str = ""  # put after each query
-    document_prefix: str = ""  # put before each document's text
-    document_suffix: str = ""  # put after each document's text
-    batch_size: int | None = None  # most pairs per forward pass (None: only the token budget bounds it)
-    max_batch_tokens: int | None = None  # most padded tokens per forward pass (None: by device and dtype)
+    top_k: int = setting(10, "documents kept per query, best first")
+    scale_score: bool = setting(True, "scores as sigmoid(calibration_factor * logit); false: the model's raw logits")
+    calibration_factor: float = setting(1.0, "multiplies the logit before the sigmoid (with scale_score)")
+    score_threshold: float | None = setting(None, "keep only documents scoring at least this (after scaling)")
+    meta_fields_to_embed: list[str] = setting_factory(list, "meta values put before a document's content")
+    embedding_separator: str = setting("\n", "joins the embedded meta values and the content")
+    query_prefix: str = setting("", "put before each query (an instruction some models expect)")
+    query_suffix: str = setting("", "put after each query")
+    document_prefix: str = setting("", "put before each document's text")
+    document_suffix: str = setting("", "put after each document's text")
+    batch_size: int | None = setting(None, "most pairs per forward pass (None: only the token budget bounds it)")
+    max_batch_tokens: int | None = setting(None, "most padded tokens per forward pass (None: by device and dtype)")
 
     def problems(self) -> list[str]:
         problems = at_least("top_k", self.top_k, 1)
