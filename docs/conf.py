@@ -34,7 +34,12 @@ autodoc_typehints = "description"
 autodoc_class_signature = "separated"
 # The types autodoc names in signatures that live in libraries this site does not document (no intersphinx: the
 # build is offline).
-nitpick_ignore_regex = [("py:class", r"(pathlib|collections\.abc|typing|torch|transformers|pyarrow|numpy)\..*")]
+nitpick_ignore_regex = [
+    ("py:class", r"(pathlib|collections\.abc|typing|torch|transformers|pyarrow|numpy)\..*"),
+    # The embedding retriever's shards and search settings: the index's internals, described in their modules, not
+    # on the API page.
+    ("py:class", r"qa_core\.retrieval\.(dense\.DenseIndex|ann\.AnnSearch)"),
+]
 
 html_theme = "furo"
 html_title = "ray-extractive-qa"
