@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from jobs.bulk_qa import driver, main
+from jobs.run_settings import RunSettings
 from jobs.storage import ShardNotVisible, ShardStore
 from tests.cluster.cluster_testing import SAMPLE
 
@@ -119,8 +120,8 @@ def test_the_shared_paths_are_checked_again_before_each_wave_but_the_first(monke
     """A node that joined since the start's check is checked before the next wave gives it work (`before_wave`)."""
     events: list[str] = []
     monkeypatch.setattr(driver, "answer_wave", lambda config, inputs, shards, *rest: events.append(f"{sorted(shards)}"))
-    config = driver.JobConfig(run=driver.RunSettings(shards_per_wave=2, quiet=True))
-    inputs = SimpleNamespace(engine=driver.InProcessEngine())
+    config = driver.JobConfig(run=RunSettings(shards_per_wave=2, quiet=True))
+    inputs = SimpleNamespace(engine=driver.InProcessEngine(), every_document=None)
     expected, resumed = {shard: 1 for shard in range(5)}, {1: {}}  # shard 1 committed before: 4 shards, 2 waves
     driver.answer_pending_shards(config, inputs, expected, resumed, None, None, (), lambda: events.append("check"))
     assert events == ["[0, 2]", "check", "[3, 4]"]
