@@ -79,10 +79,13 @@ def test_a_name_that_is_not_utf8_is_listed_and_converted_under_an_escaped_id(fol
     name = b"caf\xe9.txt"
     (folder / "sub" / os.fsdecode(name)).write_bytes(b"Latin-1 named.\n")
     listing = list_folder_files(folder)
-    assert listing.files == [
-        ListedFile("good.txt", b"good.txt", 13),
-        ListedFile("sub/caf\\xe9.txt", b"sub/caf\xe9.txt", 15),
-        ListedFile("sub/inner.txt", b"sub/inner.txt", 8),
+    def mtime(*parts: str) -> int:
+        return os.stat(folder.joinpath(*parts)).st_mtime_ns
+
+    assert listing.files == [  # each file with its size and modification time, as the folder holds them
+        ListedFile("good.txt", b"good.txt", 13, mtime("good.txt")),
+        ListedFile("sub/caf\\xe9.txt", b"sub/caf\xe9.txt", 15, mtime("sub", os.fsdecode(name))),
+        ListedFile("sub/inner.txt", b"sub/inner.txt", 8, mtime("sub", "inner.txt")),
     ]
     result = convert_folder(str(folder))
     assert [(doc.id, doc.content) for doc in result.documents] == [
