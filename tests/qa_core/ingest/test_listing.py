@@ -79,6 +79,7 @@ def test_a_name_that_is_not_utf8_is_listed_and_converted_under_an_escaped_id(fol
     name = b"caf\xe9.txt"
     (folder / "sub" / os.fsdecode(name)).write_bytes(b"Latin-1 named.\n")
     listing = list_folder_files(folder)
+
     def mtime(*parts: str) -> int:
         return os.stat(folder.joinpath(*parts)).st_mtime_ns
 
