@@ -50,7 +50,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Server:
     """A Label Studio of its own on a free loopback port and a new data folder; its process group stopped after."""
     if not LABEL_STUDIO.exists():
         pytest.fail(
-            f'{LABEL_STUDIO} is missing: python3 -m venv .venv-ls && .venv-ls/bin/pip install "label-studio==1.23.2"'
+            f"{LABEL_STUDIO} is missing: python3 -m venv .venv-ls && "
+            '.venv-ls/bin/pip install "label-studio==1.23.2" "sentry-sdk<3"'
         )
     data = tmp_path_factory.mktemp("label-studio")
     port = free_port()
