@@ -2,7 +2,9 @@
 
 import json
 import os
+import signal
 import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -118,6 +120,22 @@ def run_job(*args: str) -> int:
     its test at pytest-timeout's limit, with the test's captured output (the job's).
     """
     return main([str(arg) for arg in args])
+
+
+def kill_at_first_commit(job: subprocess.Popen, output: Path, timeout_s: float) -> None:
+    """
+    Kills a job's driver (SIGKILL) as soon as it has committed its first shard (or ended, or `timeout_s` passed), and
+    checks that it was killed, not finished.
+    """
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not list((output / "_shards").glob("*.json")) and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        job.send_signal(signal.SIGKILL)
+        job.wait(timeout=60)
+    finally:
+        job.kill()
+    assert job.returncode == -signal.SIGKILL, "the driver was killed, not finished"
 
 
 def run_process(command: list, timeout_s: float, **options) -> subprocess.CompletedProcess:

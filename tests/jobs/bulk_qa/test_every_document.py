@@ -8,10 +8,8 @@ in-process tables. Small data and the tiny model; one Ray, for the last test.
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,7 +18,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.bulk_qa.every_document import by_document_schema, pair_id
-from tests.jobs.conftest import TEXTS, assert_rows_match, assert_same_outputs, read_output, run_job, write_table
+from tests.jobs.conftest import (
+    TEXTS,
+    assert_rows_match,
+    assert_same_outputs,
+    kill_at_first_commit,
+    read_output,
+    run_job,
+    write_table,
+)
 from tests.qa_core.ingest.files import pdf_bytes
 
 REPO = Path(__file__).resolve().parents[3]
@@ -195,15 +201,7 @@ def test_a_killed_run_resumes_to_the_tables_of_a_clean_run(inputs, tiny_bert_mod
     args = [*map(str, every_args(inputs, tiny_bert_model, output)), *FLAGS, "--shards-per-wave", "1"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     job = subprocess.Popen([sys.executable, "-m", "jobs.bulk_qa", *args], cwd=REPO, env=env)
-    try:
-        deadline = time.monotonic() + 120
-        while not list((output / "_shards").glob("*.json")) and job.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        job.send_signal(signal.SIGKILL)
-        job.wait(timeout=60)
-    finally:
-        job.kill()
-    assert job.returncode == -signal.SIGKILL, "the driver was killed, not finished"
+    kill_at_first_commit(job, output, 120)
     committed = {path.name for path in (output / "_shards").glob("*.json")}
     assert 1 <= len(committed) < 4 and not (output / "manifest.json").exists()
     assert run_job(*args) == 0

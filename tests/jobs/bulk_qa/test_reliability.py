@@ -25,7 +25,16 @@ import pytest
 from jobs.bulk_qa.config import JobConfig
 from jobs.bulk_qa.output import OutputFolder
 from jobs.storage import redact
-from tests.jobs.conftest import ROOT, TEXTS, read_output, run_job, wait_for_process, write_corpus, write_table
+from tests.jobs.conftest import (
+    ROOT,
+    TEXTS,
+    kill_at_first_commit,
+    read_output,
+    run_job,
+    wait_for_process,
+    write_corpus,
+    write_table,
+)
 
 REPO = ROOT
 SETTINGS = ["--top-k", "3", "--max-seq-length", "64", "--stride", "16", "--context-window-size", "40"]
@@ -303,15 +312,7 @@ def test_driver_killed_mid_run_resumes_without_recomputing_or_duplicating(
     # Two waves of 6 shards: the driver is killed while the first wave commits, before the second starts.
     args = job_args(corpus, tiny_bert_model, output, "--num-actors", "1", "--shards-per-wave", "6")
     job = start_job(args, gcs_address, tmp_path / "job.log")
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not list((output / "_shards").glob("*.json")) and job.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        job.send_signal(signal.SIGKILL)
-        job.wait(timeout=60)
-    finally:
-        job.kill()
-    assert job.returncode == -signal.SIGKILL, "the driver was killed, not finished"
+    kill_at_first_commit(job, output, TIMEOUT_S)
     _wait_for_the_end_of_its_work(job.pid)
     before = markers(output)
     committed = {int(name[6:11]) for name in before}
