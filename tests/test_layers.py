@@ -2,8 +2,7 @@
 The layers the tree promises: `qa_core` imports neither Ray nor `jobs`; the modules `jobs/` shares between the
 bulk job, the index build and ingestion import none of the three; the bulk job's worker side imports only `qa_core`,
 itself and the shared modules workers use, never its driver side; the index command, the index build, retrieval on
-Ray and the benchmarks (but `BULK_JOB_BENCHMARKS`) import nothing of the bulk job. Read from the source, so that a
-lazy import counts too.
+Ray and the benchmarks import nothing of the bulk job. Read from the source, so that a lazy import counts too.
 """
 
 import ast
@@ -22,11 +21,6 @@ SHARED = (
     *WORKER_SAFE, "jobs.engines", "jobs.in_process", "jobs.tables", "jobs.run_settings", "jobs.ray_start",
     "jobs.ray_logs", "jobs.shared_paths", "jobs.path_probe", "jobs.options",
 )  # fmt: skip
-# The one benchmark that imports the bulk job: `evaluation` times the job's own end-of-run step (`write_results`
-# over committed shards, then its HTML report), which is the bulk job's code, not a piece it shares: its output
-# folder, results and report live in `jobs.bulk_qa`. The benchmarks that run the job call its command.
-BULK_JOB_BENCHMARKS = ("evaluation.py",)
-
 
 def imported_modules(path: Path) -> set[str]:
     """Every module a file imports, at any depth (absolute names; relative imports are not used here)."""
@@ -151,9 +145,8 @@ def test_no_import_circle() -> None:
 
 
 def beside_the_bulk_job() -> list[Path]:
-    """The index command and the benchmarks but the one of the bulk job's own results step (`BULK_JOB_BENCHMARKS`)."""
-    benchmarks = [path for path in modules("jobs/bench") if path.name not in BULK_JOB_BENCHMARKS]
-    return [ROOT / "jobs/index.py", *benchmarks]
+    """The index command and the benchmarks."""
+    return [ROOT / "jobs/index.py", *modules("jobs/bench")]
 
 
 @pytest.mark.parametrize("path", beside_the_bulk_job(), ids=lambda path: str(path.relative_to(ROOT)))

@@ -1,7 +1,7 @@
-"""`python -m jobs.bench.evaluation`: its synthetic run scores the same under ours, evaluation.json and the official
+"""`python -m jobs.bulk_qa.results_bench`: its synthetic run scores the same under ours, evaluation.json and the official
 script, exactly (no timing is asserted)."""
 
-from jobs.bench import evaluation as bench
+from jobs.bulk_qa import results_bench as bench
 from qa_core.squad import squad_json
 from tests.qa_core.reference import squad_v2_official
 

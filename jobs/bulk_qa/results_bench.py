@@ -1,5 +1,6 @@
 """
-The evaluation benchmark (prints only): on a synthetic SQuAD v2.0 run of N questions (contexts made from the
+The bulk job's results benchmark (prints only; it lives with the job because it times the job's own end-of-run
+step, while the benchmarks of `jobs.bench` use the job only through its command): on a synthetic SQuAD v2.0 run of N questions (contexts made from the
 repository's local text, two thirds answerable, best spans exact, shifted or elsewhere, some refused), committed as
 the job commits its shards, the time of the job's end-of-run results step (`jobs.bulk_qa.results.write_results`:
 the prediction files, the evaluation and the annotated and Label Studio files, read from the shards), of
@@ -7,7 +8,7 @@ the prediction files, the evaluation and the annotated and Label Studio files, r
 predictions side by side (vendored in tests/qa_core/reference: run this from the project root), with the ratio;
 then `report.html` where matplotlib is installed. It checks that the three give the same metrics.
 
-    .venv/bin/python -m jobs.bench.evaluation --questions 100000
+    .venv/bin/python -m jobs.bulk_qa.results_bench --questions 100000
 """
 
 import argparse
