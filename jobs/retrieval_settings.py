@@ -7,6 +7,7 @@ The bulk job's retrieval stage, the index build and the command lines all read t
 from dataclasses import dataclass
 from typing import Any
 
+from jobs.storage import redact
 from qa_core.hardware import PRECISIONS
 from qa_core.retrieval.ann import ANN_KINDS, AnnSearch
 from qa_core.retrieval.dense import DEFAULT_SIMILARITY, SIMILARITIES
@@ -159,6 +160,11 @@ class RetrievalSettings(Settings):
         fields = self.filter_fields
         if fields is not None and (not isinstance(fields, list) or not all(isinstance(f, str) and f for f in fields)):
             problems.append(f"filter_fields must be a list of field names, not {fields!r}")
+        elif fields is not None and self.index is not None:
+            problems.append(
+                f"filter_fields chooses the fields of an index being built: the index {redact(self.index)} keeps "
+                "those it was built with (its build.json's filter_fields)"
+            )
         return problems
 
     def ann_search(self) -> AnnSearch:

@@ -220,8 +220,10 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     kept = saved_index(output.uri) if resuming and config.retrieval.index is None and squad is None else None
     unread = schemas.retrieval and given_store(config.retrieval, tables.work.documents, kept)
     # an index's passage stores serve the run: the documents' ids are the index's, checked when it was built
-    if config.work.every_document:  # shards of documents, each with every question
-        ids = IdCheck(*document_shards(tables.work.questions, tables.work.documents, config.work.shard_size))
+    if config.work.every_document:  # shards of documents, each with every question its filter asks
+        if filters is not None:
+            check_run_filters(filters, None, config.retrieval, tables.work.documents)
+        ids = IdCheck(*document_shards(tables.work.questions, tables.work.documents, config.work.shard_size, filters))
     else:
         ids = check_small_ids(tables, dataclasses.replace(schemas, documents=None) if unread else schemas, squad,
                               engine, n_questions)  # fmt: skip
@@ -233,7 +235,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         index = reads_store(index, tables.work.documents, schemas.documents)
         if index.store:  # the documents are read from the index's stores: no documents table is joined
             schemas = dataclasses.replace(schemas, documents=None)
-    if filters is not None:  # a folder corpus's fields are known once it is converted
+    if filters is not None and not config.work.every_document:  # a folder corpus's: once converted
         check_run_filters(filters, index, config.retrieval, tables.work.documents)
     if cluster is None:
         cluster = start_engine(config.run, engine, ray_logs, shared, probed=probed)
@@ -241,7 +243,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: tasks sized for the smallest node
         engine = RayEngine(task_cpus=task_cpus(cluster, pool))
     if config.work.every_document:
-        inputs, expected = read_every_document_inputs(tables, engine, ids.num_shards), ids.questions_per_shard
+        inputs, expected = read_every_document_inputs(tables, engine, ids.num_shards, filters), ids.questions_per_shard
     else:
         inputs, expected = read_inputs(tables, schemas, squad, ids, engine, filters)
     if corpus is None and pooled is None:  # else claimed before the conversion or the pooled corpus
