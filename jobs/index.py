@@ -35,7 +35,7 @@ import pyarrow.fs as pafs
 
 from jobs.engines import RayEngine
 from jobs.indexing.build import build_index_with_ray
-from jobs.indexing.filter_fields import FILTER_FIELDS_KEY, add_filter_fields
+from jobs.indexing.filter_fields import FILTER_FIELDS_KEY, add_filter_fields, chosen_fields
 from jobs.indexing.grow import add_documents_with_ray
 from jobs.indexing.record import BUILD_FILE
 from jobs.indexing.vectors import add_dense_index
@@ -98,6 +98,7 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
         if args.add is None:
             _check_target(args.output)
         table_schema(args.add or args.documents, DOCUMENTS)
+        fields = None if args.add else chosen_fields(args.documents, settings.filter_fields)[0]  # checked first
         shared = [  # the index's folder is written, and its documents read, by tasks on any node of a cluster
             SharedPath("--index" if adding else "--output", output, written=True),
             SharedPath("--add" if adding else "--documents", args.add or args.documents),
@@ -106,7 +107,7 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
         cluster = start_engine(phases["run"], RayEngine(), ray_logs, shared, "jobs.index")
         if args.add is None:
             record = build_index_with_ray(settings, args.documents, args.output)
-            record[FILTER_FIELDS_KEY] = add_filter_fields(args.output, record, args.documents, settings.filter_fields)
+            record[FILTER_FIELDS_KEY] = add_filter_fields(args.output, record, args.documents, fields)
         else:
             record = add_documents_with_ray(args.index, args.add, settings.memory_budget)
         if settings.dense:

@@ -220,9 +220,9 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     kept = saved_index(output.uri) if resuming and config.retrieval.index is None and squad is None else None
     unread = schemas.retrieval and given_store(config.retrieval, tables.work.documents, kept)
     # an index's passage stores serve the run: the documents' ids are the index's, checked when it was built
+    if filters is not None:  # before any work (a folder corpus's fields: once converted)
+        check_run_filters(filters, config.retrieval, tables.work.documents, schemas.retrieval, kept)
     if config.work.every_document:  # shards of documents, each with every question its filter asks
-        if filters is not None:
-            check_run_filters(filters, None, config.retrieval, tables.work.documents)
         ids = IdCheck(*document_shards(tables.work.questions, tables.work.documents, config.work.shard_size, filters))
     else:
         ids = check_small_ids(tables, dataclasses.replace(schemas, documents=None) if unread else schemas, squad,
@@ -235,8 +235,6 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         index = reads_store(index, tables.work.documents, schemas.documents)
         if index.store:  # the documents are read from the index's stores: no documents table is joined
             schemas = dataclasses.replace(schemas, documents=None)
-    if filters is not None and not config.work.every_document:  # a folder corpus's: once converted
-        check_run_filters(filters, index, config.retrieval, tables.work.documents)
     if cluster is None:
         cluster = start_engine(config.run, engine, ray_logs, shared, probed=probed)
     pool = actor_resources(config.run, cluster)

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.indexing.filter_fields import FILTER_FIELDS_KEY, chosen_fields, held_fields
-from jobs.indexing.plan import IndexPlan
+from jobs.indexing.record import BUILD_FILE, read_json
 from jobs.metadata import metadata_columns, metadata_fields, read_metadata
 from jobs.retrieval.retrieve import FILTERS, filter_groups, row_filters
 from jobs.retrieval_settings import RetrievalSettings
@@ -33,7 +33,7 @@ class RunFilters:
 
     ids: list[str]
     filters: list[dict[str, Any] | None]
-    own: bool  # the questions have a `filters` column (else every filter is `--filters`)
+    common: dict[str, Any] | None  # `--filters`, ANDed into each question's
 
     @property
     def fields(self) -> list[str]:
@@ -56,18 +56,21 @@ def run_filters(questions: str, schema: pa.Schema, squad: bool, settings: Retrie
             "questions carry their own contexts, which have none: leave out --filters and the filters column."
         )
     ids, filters = read_question_filters(questions, schema, settings.filters)
-    return RunFilters(ids, filters, FILTERS in schema.names)
+    return RunFilters(ids, filters, settings.filters)
 
 
-def check_run_filters(run: RunFilters, plan: IndexPlan | None, settings: RetrievalSettings, documents: str) -> None:
+def check_run_filters(
+    run: RunFilters, settings: RetrievalSettings, documents: str, retrieval: bool, kept: str | None = None
+) -> None:
     """
-    Refuses, before any work, a filter that reads a field the run's index does not keep (`plan`), or without an
-    index one the documents do not hold (`check_fields`).
+    Refuses, before any work, a filter that reads a field the run's index does not keep (with `retrieval`: the
+    `--index`, the index `kept` from the run this one resumes, or the one it will build), or without retrieval one
+    the documents do not hold (`check_fields`).
     """
-    if plan is not None:
-        check_fields(run.ids, run.filters, run.own, index_fields(plan, settings, documents))
+    if retrieval:
+        check_fields(run, index_fields(settings, documents, kept))
     else:
-        check_fields(run.ids, run.filters, run.own, document_fields(documents), INDEX_HOLDS, DOCUMENTS_HOLD)
+        check_fields(run, document_fields(documents), INDEX_HOLDS, DOCUMENTS_HOLD)
 
 
 def read_question_filters(
@@ -95,13 +98,16 @@ def read_question_filters(
         raise InputError(f"{redact(questions)}: {error}") from None
 
 
-def index_fields(plan: IndexPlan, settings: RetrievalSettings, documents: str) -> list[str]:
+def index_fields(settings: RetrievalSettings, documents: str, kept: str | None = None) -> list[str]:
     """
-    The fields (`meta.<name>`) a run's index holds for filtering: those its build record names, or for the index
-    this run builds (or completes) those it will keep (`--filter-fields`, else every scalar metadata field).
+    The fields (`meta.<name>`) a run's index holds for filtering, from its `build.json` before it is checked: those
+    the `--index` (or the index `kept` from the run this one resumes) names, or for an index the run builds (or a
+    kept one it completes) those it will keep (`--filter-fields`, else every scalar metadata field).
     """
-    if FILTER_FIELDS_KEY in plan.record or plan.record.get("source") == "given":
-        return held_fields(plan.record)
+    location = settings.index or kept
+    record = read_json(location, BUILD_FILE) if location is not None else None
+    if isinstance(record, dict) and (FILTER_FIELDS_KEY in record or settings.index is not None):
+        return held_fields(record)
     return [META_PREFIX + name for name in chosen_fields(documents, settings.filter_fields)[0]]
 
 
@@ -111,18 +117,17 @@ def document_fields(documents: str) -> list[str]:
     return [META_PREFIX + name for name in metadata_fields(read_metadata(documents, names))]
 
 
-def check_fields(
-    ids: list[str], filters: list[dict[str, Any] | None], own: bool, held: list[str], *holder: str
-) -> None:
+def check_fields(run: RunFilters, held: list[str], *holder: str) -> None:
     """
-    Refuses a filter that reads a field not `held` (`check_fields_held`: the index's).
+    Refuses a filter that reads a field not `held` (`check_fields_held`: the index's): `--filters` first, then each
+    question's own.
 
-    :param own: Whether questions have filters of their own (else every filter is `--filters`).
     :param holder: What holds the fields, in place of the index: (`INDEX_HOLDS`, the words replacing them).
-    :raises InputError: Naming the question (or `--filters`), the field and the fields held.
+    :raises InputError: Naming `--filters` or the question, the field and the fields held.
     """
     seen: set[str] = set()
-    for question_id, each in zip(ids, filters, strict=True):
+    questions = ((f"Question {question_id!r}", each) for question_id, each in zip(run.ids, run.filters, strict=True))
+    for where, each in [("--filters", run.common), *questions]:
         key = repr(each)
         if each is None or key in seen:
             continue
@@ -130,7 +135,6 @@ def check_fields(
         try:
             check_fields_held(each, held)
         except FilterError as error:
-            where = f"Question {question_id!r}" if own else "--filters"
             raise InputError(f"{where}: {str(error).replace(*holder) if holder else error}") from None
 
 

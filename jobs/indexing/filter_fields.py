@@ -19,7 +19,7 @@ from jobs.metadata import metadata_columns, metadata_fields, read_metadata
 from jobs.passages import Passages
 from jobs.storage import InputError, parquet_dataset, redact
 from qa_core.retrieval.filter_fields import FILTER_FIELDS_FILE, read_filter_fields, write_filter_fields
-from qa_core.retrieval.filters import META_PREFIX, FilterError
+from qa_core.retrieval.filters import META_PREFIX
 from qa_core.retrieval.index_io import read_doc_ids
 
 FILTER_FIELDS_KEY = "filter_fields"  # the key of `build.json` naming the fields kept, in their order
@@ -32,17 +32,17 @@ def chosen_fields(documents: str, fields: list[str] | None) -> tuple[list[str], 
 
     :raises InputError: For a field named in `fields` that the documents do not hold as scalar metadata.
     """
-    if fields is None:
-        names = [name for name in parquet_dataset(documents).schema.names if name not in ("id", "content")]
-        table = read_metadata(documents, names)
-        fields = metadata_fields(table)
-    else:
-        table = read_metadata(documents, fields)
-    try:
-        columns = metadata_columns(table, fields)
-    except FilterError as error:
-        raise InputError(f"--filter-fields: {redact(documents)}: {error}") from None
-    return fields, columns, table["id"]
+    names = [name for name in parquet_dataset(documents).schema.names if name not in ("id", "content")]
+    table = read_metadata(documents, names)
+    held = metadata_fields(table)
+    unknown = [field for field in fields or () if field not in held]
+    if unknown:
+        raise InputError(
+            f"--filter-fields: {redact(documents)}: the documents have no scalar metadata field '{unknown[0]}' (they "
+            f"have: {', '.join(held) or 'none'})."
+        )
+    chosen = held if fields is None else fields
+    return chosen, metadata_columns(table, chosen), table["id"]
 
 
 def add_filter_fields(location: str, record: dict[str, Any], documents: str, fields: list[str] | None) -> list[str]:
