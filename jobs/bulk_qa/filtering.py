@@ -80,14 +80,8 @@ def read_question_filters(
     Each question's id and filter (`common` ANDed with its `filters` column's), read from the questions table
     (`id` and `filters` only).
 
-    :raises InputError: Naming the first question whose filter is not JSON or not a well-formed filter, or a
-        `filters` column that is not of strings.
+    :raises InputError: Naming the first question whose filter is not JSON or not a well-formed filter.
     """
-    if FILTERS in schema.names and not pa.types.is_string(schema.field(FILTERS).type):
-        raise InputError(
-            f"{redact(questions)}: the column '{FILTERS}' must hold each question's filter as a JSON string (null: "
-            f"none), not {schema.field(FILTERS).type}."
-        )
     columns = ["id", FILTERS] if FILTERS in schema.names else ["id"]
     table = parquet_dataset(questions).to_table(columns=columns)
     ids = table["id"].cast(pa.string()).to_pylist()
