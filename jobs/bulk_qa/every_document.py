@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from jobs.bulk_qa.config import JobConfig
-from jobs.bulk_qa.filtering import RunFilters, documents_mask
+from jobs.bulk_qa.filtering import RunFilters, documents_mask, filtered_fields
 from jobs.bulk_qa.ids import check_ids_in_driver
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.waves import ActorResources, Inputs, commit_pairs
@@ -220,7 +220,7 @@ def _asked(batch: pa.Table, questions: pa.Table) -> list[list[bool]]:
     if FILTERS not in questions.column_names:
         return [[True] * batch.num_rows for _ in range(questions.num_rows)]
     filters = [json.loads(text) for text in questions[FILTERS].to_pylist()]
-    fields = [name for name in batch.column_names if name not in ("id", "content")]
+    fields = filtered_fields(filters)
     masks = {}
     for each in filters:
         key = json.dumps(each, sort_keys=True)
