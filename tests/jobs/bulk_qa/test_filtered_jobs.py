@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from haystack import Document as HaystackDocument
+from haystack.components.preprocessors import DocumentSplitter
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.utils.filters import document_matches_filter
@@ -20,9 +21,12 @@ from haystack.utils.filters import document_matches_filter
 from jobs import index as index_command
 from jobs.bulk_qa import driver, main
 from jobs.engines import RayEngine
+from jobs.indexing.build import build_index, write_index
+from jobs.indexing.filter_fields import add_filter_fields
 from jobs.indexing.plan import INDEX_FOLDER
 from jobs.indexing.record import BUILD_FILE, shard_locations
 from jobs.retrieval.retrieve import RetrieveDocuments
+from jobs.retrieval_settings import RetrievalSettings
 from qa_core import Document, ExtractiveReader
 from qa_core.retrieval.filter_fields import read_filter_fields
 from tests.jobs.conftest import TEXTS, assert_same_outputs, by_question, read_output, run_job, write_table
@@ -81,7 +85,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "filters": pa.array([json.dumps(OWN[key]) if OWN[key] else None for key in QUERIES], pa.string()),
         },
     )
-    haystack = [HaystackDocument(id=key, content=text, meta=meta) for (key, text), meta in zip(texts.items(), metas)]
+    pairs = zip(texts.items(), metas, strict=True)
+    haystack = [HaystackDocument(id=key, content=text, meta=meta) for (key, text), meta in pairs]
     return {"root": root, "documents": documents, "questions": questions, "haystack": haystack}
 
 
@@ -182,6 +187,31 @@ def test_filtered_search_over_the_sharded_index_built_by_ray_equals_the_in_proce
         assert row["document_ids"] == [hit.id for hit in haystack_hits[row["id"]]]
 
 
+def test_split_passages_are_filtered_by_their_documents_metadata(corpus: dict, tmp_path: Path) -> None:
+    """An index of passages keeps each passage's source document's fields: Haystack's splitter copies its meta."""
+    settings = RetrievalSettings(split_length=20, split_overlap=5, index_shards=2)
+    write_index(build_index(settings, corpus["documents"]), str(tmp_path))
+    record = json.loads((tmp_path / BUILD_FILE).read_text())
+    add_filter_fields(str(tmp_path), record, corpus["documents"], None)
+    splitter = DocumentSplitter(split_by="word", split_length=20, split_overlap=5)
+    passages = splitter.run([HaystackDocument(id=doc.id, content=doc.content) for doc in corpus["haystack"]])
+    metas = {document.id: document.meta for document in corpus["haystack"]}
+    for passage in passages["documents"]:  # set once its id (which would hash it) is made, as the index's ids
+        passage.meta.update(metas[passage.meta["source_id"]])
+    store = InMemoryDocumentStore()
+    store.write_documents(passages["documents"])
+    retriever = InMemoryBM25Retriever(document_store=store, top_k=TOP_K)
+    keys = [key for key in QUERIES if key not in NAMED]
+    batch = pa.table({"id": keys, "query": [QUERIES[key] for key in keys],
+                      "filters": [json.dumps(OWN[key]) if OWN[key] else None for key in keys]})  # fmt: skip
+    found = RetrieveDocuments(shard_locations(str(tmp_path), 2), TOP_K, COMMON)(batch).to_pylist()
+    for row in found:
+        hits = retriever.run(query=QUERIES[row["id"]], filters=combined(row["id"]))["documents"]
+        assert row["passage_ids"] == [hit.id for hit in hits], row["id"]
+        assert row["document_ids"] == [hit.meta["source_id"] for hit in hits], row["id"]
+        assert row["retrieval_scores"] == pytest.approx([hit.score for hit in hits], rel=1e-6), row["id"]
+
+
 # --- Bad filters: one line, exit 2, before any work ----------------------------------------------------------
 
 
@@ -206,15 +236,16 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
          "'not in']"),
         ("[1, 2]", None, "filters: A filter must be a dictionary, not list: [1, 2]."),
         ('{operator: AND, conditions: {field: meta.year}}', None,
-         "filters: 'conditions' must be a list of filters in {'operator': 'AND', 'conditions': {'field': 'meta.year'}}"),
+         "filters: 'conditions' must be a list of filters in {'operator': 'AND', 'conditions': {'field': "
+         "'meta.year'}}"),
         (None, '{"field": "meta.year", "operator": ">"', "Question 'r2': its filters are not JSON (Expecting ','"),
         (None, '{"field": "meta.year", "operator": ">", "value": [2001]}',
          "Question 'r2': its filters: Filter value can't be of type <class 'list'> using operators '>', '>=', '<', "
          "'<='"),
         (None, '{"field": "meta.year", "value": 1}', "Question 'r2': its filters: Invalid filter syntax. See https://docs.haystack.deepset.ai/docs/metadata-filtering"),
         ('{field: meta.author, operator: "==", value: x}', None,
-         "bulk-qa: error: --filters: The filter reads the field 'meta.author', which the index does not keep (it keeps: "
-         "meta.kind, meta.published, meta.year)."),
+         "bulk-qa: error: --filters: The filter reads the field 'meta.author', which the index does not keep (it "
+         "keeps: meta.kind, meta.published, meta.year)."),
         (None, '{"field": "content", "operator": "==", "value": "x"}',
          "Question 'r2': The filter reads the field 'content', which the index does not keep"),
     ],
