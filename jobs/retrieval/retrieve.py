@@ -26,6 +26,7 @@ from jobs.indexing.filter_fields import shard_filter_columns
 from jobs.passages import Passages
 from jobs.retrieval_settings import JOINED
 from jobs.storage import local_index_folder
+from qa_core.retrieval.filter_fields import check_fields_held
 from qa_core.retrieval.filters import matching_mask, question_filters
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.sharding import search_shards
@@ -121,6 +122,7 @@ class FilterMasks:
                 return None
             if len(self._masks) >= CACHED_MASKS:
                 self._masks.pop(next(iter(self._masks)))
+            check_fields_held(filters, self.columns)  # checked before the run; a shard without them fails here
             allowed = np.zeros(self.offset + self.n_docs, bool)
             allowed[self.offset :] = matching_mask(filters, self.columns, self.n_docs)
             self._masks[key] = allowed

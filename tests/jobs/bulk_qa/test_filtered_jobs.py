@@ -25,10 +25,11 @@ from jobs.indexing.build import build_index, write_index
 from jobs.indexing.filter_fields import add_filter_fields
 from jobs.indexing.plan import INDEX_FOLDER
 from jobs.indexing.record import BUILD_FILE, shard_locations
-from jobs.retrieval.retrieve import RetrieveDocuments
+from jobs.retrieval.retrieve import FilterMasks, RetrieveDocuments
 from jobs.retrieval_settings import RetrievalSettings
 from qa_core import Document, ExtractiveReader
 from qa_core.retrieval.filter_fields import read_filter_fields
+from qa_core.retrieval.filters import FilterError
 from tests.jobs.conftest import TEXTS, assert_same_outputs, by_question, read_output, run_job, write_table
 
 TOP_K = 3
@@ -210,6 +211,16 @@ def test_split_passages_are_filtered_by_their_documents_metadata(corpus: dict, t
         assert row["passage_ids"] == [hit.id for hit in hits], row["id"]
         assert row["document_ids"] == [hit.meta["source_id"] for hit in hits], row["id"]
         assert row["retrieval_scores"] == pytest.approx([hit.score for hit in hits], rel=1e-6), row["id"]
+
+
+def test_a_shard_without_the_fields_a_filter_reads_fails_loudly() -> None:
+    """A shard kept without a field (a stale copy) fails its search, never treating the field as missing."""
+    masks = FilterMasks({"id": pa.array(["a", "b"]), "meta.kind": pa.array(["x", "y"])}, offset=3, n_docs=2)
+    assert masks.mask(json.dumps(None)) is None
+    kind = {"field": "meta.kind", "operator": "==", "value": "y"}
+    assert masks.mask(json.dumps(kind)).tolist() == [False, False, False, False, True]  # by corpus position
+    with pytest.raises(FilterError, match=r"^The filter reads the field 'meta.year', which the index does not keep"):
+        masks.mask(json.dumps(COMMON))
 
 
 # --- Bad filters: one line, exit 2, before any work ----------------------------------------------------------
