@@ -42,7 +42,7 @@ def chosen_fields(documents: str, fields: list[str] | None) -> tuple[list[str], 
             f"have: {', '.join(held) or 'none'})."
         )
     chosen = held if fields is None else fields
-    return chosen, metadata_columns(table, chosen), table["id"]
+    return chosen, metadata_columns(table, chosen), table["id"].cast(pa.string()).combine_chunks()
 
 
 def add_filter_fields(location: str, record: dict[str, Any], documents: str, fields: list[str] | None) -> list[str]:
