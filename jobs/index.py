@@ -5,7 +5,7 @@ Builds the BM25 index of a documents table once, for bulk QA runs to share (`pyt
         [--index-shards N | --index-shard-size PASSAGES | --memory-budget GIB] \
         [--split-length WORDS] [--split-overlap WORDS] \
         [--retrieval dense|hybrid --embedding-model MODEL [--embedding-similarity cosine]] \
-        [--embedding-precision bf16] [--ann hnsw|ivf] [--address RAY]
+        [--embedding-precision bf16] [--ann hnsw|ivf] [--filter-fields '[year, author]'] [--address RAY]
 
 Or grows an index it built with more documents, as new shards, without reading its documents again:
 
@@ -16,14 +16,16 @@ cluster `--address` names: memory per task is set by the shard size, the driver 
 Without `--index-shards` or `--index-shard-size` the shard size is chosen so that a node's build tasks at once stay
 within `--memory-budget` GiB (default: a quarter of the node's memory; `jobs.indexing.memory`); the shards and the
 budget are printed and recorded in `build.json`.
-DIR receives the index (`.npy` arrays, Arrow and JSON files, memory-mapped, never unpickled) and `build.json`:
-the documents' files and fingerprint, the algorithm and parameters, the splitting, the vocabulary size and the
-build time. With `--retrieval dense` or `hybrid` the passages' vectors are embedded too, by a Ray Data actor pool
-(on the cluster at `RAY_ADDRESS`, else a Ray of its own on this machine), into `DIR/dense/`, and `build.json` gains a
-`dense` section (model, fingerprint, dimension, pooling, shards); the BM25 index is built either way (it holds
-where each passage lies). A run given `--index DIR` refuses it unless its `--documents`, `--bm25-algorithm`,
-`--bm25-parameters`, `--split-length` and `--split-overlap` are the ones it was built with, and, for dense or hybrid
-retrieval, its `--embedding-model`. Exit status: 0 when built, 2 for unusable input or options.
+DIR receives the index (`.npy` arrays, Arrow and JSON files, memory-mapped, never unpickled) and `build.json`: the
+documents' files and fingerprint, the algorithm and parameters, the splitting, the vocabulary size, the build time
+and the metadata fields kept for filters (`filter_fields`: `--filter-fields`, by default every scalar metadata field
+of the documents; each shard holds their values in `filter_fields.arrow`). With `--retrieval dense` or `hybrid` the
+passages' vectors are embedded too, by a Ray Data actor pool (on the cluster at `RAY_ADDRESS`, else a Ray of its own
+on this machine), into `DIR/dense/`, and `build.json` gains a `dense` section (model, fingerprint, dimension,
+pooling, shards); the BM25 index is built either way (it holds where each passage lies). A run given `--index DIR`
+refuses it unless its `--documents`, `--bm25-algorithm`, `--bm25-parameters`, `--split-length` and `--split-overlap`
+are the ones it was built with, and, for dense or hybrid retrieval, its `--embedding-model`. Exit status: 0 when
+built, 2 for unusable input or options.
 """
 
 import argparse
@@ -33,6 +35,7 @@ import pyarrow.fs as pafs
 
 from jobs.engines import RayEngine
 from jobs.indexing.build import build_index_with_ray
+from jobs.indexing.filter_fields import FILTER_FIELDS_KEY, add_filter_fields, chosen_fields
 from jobs.indexing.grow import add_documents_with_ray
 from jobs.indexing.record import BUILD_FILE
 from jobs.indexing.vectors import add_dense_index
@@ -51,7 +54,7 @@ INDEX_OPTIONS = frozenset(
     {
         "bm25_algorithm", "bm25_parameters", "index_shards", "index_shard_size", "memory_budget", "split_length",
         "split_overlap",
-        "retrieval", "embedding_model", "embedding_similarity", "embedding_precision", "ann",
+        "retrieval", "embedding_model", "embedding_similarity", "embedding_precision", "ann", "filter_fields",
     }
 )  # fmt: skip
 # Where the build runs (the job's options of the same names).
@@ -95,6 +98,7 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
         if args.add is None:
             _check_target(args.output)
         table_schema(args.add or args.documents, DOCUMENTS)
+        fields = None if args.add else chosen_fields(args.documents, settings.filter_fields)[0]  # checked first
         shared = [  # the index's folder is written, and its documents read, by tasks on any node of a cluster
             SharedPath("--index" if adding else "--output", output, written=True),
             SharedPath("--add" if adding else "--documents", args.add or args.documents),
@@ -103,6 +107,7 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
         cluster = start_engine(phases["run"], RayEngine(), ray_logs, shared, "jobs.index")
         if args.add is None:
             record = build_index_with_ray(settings, args.documents, args.output)
+            record[FILTER_FIELDS_KEY] = add_filter_fields(args.output, record, args.documents, fields)
         else:
             record = add_documents_with_ray(args.index, args.add, settings.memory_budget)
         if settings.dense:

@@ -19,9 +19,9 @@ from qa_core.settings import Settings
 
 
 def base_type(annotation: Any) -> type:
-    """`int | None` -> int."""
+    """`int | None` -> int, `dict[str, Any] | None` -> dict."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        return next(arg for arg in typing.get_args(annotation) if arg is not type(None))
+        annotation = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
     return typing.get_origin(annotation) or annotation
 
 

@@ -5,10 +5,13 @@ The bulk job's retrieval stage, the index build and the command lines all read t
 """
 
 from dataclasses import dataclass
+from typing import Any
 
+from jobs.storage import redact
 from qa_core.hardware import PRECISIONS
 from qa_core.retrieval.ann import ANN_KINDS, AnnSearch
 from qa_core.retrieval.dense import DEFAULT_SIMILARITY, SIMILARITIES
+from qa_core.retrieval.filters import FilterError, check_filters
 from qa_core.retrieval.fusion import DEFAULT_JOIN_MODE, JOIN_MODES
 from qa_core.retrieval.methods import RETRIEVAL_METHODS, RetrievalMethod, retrieval_method
 from qa_core.retrieval.scoring import DEFAULT_ALGORITHM, resolve_parameters
@@ -61,6 +64,16 @@ class RetrievalSettings(Settings):
     ann_candidates: int = setting(AnnSearch.candidates, "ivf: the codes' best hits rescored exactly per query")
     join_mode: str = setting(DEFAULT_JOIN_MODE, "hybrid: DocumentJoiner's join_mode (reciprocal_rank_fusion, ...)")
     join_weights: dict[str, float] = setting_factory(dict, "hybrid: {bm25: w, dense: w}; empty: equal")
+    # Haystack 2's filter syntax (qa_core.retrieval.filters), ANDed with a question's own (the questions' `filters`).
+    filters: dict[str, Any] | None = setting(
+        None,
+        "metadata filter for every question, JSON or YAML in Haystack's syntax ({field: meta.year, operator: '>=', "
+        "value: 2020}); ANDed with a question's filters column",
+    )
+    # Stored in each shard at build time, so that a filtered search reads no documents table.
+    filter_fields: list[str] | None = setting(
+        None, "metadata fields the index built keeps for filters; None: every scalar metadata field"
+    )
 
     @property
     def method(self) -> RetrievalMethod:
@@ -80,6 +93,7 @@ class RetrievalSettings(Settings):
         if self.index_shard_size is not None and self.index_shards is not None:
             problems.append(f"index_shards {self.index_shards} and index_shard_size: set one of them, not both")
         problems += self._dense_problems()
+        problems += self._filter_problems()
         problems += self._split_problems()
         if not isinstance(self.bm25_parameters, dict):
             return problems + [f"bm25_parameters must be a mapping, not {type(self.bm25_parameters).__name__}"]
@@ -134,6 +148,23 @@ class RetrievalSettings(Settings):
             any(not isinstance(w, int | float) or w < 0 for w in weights.values()) or not sum(weights.values())
         ):
             problems.append(f"join_weights must be numbers >= 0 that do not sum to 0, not {weights!r}")
+        return problems
+
+    def _filter_problems(self) -> list[str]:
+        """A malformed `filters` (Haystack's message), and `filter_fields` that are not names of fields."""
+        problems = []
+        try:
+            check_filters(self.filters)
+        except FilterError as error:
+            problems.append(f"filters: {error}")
+        fields = self.filter_fields
+        if fields is not None and (not isinstance(fields, list) or not all(isinstance(f, str) and f for f in fields)):
+            problems.append(f"filter_fields must be a list of field names, not {fields!r}")
+        elif fields is not None and self.index is not None:
+            problems.append(
+                f"filter_fields chooses the fields of an index being built: the index {redact(self.index)} keeps "
+                "those it was built with (its build.json's filter_fields)"
+            )
         return problems
 
     def ann_search(self) -> AnnSearch:

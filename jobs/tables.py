@@ -25,7 +25,10 @@ class TableSpec:
 
 
 QUESTIONS = TableSpec(
-    "questions", {"id": "string", "query": "string"}, {"document_ids": "list<string>", "context": "string"}, "id"
+    "questions",
+    {"id": "string", "query": "string"},
+    {"document_ids": "list<string>", "context": "string", "filters": "string"},  # filters: JSON, a metadata filter
+    "id",
 )
 DOCUMENTS = TableSpec(
     "documents", {"id": "string", "content": "string"}, {"page_number": "integer", "file_path": "string"}, "id"

@@ -37,6 +37,7 @@ from jobs.bulk_qa.every_document import (
     write_by_document,
 )
 from jobs.bulk_qa.every_document import read_inputs as read_every_document_inputs
+from jobs.bulk_qa.filtering import RunFilters, check_run_filters, restrict_named_documents, run_filters
 from jobs.bulk_qa.html_report import write_report
 from jobs.bulk_qa.ids import DRIVER_CHECK_MAX_ROWS, check_ids, check_ids_in_driver
 from jobs.bulk_qa.inputs import check_model, check_questions_schema, is_squad_style
@@ -78,6 +79,7 @@ from jobs.ingest.folder import InputFolder, files_folder
 from jobs.ingest.stage import DOCUMENTS_SCHEMA as INGESTED_DOCUMENTS_SCHEMA
 from jobs.ray_logs import RayLogFilter
 from jobs.ray_start import start_engine
+from jobs.retrieval.retrieve import FILTERS
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.shared_paths import SharedPath, check_shared, model_folder
 from jobs.storage import InputError, redact
@@ -191,6 +193,7 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     corpus = files_folder(documents, follow) if documents else None  # None: a Parquet table
     pooled = load_pooled_contexts(config.work, squad)  # --pool-contexts: the questions' contexts as the corpus
     schemas = check_inputs(config, squad, corpus, pooled)
+    filters = run_filters(config.work.questions, schemas.questions, schemas.squad, config.retrieval)
     # read once from the footers: every check before Ray uses it (--every-document: the pairs, estimated)
     n_questions = estimated_pairs(config, corpus) if config.work.every_document else count_questions(config, squad)
     engine = choose_engine(config, squad, n_questions, corpus)
@@ -217,8 +220,10 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     kept = saved_index(output.uri) if resuming and config.retrieval.index is None and squad is None else None
     unread = schemas.retrieval and given_store(config.retrieval, tables.work.documents, kept)
     # an index's passage stores serve the run: the documents' ids are the index's, checked when it was built
-    if config.work.every_document:  # shards of documents, each with every question
-        ids = IdCheck(*document_shards(tables.work.questions, tables.work.documents, config.work.shard_size))
+    if filters is not None:  # before any work (a folder corpus's fields: once converted)
+        check_run_filters(filters, config.retrieval, tables.work.documents, schemas.retrieval, kept)
+    if config.work.every_document:  # shards of documents, each with every question its filter asks
+        ids = IdCheck(*document_shards(tables.work.questions, tables.work.documents, config.work.shard_size, filters))
     else:
         ids = check_small_ids(tables, dataclasses.replace(schemas, documents=None) if unread else schemas, squad,
                               engine, n_questions)  # fmt: skip
@@ -236,9 +241,9 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: tasks sized for the smallest node
         engine = RayEngine(task_cpus=task_cpus(cluster, pool))
     if config.work.every_document:
-        inputs, expected = read_every_document_inputs(tables, engine, ids.num_shards), ids.questions_per_shard
+        inputs, expected = read_every_document_inputs(tables, engine, ids.num_shards, filters), ids.questions_per_shard
     else:
-        inputs, expected = read_inputs(tables, schemas, squad, ids, engine)
+        inputs, expected = read_inputs(tables, schemas, squad, ids, engine, filters)
     if corpus is None and pooled is None:  # else claimed before the conversion or the pooled corpus
         output.claim(identity, config.run.overwrite)
     if index is not None:
@@ -486,16 +491,23 @@ def check_small_ids(
 
 
 def read_inputs(
-    config: JobConfig, schemas: Schemas, squad: SquadInput | None, ids: IdCheck, engine: Engine
+    config: JobConfig,
+    schemas: Schemas,
+    squad: SquadInput | None,
+    ids: IdCheck,
+    engine: Engine,
+    filters: RunFilters | None = None,
 ) -> tuple[Inputs, dict[int, int]]:
     """
     The input datasets (the engine's) and how many questions each shard holds (the id check run on the cluster if
-    `check_small_ids` left it).
+    `check_small_ids` left it). With `filters`, the questions carry their own (`filters` column, for the retrieval
+    stages), and those that name `document_ids` keep the ones that match (`restrict_named_documents`).
 
     :raises InputError: When an id column holds nulls, empty strings or duplicates.
     """
     work = config.work
-    listed = [name for name in ("context" if schemas.squad else "document_ids",) if name in schemas.questions.names]
+    listed = [name for name in ("context" if schemas.squad else "document_ids", FILTERS)
+              if name in schemas.questions.names]  # fmt: skip
     if squad is not None:
         questions = engine.from_arrow(squad.blocks(schemas.questions.names))
     else:
@@ -515,6 +527,11 @@ def read_inputs(
         partitions = max(1, min(MAX_SHUFFLE_PARTITIONS, ids.n_questions // 50_000))
         expected = check_ids(checks, ids.num_shards, partitions)
     document_table, document_parts = (None, None) if documents is None else plan_documents_join(work.documents, engine)
+    if filters is not None and "document_ids" in listed:
+        restriction = {"documents": work.documents, "common": config.retrieval.filters, "fields": filters.fields}
+        questions = questions.map_batches(
+            restrict_named_documents, batch_format="pyarrow", fn_kwargs=restriction, num_cpus=engine.task_cpus
+        )
     inputs = Inputs(
         engine, questions, documents, document_table, document_parts, replies, schemas.squad, ids.num_shards
     )

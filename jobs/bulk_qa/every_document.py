@@ -14,8 +14,13 @@ resumes by shards of documents.
 `by_document/` holds one row per document (`BY_DOCUMENT_SCHEMA`), then for each question, in the questions
 table's order, the columns of `QUESTION_COLUMNS_SCHEMA` named `<question id>__<column>`: a question id must
 therefore be a usable column name (`QUESTION_ID`), which is checked before any work.
+
+With metadata filters (`--filters`, the questions' `filters` column: `jobs.bulk_qa.filtering`), a question is asked
+only of the documents its filter matches: the other pairs are not read and have no row in the `questions` and
+`answers` tables; their cells of the by_document table are null, with the status `filtered`.
 """
 
+import json
 import math
 import re
 from collections import Counter
@@ -27,6 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from jobs.bulk_qa.config import JobConfig
+from jobs.bulk_qa.filtering import RunFilters, documents_mask, filtered_fields
 from jobs.bulk_qa.ids import check_ids_in_driver
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.waves import ActorResources, Inputs, commit_pairs
@@ -43,6 +49,8 @@ from jobs.bulk_qa.workers.rows import (
 )
 from jobs.engines import Engine
 from jobs.ingest.folder import InputFolder
+from jobs.metadata import META_COLUMN, read_metadata
+from jobs.retrieval.retrieve import FILTERS
 from jobs.storage import InputError, ShardStore, parquet_dataset, redact
 from jobs.table_schema import described_schema
 from jobs.tables import DOCUMENTS, QUESTIONS, read_ids, table_rows
@@ -72,11 +80,17 @@ QUESTION_COLUMNS_SCHEMA, QUESTION_COLUMNS_DESCRIPTIONS = described_schema(
         ("document_start", pa.int64(), "the answer's character offsets in the document: null unless answered"),
         ("document_end", pa.int64(), "exclusive"),
         ("answer_page_number", pa.int64(), "the page of the answer, when the document is paged"),
-        ("status", pa.string(), "answered, refused, no_answer (nothing to read: no content) or error"),
+        (
+            "status",
+            pa.string(),
+            "answered, refused, no_answer (nothing to read: no content), error, or filtered (the question's metadata "
+            "filter does not match the document: not asked)",
+        ),
     ]
 )
 # The questions table's statuses as the by_document table names them.
 STATUSES = {"answered": "answered", "refused": "refused", "no_documents": "no_answer", "error": "error"}
+FILTERED = "filtered"  # a pair whose question's filter does not match its document (not asked): its row's kind
 
 
 def pair_id(question_id: str, document_id: str) -> str:
@@ -156,10 +170,14 @@ def estimated_pairs(config: JobConfig, corpus: InputFolder | None) -> int:
     return table_rows(config.work.questions) * documents
 
 
-def document_shards(questions: str, documents: str, shard_size: int) -> tuple[int, int, dict[int, int]]:
+def document_shards(
+    questions: str, documents: str, shard_size: int, filters: RunFilters | None = None
+) -> tuple[int, int, dict[int, int]]:
     """
     The run's pairs, its output shards (each `shard_size // questions` documents, at least one, placed by a hash
-    of their ids) and the pairs each shard holds, once both tables' ids are checked (read in the driver).
+    of their ids) and the pairs each shard holds, once both tables' ids are checked (read in the driver); with
+    `filters`, the pairs asked: those whose question's filter matches the document (the documents' metadata read,
+    not their texts).
 
     :raises InputError: When an id column holds nulls, empty strings or duplicates.
     """
@@ -167,24 +185,55 @@ def document_shards(questions: str, documents: str, shard_size: int) -> tuple[in
     check_ids_in_driver([(QUESTIONS, questions, question_ids), (DOCUMENTS, documents, document_ids)], 1)
     n_questions, n_documents = len(question_ids), len(document_ids)
     num_shards = max(1, math.ceil(n_documents / max(1, shard_size // n_questions)))
-    per_shard = Counter(shard_of(document_id, num_shards) for document_id in document_ids.cast(pa.string()).to_pylist())
-    return n_questions * n_documents, num_shards, {shard: n * n_questions for shard, n in per_shard.items()}
+    if filters is None:
+        shards = [shard_of(document_id, num_shards) for document_id in document_ids.cast(pa.string()).to_pylist()]
+        per_shard = Counter(shards)
+        return n_questions * n_documents, num_shards, {shard: n * n_questions for shard, n in per_shard.items()}
+    metadata = read_metadata(documents, filters.fields)
+    shards = [shard_of(document_id, num_shards) for document_id in metadata["id"].cast(pa.string()).to_pylist()]
+    asked = sum(documents_mask(metadata, each, filters.fields).astype(int) for each in filters.filters)
+    per_shard = Counter(dict.fromkeys(shards, 0))
+    for shard, pairs in zip(shards, asked.tolist() if n_questions else [0] * len(shards), strict=True):
+        per_shard[shard] += pairs
+    return sum(per_shard.values()), num_shards, dict(per_shard)
 
 
-def read_inputs(config: JobConfig, engine: Engine, num_shards: int) -> Inputs:
-    """The run's inputs: the documents as the dataset each wave reads its shards' documents from, and the questions."""
+def read_inputs(config: JobConfig, engine: Engine, num_shards: int, filters: RunFilters | None = None) -> Inputs:
+    """
+    The run's inputs: the documents as the dataset each wave reads its shards' documents from (with `filters`,
+    also the metadata they read), and the questions (with `filters`, each one's as JSON: `FILTERS`).
+    """
     work = config.work
     names = parquet_dataset(work.documents).schema.names
-    documents = engine.read_parquet(work.documents, [name for name in JOINED_DOCUMENT_COLUMNS if name in names])
+    columns = [name for name in JOINED_DOCUMENT_COLUMNS if name in names]
+    if filters is not None:
+        columns += [name for name in (*filters.fields, META_COLUMN) if name in names and name not in columns]
+    documents = engine.read_parquet(work.documents, columns)
     questions = parquet_dataset(work.questions).to_table(columns=["id", "query"])
+    if filters is not None:
+        questions = questions.append_column(FILTERS, pa.array([json.dumps(each) for each in filters.filters]))
     return Inputs(engine, documents, None, None, None, None, False, num_shards, every_document=questions)
 
 
-def _wave_documents(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> list[tuple[int, dict[str, Any]]]:
-    """The batch's documents (as `document_columns` gives them) of the wave's shards, each with its shard."""
+def _asked(batch: pa.Table, questions: pa.Table) -> list[list[bool]]:
+    """Whether each question (by row) is asked of each document of the batch: its filter matches it."""
+    if FILTERS not in questions.column_names:
+        return [[True] * batch.num_rows for _ in range(questions.num_rows)]
+    filters = [json.loads(text) for text in questions[FILTERS].to_pylist()]
+    fields = filtered_fields(filters)
+    masks = {}
+    for each in filters:
+        key = json.dumps(each, sort_keys=True)
+        if key not in masks:
+            masks[key] = documents_mask(batch, each, fields).tolist()
+    return [masks[json.dumps(each, sort_keys=True)] for each in filters]
+
+
+def _wave_documents(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> list[tuple[int, int, dict[str, Any]]]:
+    """The batch's documents (as `document_columns` gives them) of the wave's shards, each with its shard and row."""
     documents = document_columns(batch).to_pylist()
-    placed = [(shard_of(document["id"], num_shards), document) for document in documents]
-    return [(shard, document) for shard, document in placed if shard in shards]
+    placed = [(shard_of(document["id"], num_shards), at, document) for at, document in enumerate(documents)]
+    return [(shard, at, document) for shard, at, document in placed if shard in shards]
 
 
 def document_pairs(batch: pa.Table, questions: pa.Table, num_shards: int, shards: frozenset[int]) -> pa.Table:
@@ -192,19 +241,20 @@ def document_pairs(batch: pa.Table, questions: pa.Table, num_shards: int, shards
     The wave's documents -> one `pair` row per question that can be asked, carrying the document: each document
     read once for all its questions, with no join.
     """
-    asked = [(row["id"], row["query"]) for row in questions.to_pylist() if query_error(row["query"]) is None]
+    asked = _asked(batch, questions)
     rows = [
         {
             "shard": shard,
-            "question_id": pair_id(question_id, document["id"]),
+            "question_id": pair_id(question["id"], document["id"]),
             "kind": PAIR,
-            "query": query,
+            "query": question["query"],
             "position": 0,
             "document_id": document["id"],
             **{name: document[name] for name in ("content", "page_number", "file_path", "known")},
         }
-        for shard, document in _wave_documents(batch, num_shards, shards)
-        for question_id, query in asked
+        for shard, at, document in _wave_documents(batch, num_shards, shards)
+        for question, matches in zip(questions.to_pylist(), asked, strict=True)
+        if matches[at] and query_error(question["query"]) is None
     ]
     return table(rows, pa.schema(list(PAIRS_SCHEMA) + DOCUMENT_COLUMNS))
 
@@ -212,22 +262,23 @@ def document_pairs(batch: pa.Table, questions: pa.Table, num_shards: int, shards
 def pair_question_rows(batch: pa.Table, questions: pa.Table, num_shards: int, shards: frozenset[int]) -> pa.Table:
     """
     The wave's documents -> one `question` row per (question, document) pair, as a question naming the document
-    alone would have, with the document's file and page for the by_document table.
+    alone would have, with the document's file and page for the by_document table; a pair whose question's filter
+    does not match the document is of kind `FILTERED` instead (no question of the tables: `aggregate_documents`).
     """
-    asked = questions.to_pylist()
+    asked = _asked(batch, questions)
     rows = [
         {
             "shard": shard,
             "question_id": pair_id(question["id"], document["id"]),
-            "kind": QUESTION,
+            "kind": QUESTION if matches[at] else FILTERED,
             "query": question["query"],
             "error": query_error(question["query"]),
             "document_ids": [document["id"]],
             "file_path": document["file_path"],
             "page_number": document["page_number"],
         }
-        for shard, document in _wave_documents(batch, num_shards, shards)
-        for question in asked
+        for shard, at, document in _wave_documents(batch, num_shards, shards)
+        for question, matches in zip(questions.to_pylist(), asked, strict=True)
     ]
     return table(rows, AGGREGATION_SCHEMA)
 
@@ -265,8 +316,10 @@ def aggregate_documents(
     documents' by_document rows, committed together. Returns the shard's completion marker, as one row.
     """
     shard = group["shard"][0].as_py()
+    # A filtered pair's row (kind FILTERED) is no question of the tables: `shard_results` reads notes by question.
     tables, marker, results = shard_results(group, selection, refusal, None, output)
-    documents = {row["document_ids"][0]: row for row in group.filter(pc.equal(group["kind"], QUESTION)).to_pylist()}
+    kinds = pc.is_in(group["kind"], value_set=pa.array([QUESTION, FILTERED]))
+    documents = {row["document_ids"][0]: row for row in group.filter(kinds).to_pylist()}
     rows = [by_document_row(documents[key], question_ids, results, refusal) for key in sorted(documents)]
     tables[BY_DOCUMENT] = pa.Table.from_pylist(rows, schema=by_document_schema(question_ids))
     return commit(output, shard, tables, {**marker, "documents": len(rows)})
@@ -285,6 +338,10 @@ def by_document_row(
     document_id = document["document_ids"][0]
     row = {"document_id": document_id, "file_path": document["file_path"], "page_number": document["page_number"]}
     for question_id in question_ids:
+        if pair_id(question_id, document_id) not in results:  # filtered: not asked
+            row.update({question_column(question_id, name): None for name in QUESTION_COLUMNS_SCHEMA.names})
+            row[question_column(question_id, "status")] = FILTERED
+            continue
         result, answers = results[pair_id(question_id, document_id)]
         answered = result["status"] == "answered"
         best = next(answer for answer in answers if answer.data is not None) if answered else None

@@ -13,6 +13,7 @@ import pyarrow as pa
 from jobs.engines import Engine
 from jobs.indexing.build import BuiltIndex, build_index, build_index_with_ray, write_index
 from jobs.indexing.check import check_given_index
+from jobs.indexing.filter_fields import FILTER_FIELDS_KEY, add_filter_fields
 from jobs.indexing.record import (
     BUILD_FILE,
     STORE_COLUMNS_KEY,
@@ -127,9 +128,10 @@ def complete_index(
 ) -> IndexPlan:
     """
     Once the output folder is claimed: saves an index the run built in memory into it (`plan.location`) and drops
-    it from the driver, or builds a pending one there by Ray (`build_index_with_ray`); then completes the other parts
-    that the run's retrieval method needs (`PART_BUILDERS`: for dense or hybrid retrieval, the passages' vectors and
-    the approximate index, `vectors.complete_dense_part`).
+    it from the driver, or builds a pending one there by Ray (`build_index_with_ray`); then adds the shards' filter
+    fields (`jobs.indexing.filter_fields`) and completes the other parts that the run's retrieval method needs
+    (`PART_BUILDERS`: for dense or hybrid retrieval, the passages' vectors and the approximate index,
+    `vectors.complete_dense_part`).
 
     :raises InputError: If the documents cannot be indexed.
     """
@@ -139,6 +141,9 @@ def complete_index(
     if plan.pending:
         record = build_index_with_ray(settings, documents, plan.location)
         plan = replace(plan, record={**summary(record), "source": "built"}, pending=False)
+    if plan.record["source"] != "given" and FILTER_FIELDS_KEY not in plan.record:  # built, or resumed before kept
+        fields = add_filter_fields(plan.location, plan.record, documents, settings.filter_fields)
+        plan = replace(plan, record={**plan.record, FILTER_FIELDS_KEY: fields})
     for part in settings.method.added_parts:
         section = PART_BUILDERS[part](plan.location, plan.record, settings, documents, engine, cluster)
         plan = replace(plan, record={**plan.record, part: section})

@@ -118,10 +118,15 @@ def stored_columns(documents: str) -> list[str]:
 
 def write_dense_record(location: str, dense: dict[str, Any]) -> None:
     """Writes `dense` as the `dense` section of the `build.json` at `location`."""
+    write_record_section(location, "dense", dense)
+
+
+def write_record_section(location: str, key: str, section: Any) -> None:
+    """Writes `section` as the `key` section of the `build.json` at `location` (an index part added once built)."""
     record = read_json(location, BUILD_FILE)
     filesystem, inner = resolve_path(location)
     with filesystem.open_output_stream(f"{inner.rstrip('/')}/{BUILD_FILE}") as stream:
-        stream.write(json.dumps({**record, "dense": dense}, indent=2, sort_keys=True).encode("utf-8"))
+        stream.write(json.dumps({**record, key: section}, indent=2, sort_keys=True).encode("utf-8"))
 
 
 def dense_format(location: str, dense: dict[str, Any]) -> str | None:

@@ -8,17 +8,26 @@ document's id, with the passage's id and its character range there, which is wha
 Each actor memory-maps the index folder the driver saved (or `--index` named), or some consecutive shards of it:
 the posting arrays are shared through the page cache, never copied per task. An index on a remote filesystem is
 first copied once per node into the local temporary folder.
+
+A question's metadata filter (the run's `filters` ANDed with the question's own, the questions' `filters` column,
+carried through the stages) is a mask over the shards' corpus positions, from the filter fields the index keeps
+(`jobs.indexing.filter_fields`): the search gives the top k of the matching passages, with their unfiltered scores.
 """
 
+import json
 from bisect import bisect_right
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
+from jobs.indexing.filter_fields import shard_filter_columns
 from jobs.passages import Passages
 from jobs.retrieval_settings import JOINED
 from jobs.storage import local_index_folder
+from qa_core.retrieval.filter_fields import check_fields_held
+from qa_core.retrieval.filters import matching_mask, question_filters
 from qa_core.retrieval.index import BM25Index
 from qa_core.retrieval.sharding import search_shards
 from qa_core.retrieval.topk import NO_POSITION, NO_SCORE
@@ -56,6 +65,10 @@ RETRIEVER_COLUMNS = [
 RETRIEVER_FIELDS = [pa.field(name, kind) for name, kind, _ in RETRIEVER_COLUMNS]
 # The columns that describe a question's hits, one list entry per hit (the fields of `Hit`).
 HIT_COLUMNS = ("document_ids", "passage_ids", "passage_starts", "passage_ends")
+# The questions' column of each question's own filter (JSON, null: none), carried through the retrieval stages.
+FILTERS = "filters"
+# Distinct filters whose masks a retrieval actor keeps (`FilterMasks`).
+CACHED_MASKS = 16
 
 
 class Hit(NamedTuple):
@@ -65,6 +78,55 @@ class Hit(NamedTuple):
     passage_id: str | None = None
     start: int | None = None
     end: int | None = None
+
+
+def row_filters(batch: pa.Table, common: dict[str, Any] | None) -> list[dict[str, Any] | None]:
+    """Each row's filter: `common` (the run's `filters`) ANDed with the row's `FILTERS` (checked before any work)."""
+    own = batch[FILTERS].to_pylist() if FILTERS in batch.column_names else [None] * len(batch)
+    return question_filters(batch["id"].to_pylist(), own, common)
+
+
+def filter_groups(filters: list[dict[str, Any] | None], rows: list[int]) -> dict[str, list[int]]:
+    """`rows` grouped by their filter (as canonical JSON; `null` for none), each group searched with one mask."""
+    groups: dict[str, list[int]] = {}
+    for row in rows:
+        groups.setdefault(json.dumps(filters[row], sort_keys=True), []).append(row)
+    return groups
+
+
+class FilterMasks:
+    """
+    The masks of filters over the corpus positions `[offset, offset + n_docs)` of some shards, by corpus position
+    (`sharding.search_shards`' `allowed`: False before `offset`), from their ids and filter fields; the last
+    `CACHED_MASKS` kept.
+    """
+
+    def __init__(self, columns: Mapping[str, Any], offset: int, n_docs: int) -> None:
+        """:param columns: The shards' `id` and filter fields (`meta.<name>`), one value per passage, in order."""
+        self.columns, self.offset, self.n_docs = columns, offset, n_docs
+        self._masks: dict[str, np.ndarray | None] = {}
+
+    @classmethod
+    def of_shards(cls, folders: list[Any], ids: list[pa.Array], offset: int) -> "FilterMasks":
+        """The masks of consecutive shards (their local folders and ids, in corpus order) from `offset` on."""
+        kept = [shard_filter_columns(folder) for folder in folders]
+        columns = {name: pa.chunked_array([part[name] for part in kept]) for name in (kept[0] if kept else {})}
+        n_docs = sum(map(len, ids))
+        return cls({"id": pa.chunked_array(ids, pa.string()), **columns}, offset, n_docs)
+
+    def mask(self, key: str) -> np.ndarray | None:
+        """The mask of a filter (`filter_groups`' key), by corpus position; None for no filter (every passage)."""
+        if key not in self._masks:
+            filters = json.loads(key)
+            if filters is None:
+                return None
+            if len(self._masks) >= CACHED_MASKS:
+                self._masks.pop(next(iter(self._masks)))
+            check_fields_held(filters, self.columns)  # checked before the run; a shard without them fails here
+            allowed = np.zeros(self.offset + self.n_docs, bool)
+            allowed[self.offset :] = matching_mask(filters, self.columns, self.n_docs)
+            self._masks[key] = allowed
+        return self._masks[key]
 
 
 class RetrieveDocuments:
@@ -82,15 +144,17 @@ class RetrieveDocuments:
     Within a stage each shard's floor is likewise the k-th best of the shards before it.
     """
 
-    def __init__(self, locations: list[str], retriever_top_k: int) -> None:
+    def __init__(self, locations: list[str], retriever_top_k: int, filters: dict[str, Any] | None = None) -> None:
         """
         :param locations: The index folder, or consecutive shard folders of one in corpus order, local paths or
             URIs.
         :param retriever_top_k: Documents to retrieve per question.
+        :param filters: The run's filter for every question (ANDed with each question's own), or None.
         :raises ValueError: If a folder's passages do not match its index.
         """
         self.shards: list[BM25Index] = []
         self.passages: list[Passages | None] = []  # each shard's; None: the index holds whole documents
+        folders = []
         for location in locations:
             folder = local_index_folder(location)
             shard, passages = BM25Index.load(folder, mmap=True), Passages.load(folder)
@@ -98,8 +162,12 @@ class RetrieveDocuments:
                 raise ValueError(f"{location}: {len(passages)} passages for {len(shard.doc_ids)} documents.")
             self.shards.append(shard)
             self.passages.append(passages)
+            folders.append(folder)
         self._offsets = [shard.doc_offset for shard in self.shards]
         self.top_k = retriever_top_k
+        self.filters = filters
+        ids = [shard.doc_ids.arrow() for shard in self.shards]
+        self.masks = FilterMasks.of_shards(folders, ids, self._offsets[0] if self.shards else 0)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Questions (`id`, `query`, optional `document_ids`, or an earlier shard's rows) -> `RETRIEVED_SCHEMA` rows."""
@@ -112,15 +180,17 @@ class RetrieveDocuments:
         else:
             carried, scores = [None] * len(batch), [None] * len(batch)
             asked = asked_rows(queries, hits["document_ids"])
-        if asked:
+        filters = row_filters(batch, self.filters)
+        for key, group in filter_groups(filters, asked).items():  # the questions of a filter searched at once
             before = (
-                np.array([_padded(carried[row] or [], NO_POSITION, self.top_k) for row in asked], np.int64),
-                np.array([_padded(scores[row] or [], NO_SCORE, self.top_k) for row in asked], np.float64),
+                np.array([_padded(carried[row] or [], NO_POSITION, self.top_k) for row in group], np.int64),
+                np.array([_padded(scores[row] or [], NO_SCORE, self.top_k) for row in group], np.float64),
             )
-            # (asked, k) positions, scores: the earlier stages' hits merged with what beats them here
-            asked_queries = [queries[row] for row in asked]
-            positions, hit_scores = search_shards(self.shards, asked_queries, self.top_k, best=before)
-            for row, row_positions, row_scores in zip(asked, positions, hit_scores, strict=True):
+            # (group, k) positions, scores: the earlier stages' hits merged with what beats them here
+            group_queries = [queries[row] for row in group]
+            allowed = self.masks.mask(key)
+            positions, hit_scores = search_shards(self.shards, group_queries, self.top_k, best=before, allowed=allowed)
+            for row, row_positions, row_scores in zip(group, positions, hit_scores, strict=True):
                 known = dict(zip(carried[row] or [], row_hits(hits, row), strict=True))
                 kept = row_positions[row_positions != NO_POSITION].tolist()
                 found_hits = [known.get(position) or self._hit(position) for position in kept]
@@ -149,9 +219,10 @@ def retrieved_table(
 ) -> pa.Table:
     """
     A retrieval stage's output: the batch's `id` and `query`, each row's hits' scores, corpus positions and
-    `HIT_COLUMNS` (null for the rows not retrieved for) and the stage's `more` columns, in `schema`'s order.
+    `HIT_COLUMNS` (null for the rows not retrieved for) and the stage's `more` columns, in `schema`'s order, then
+    the batch's `FILTERS` where it has them (for the next stages).
     """
-    return pa.table(
+    found = pa.table(
         {
             "id": batch["id"],
             "query": batch["query"],
@@ -161,6 +232,7 @@ def retrieved_table(
             **(more or {}),
         }
     ).select(schema.names)
+    return found.append_column(FILTERS, batch[FILTERS]) if FILTERS in batch.column_names else found
 
 
 def asked_rows(queries: list[str | None], document_ids: list[list[str] | None]) -> list[int]:

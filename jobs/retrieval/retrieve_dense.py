@@ -7,6 +7,9 @@ BM25 hits that the BM25 stages carried in the rows joined with the dense ones by
 
 The rows keep the joined hits (`document_ids`, `retrieval_scores`, ...) and each retriever's own score and rank
 (1 = its best) of every joined hit (`retrieve.RETRIEVER_FIELDS`, null where that retriever did not find the hit).
+A question's metadata filter restricts the dense search as it restricts BM25's (`retrieve.FilterMasks`, from the
+filter fields of the BM25 shards, which hold the same passages in the same order): each retriever filtered, then
+joined.
 """
 
 from typing import Any
@@ -18,11 +21,14 @@ from jobs.passages import Passages, ShardPassages
 from jobs.retrieval.retrieve import (
     RETRIEVED_SCHEMA,
     RETRIEVER_FIELDS,
+    FilterMasks,
     Hit,
     asked_rows,
+    filter_groups,
     hit_columns,
     local_index_folder,
     retrieved_table,
+    row_filters,
     row_hits,
     set_row_hits,
 )
@@ -60,6 +66,7 @@ class RetrieveDense:
         search_precision: str,
         ann_search: AnnSearch = DEFAULT_SEARCH,
         device: str | None = None,
+        filters: dict[str, Any] | None = None,
     ) -> None:
         """
         :param location: The index folder (local path or URI).
@@ -74,6 +81,7 @@ class RetrieveDense:
         :param ann_search: How the approximate index is searched, where the index holds one (`dense.ann`): searched
             instead, with `cpu_threads` FAISS threads.
         :param device: Where the model runs; None: the GPU Ray assigned this actor, else the CPU.
+        :param filters: The run's filter for every question (ANDed with each question's own), or None.
         """
         import torch
 
@@ -91,6 +99,9 @@ class RetrieveDense:
         if all(part is not None for part in parts):
             self.passages = ShardPassages(parts, np.cumsum([0, *map(len, parts[:-1])]).tolist())
         self._check_bm25(folder, bm25_shards)
+        bm25_folders = [local_index_folder(shard) for shard in bm25_shards]
+        self.masks = FilterMasks.of_shards(bm25_folders, [read_doc_ids(shard).arrow() for shard in bm25_folders], 0)
+        self.filters = filters
         self.embedder = SentenceEmbedder(dense["model"], precision=dense["precision"], device=device)
         self.embedder.warm_up()
         self.joiner = DocumentJoiner(join_mode, join_weights, retriever_top_k) if joins else None
@@ -116,26 +127,31 @@ class RetrieveDense:
         scores: list[list[float] | None] = [None] * len(batch)
         positions: list[list[int] | None] = [None] * len(batch)
         own: dict[str, list] = {name: [None] * len(batch) for name in RETRIEVER_COLUMNS}
-        if asked:
-            vectors = self.embedder.embed([queries[row] for row in asked])
-            found_positions, found_scores = self.retriever.search(vectors)
-            for index, row in enumerate(asked):
-                kept = found_positions[index] != NO_POSITION
-                lists = {"dense": list(zip(found_positions[index][kept].tolist(), found_scores[index][kept].tolist(),
-                                           strict=True))}  # fmt: skip
-                if self.joiner is not None:
-                    lists["bm25"] = list(zip(carried[row], bm25_scores[row], strict=True))
-                    joined = self.joiner.join_hits([lists[name] for name in JOINED])
-                else:
-                    joined = lists["dense"]
-                known = dict(zip(carried[row] or [], row_hits(hits, row), strict=True))
-                set_row_hits(hits, row, [known.get(p) or self._hit(p) for p, _ in joined], self.passages is not None)
-                positions[row] = [position for position, _ in joined]
-                scores[row] = [score for _, score in joined]
-                for name, retrieved in lists.items():
-                    rank = {position: (rank, score) for rank, (position, score) in enumerate(retrieved, 1)}
-                    own[f"{name}_scores"][row] = [rank[p][1] if p in rank else None for p in positions[row]]
-                    own[f"{name}_ranks"][row] = [rank[p][0] if p in rank else None for p in positions[row]]
+        filters = row_filters(batch, self.filters)
+        vectors = self.embedder.embed([queries[row] for row in asked]) if asked else None
+        found: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # each asked row's positions and scores
+        place = {row: index for index, row in enumerate(asked)}  # each asked row's vector
+        for key, group in filter_groups(filters, asked).items():  # the questions of a filter searched at once
+            at = [place[row] for row in group]
+            group_positions, group_scores = self.retriever.search(vectors[at], allowed=self.masks.mask(key))
+            found.update(zip(group, zip(group_positions, group_scores, strict=True), strict=True))
+        for row in asked:
+            row_positions, row_scores = found[row]
+            kept = row_positions != NO_POSITION
+            lists = {"dense": list(zip(row_positions[kept].tolist(), row_scores[kept].tolist(), strict=True))}
+            if self.joiner is not None:
+                lists["bm25"] = list(zip(carried[row], bm25_scores[row], strict=True))
+                joined = self.joiner.join_hits([lists[name] for name in JOINED])
+            else:
+                joined = lists["dense"]
+            known = dict(zip(carried[row] or [], row_hits(hits, row), strict=True))
+            set_row_hits(hits, row, [known.get(p) or self._hit(p) for p, _ in joined], self.passages is not None)
+            positions[row] = [position for position, _ in joined]
+            scores[row] = [score for _, score in joined]
+            for name, retrieved in lists.items():
+                rank = {position: (rank, score) for rank, (position, score) in enumerate(retrieved, 1)}
+                own[f"{name}_scores"][row] = [rank[p][1] if p in rank else None for p in positions[row]]
+                own[f"{name}_ranks"][row] = [rank[p][0] if p in rank else None for p in positions[row]]
         more = {name: pa.array(values, RETRIEVER_COLUMNS[name]) for name, values in own.items()}
         return retrieved_table(batch, scores, positions, hits, more, DENSE_RETRIEVED_SCHEMA)
 

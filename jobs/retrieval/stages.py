@@ -30,7 +30,9 @@ def bm25_stage(
     questions: Any, settings: RetrievalSettings, plan: IndexPlan, cluster_cpus: float, engine: Engine
 ) -> Any:
     """The BM25 retriever's stages (`bm25_shard_stages`) over the plan's index."""
-    return bm25_shard_stages(questions, plan.shard_locations, settings.retriever_top_k, cluster_cpus, engine)
+    return bm25_shard_stages(
+        questions, plan.shard_locations, settings.retriever_top_k, cluster_cpus, engine, filters=settings.filters
+    )
 
 
 def dense_stage(
@@ -57,6 +59,7 @@ def dense_stage(
             "search_precision": settings.embedding_search_precision,
             "ann_search": settings.ann_search(),
             "device": engine.reader_device(),
+            "filters": settings.filters,
         },
         num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / 4),
     )
@@ -69,12 +72,13 @@ def bm25_shard_stages(
     cluster_cpus: float,
     engine: Engine,
     stages_per_cpu: float = BM25_STAGES_PER_CPU,
+    filters: dict[str, Any] | None = None,
 ) -> Any:
     """
-    `questions` (`id`, `query`, optional `document_ids`) through the BM25 shards' retrieval stages, chained in
-    corpus order (`shard_stages`): each stage's consecutive shards memory-mapped by an actor of its own
+    `questions` (`id`, `query`, optional `document_ids` and `filters`) through the BM25 shards' retrieval stages,
+    chained in corpus order (`shard_stages`): each stage's consecutive shards memory-mapped by an actor of its own
     (`retrieve.RetrieveDocuments`), which merges its hits into the earlier stages'; the actors together
-    reserve at most a quarter of the cluster's CPUs.
+    reserve at most a quarter of the cluster's CPUs. `filters`: the run's filter for every question, or None.
     """
     stages = shard_stages(locations, cluster_cpus, stages_per_cpu)
     for stage in stages:
@@ -83,7 +87,7 @@ def bm25_shard_stages(
             batch_format="pyarrow",
             batch_size=QUESTIONS_PER_RETRIEVAL_BATCH,
             compute=engine.actor_pool(1),
-            fn_constructor_kwargs={"locations": stage, "retriever_top_k": top_k},
+            fn_constructor_kwargs={"locations": stage, "retriever_top_k": top_k, "filters": filters},
             num_cpus=min(RETRIEVAL_ACTOR_MAX_CPUS, (cluster_cpus or 1) / (4 * len(stages))),
         )
     return questions

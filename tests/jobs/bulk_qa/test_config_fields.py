@@ -31,6 +31,8 @@ VALUES: dict[str, Any] = {
     "ann": "hnsw",
     "join_mode": "distribution_based_rank_fusion",
     "join_weights": {"bm25": 1, "dense": 2},
+    "filters": {"field": "meta.year", "operator": "==", "value": 2020},
+    "filter_fields": ["year"],
     "encoding": "cp1252",
 }
 CHOICES = {"no_answer_source": ("haystack", "model"), "engine": ("auto", "ray")}  # the other choice than the default

@@ -2,8 +2,9 @@
 Dense and hybrid retrieval in the job: the questions table holds the documents, order and scores of Haystack's
 pipeline (`DocumentSplitter` -> `SentenceTransformersDocumentEmbedder` -> `InMemoryDocumentStore`;
 `SentenceTransformersTextEmbedder` -> `InMemoryEmbeddingRetriever`, joined with `InMemoryBM25Retriever` by
-`DocumentJoiner`), and each retriever's own scores and ranks. One Ray run (hybrid, word passages, its vectors
-embedded by the actor pool) and one in-process run (dense, on an index from `python -m jobs.index`).
+`DocumentJoiner`), and each retriever's own scores and ranks, with metadata filters given to each retriever. One
+Ray run (hybrid, word passages, its vectors embedded by the actor pool) and one in-process run (dense, on an index
+from `python -m jobs.index`).
 """
 
 import contextlib
@@ -47,6 +48,10 @@ GIVEN = {"g1": ("What is returned?", ["d00"])}
 RELEVANT = {"q1": ["d00", "d03"], "q2": ["d05"], "q3": ["d07"], "g1": ["d00"]}  # gold for the retrieval's recall
 DENSE_SHARD = 8  # passages embedded and written at a time in the Ray run (`PASSAGES_PER_SHARD`)
 READER = ["--max-seq-length=96", "--stride=16", "--retriever-top-k", str(TOP_K)]
+# Each document's year (d01, d04, d07: 2001), and the runs' filters: each retriever searches the matching passages.
+YEARS = [2000 + index % 3 for index in range(9)]
+HYBRID_FILTERS = {"field": "meta.year", "operator": "!=", "value": 2001}
+DENSE_FILTERS = {"field": "meta.year", "operator": "in", "value": [2001, 2002]}
 
 
 @pytest.fixture(scope="module")
@@ -56,17 +61,26 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
     documents = {**dict(list(documents.items())[:8]), "no-content": None}
     questions = {**{key: (query, None) for key, query in QUERIES.items()}, **GIVEN}
     paths = write_corpus(root, documents, questions)
+    pq.write_table(pq.read_table(paths["documents"]).append_column("year", pa.array(YEARS)), paths["documents"])
     table = pq.read_table(paths["questions"])
     relevant = pa.array([RELEVANT.get(key) for key in table["id"].to_pylist()], pa.list_(pa.string()))
     pq.write_table(table.append_column("relevant_document_ids", relevant), paths["questions"])
     return {"root": root, "paths": paths, "documents": documents}
 
 
-def _haystack(documents: dict, split_length: int | None, join_mode: str | None) -> dict[str, list]:
-    """Haystack's own pipeline's hits for each query: dense alone, or joined with BM25 when `join_mode` is given."""
+def _haystack(
+    documents: dict, split_length: int | None, join_mode: str | None, filters: dict | None = None
+) -> dict[str, list]:
+    """
+    Haystack's own pipeline's hits for each query: dense alone, or joined with BM25 when `join_mode` is given, each
+    retriever given the `filters`.
+    """
     sources = [HaystackDocument(id=key, content=text) for key, text in documents.items() if text is not None]
     if split_length is not None:
         sources = DocumentSplitter(split_by="word", split_length=split_length).run(sources)["documents"]
+    years = dict(zip(documents, YEARS, strict=True))
+    for source in sources:  # the documents' metadata, set once their ids (which would hash it) are made, as ours
+        source.meta["year"] = years[source.meta.get("source_id", source.id)]
     embedder = SentenceTransformersDocumentEmbedder(model=EMBEDDER, progress_bar=False)
     text_embedder = SentenceTransformersTextEmbedder(model=EMBEDDER, progress_bar=False)
     embedder.warm_up()
@@ -78,8 +92,8 @@ def _haystack(documents: dict, split_length: int | None, join_mode: str | None) 
     joiner = DocumentJoiner(join_mode=join_mode or "concatenate", top_k=TOP_K)
     hits = {}
     for key, query in QUERIES.items():
-        dense_hits = dense.run(query_embedding=text_embedder.run(text=query)["embedding"])["documents"]
-        lists = [bm25.run(query=query)["documents"], dense_hits]
+        dense_hits = dense.run(query_embedding=text_embedder.run(text=query)["embedding"], filters=filters)["documents"]
+        lists = [bm25.run(query=query, filters=filters)["documents"], dense_hits]
         hits[key] = (joiner.run(lists)["documents"], *lists) if join_mode else (dense_hits,)
     return hits
 
@@ -94,7 +108,7 @@ def hybrid_output(local_ray, corpus: dict, tiny_bert_model: Path) -> Path:
         status = run_job(
             "--questions", paths["questions"], "--documents", paths["documents"], "--output", output,
             "--model", tiny_bert_model, "--engine", "ray", "--retrieval", "hybrid", "--embedding-model", EMBEDDER,
-            "--split-length", SPLIT_LENGTH, *READER,
+            "--split-length", SPLIT_LENGTH, "--filters", json.dumps(HYBRID_FILTERS), *READER,
         )  # fmt: skip
     assert status == 0
     (corpus["root"] / "hybrid-stdout.txt").write_text(printed.getvalue())  # the run's summary among it
@@ -103,7 +117,9 @@ def hybrid_output(local_ray, corpus: dict, tiny_bert_model: Path) -> Path:
 
 def test_hybrid_retrieval_equals_haystacks_joiner_over_bm25_and_embeddings(hybrid_output: Path, corpus: dict):
     questions = {row["question_id"]: row for row in read_output(hybrid_output, "questions")}
-    for key, (joined, bm25, dense) in _haystack(corpus["documents"], SPLIT_LENGTH, "reciprocal_rank_fusion").items():
+    haystack = _haystack(corpus["documents"], SPLIT_LENGTH, "reciprocal_rank_fusion", HYBRID_FILTERS)
+    for key, (joined, bm25, dense) in haystack.items():
+        assert len(dense) == TOP_K and all(doc.meta["year"] != 2001 for doc in joined), key
         row = questions[key]
         assert row["retrieved_passage_ids"] == [doc.id for doc in joined], key
         assert row["retrieved_document_ids"] == [doc.meta["source_id"] for doc in joined], key
@@ -162,11 +178,11 @@ def test_dense_retrieval_on_a_built_index_with_hnsw_equals_haystacks_embedding_r
     status = run_job(
         "--questions", paths["questions"], "--documents", paths["documents"], "--output", output,
         "--model", tiny_bert_model, "--engine", "in-process", "--retrieval", "dense", "--embedding-model", EMBEDDER,
-        "--index", index, *READER,
+        "--index", index, "--filters", json.dumps(DENSE_FILTERS), *READER,
     )  # fmt: skip
     assert status == 0
     questions = {row["question_id"]: row for row in read_output(output, "questions")}
-    for key, (dense,) in _haystack(corpus["documents"], None, None).items():
+    for key, (dense,) in _haystack(corpus["documents"], None, None, DENSE_FILTERS).items():
         row = questions[key]
         assert row["retrieved_document_ids"] == [doc.id for doc in dense], key
         assert row["retrieval_scores"] == pytest.approx([doc.score for doc in dense], abs=1e-5), key
@@ -176,7 +192,7 @@ def test_dense_retrieval_on_a_built_index_with_hnsw_equals_haystacks_embedding_r
     status = run_job(
         "--questions", paths["questions"], "--documents", paths["documents"], "--output", own,
         "--model", tiny_bert_model, "--engine", "in-process", "--retrieval", "dense", "--embedding-model", EMBEDDER,
-        "--embedding-search-precision", "bf16", *READER,
+        "--embedding-search-precision", "bf16", "--filters", json.dumps(DENSE_FILTERS), *READER,
     )  # fmt: skip
     assert status == 0
     again = {row["question_id"]: row for row in read_output(own, "questions")}

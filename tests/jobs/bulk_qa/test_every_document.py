@@ -2,8 +2,9 @@
 `--every-document` (issue 55): each question asked of every document, answered pair by pair as a question naming
 that one document would be (the same questions and answers rows), the by_document table (its documented columns,
 one row per document, those with no answer included) and its CSV copy, a folder corpus naming file and page,
-Label Studio review of the pairs, resume after a killed driver, bad input refused before any work, and on Ray the
-in-process tables. Small data and the tiny model; one Ray, for the last test.
+Label Studio review of the pairs, resume after a killed driver, bad input refused before any work, metadata filters
+restricting the documents each question is asked of, and on Ray the in-process tables. Small data and the tiny
+model; one Ray, for the last test.
 """
 
 import json
@@ -16,8 +17,10 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+from haystack import Document as HaystackDocument
+from haystack.utils.filters import document_matches_filter
 
-from jobs.bulk_qa.every_document import by_document_schema, pair_id
+from jobs.bulk_qa.every_document import by_document_schema, pair_id, question_column
 from tests.jobs.conftest import (
     TEXTS,
     assert_rows_match,
@@ -211,10 +214,63 @@ def test_a_killed_run_resumes_to_the_tables_of_a_clean_run(inputs, tiny_bert_mod
     assert_rows_match(by_document(output), by_document(every_run), "by_document")
 
 
+def test_filters_restrict_the_documents_each_question_is_asked_of(inputs, tiny_bert_model, named_run: Path) -> None:
+    """
+    `--filters` ANDed with the questions' own: the pairs that match are answered as without filters (the same rows),
+    the others are not asked: no questions or answers rows, and in by_document null cells with status `filtered`.
+    """
+    common = {"field": "meta.page_number", "operator": "!=", "value": 7}  # a null page_number matches it
+    own = {
+        "supplier": {"field": "meta.page_number", "operator": ">=", "value": 2},
+        "date": None,
+        "total-amount": {"field": "id", "operator": "in", "value": ["doc-1", "doc-2", "blank"]},
+    }
+    root = Path(inputs["root"]) / "filtered"
+    questions = write_table(root / "questions.parquet", {
+        "id": list(QUESTIONS), "query": list(QUESTIONS.values()),
+        "filters": pa.array([json.dumps(own[key]) if own[key] else None for key in QUESTIONS], pa.string()),
+    })  # fmt: skip
+    output = root / "out"
+    args = ["--questions", questions, "--documents", inputs["documents"], "--output", output, "--every-document",
+            "--filters", json.dumps(common), *SHARD_SIZE]  # fmt: skip
+    assert run_job(*args, "--model", tiny_bert_model, *FLAGS) == 0
+    documents = {key: HaystackDocument(id=key, content=text, meta={"page_number": page})
+                 for (key, text), page in zip(DOCUMENTS.items(), PAGES, strict=True)}  # fmt: skip
+    asked = {
+        pair_id(question, key)
+        for question, filters in own.items()
+        for key, document in documents.items()
+        if document_matches_filter({"operator": "AND", "conditions": [common, *([filters] if filters else [])]},
+                                   document)
+    }  # fmt: skip
+    assert len(asked) == 6 + 2 + 3  # date: all but doc-4 (page 7); supplier: doc-0, doc-5; total-amount: 3
+    for table in TABLES:
+        expected = [row for row in read_output(named_run, table) if row["question_id"] in asked]
+        assert_rows_match(read_output(output, table), expected, table)
+    rows = by_document(output)
+    assert [row["document_id"] for row in rows] == sorted(DOCUMENTS)  # a row per document, asked or not
+    statuses = {row["document_id"]: row["supplier__status"] for row in rows}
+    assert statuses["doc-0"] != "filtered" and statuses["doc-1"] == statuses["doc-4"] == "filtered"
+    for row in rows:
+        for question in QUESTIONS:
+            filtered = pair_id(question, row["document_id"]) not in asked
+            assert (row[question_column(question, "status")] == "filtered") == filtered
+            if filtered:
+                assert all(row[question_column(question, name)] is None for name in ("answer", "score",
+                                                                                      "no_answer_score"))  # fmt: skip
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert (manifest["reconciled"], manifest["by_document"]["documents"]) == (True, len(DOCUMENTS))
+
+
 @pytest.mark.parametrize(
     ("case", "message"),
     [
         ("empty", "the questions table has no rows: there is nothing to answer"),
+        (
+            "filter field",
+            "bulk-qa: error: --filters: The filter reads the field 'meta.author', which the documents do "
+            "not hold (they hold: meta.page_number).\n",
+        ),
         ("bad id", "question id 'total amount' cannot name the by_document table's columns"),
         ("index", "--every-document reads every document and retrieves nothing, so --index"),
         ("named", "the questions table has a 'document_ids' column, but --every-document asks each question"),
@@ -236,6 +292,8 @@ def test_bad_input_is_refused_with_one_line_before_any_work(inputs, tiny_bert_mo
         extra = ["--index", root / "index"]
     elif case == "named":
         questions = inputs["named"]
+    elif case == "filter field":
+        extra = ["--filters", '{field: meta.author, operator: "==", value: x}']
     else:
         every, extra = [], ["--by-document-csv"]
     output = root / "out"
