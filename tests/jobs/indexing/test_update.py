@@ -1,0 +1,109 @@
+"""
+`python -m jobs.index --update`: an index brought to a changed documents table searches as a fresh build of that
+table, bit for bit (BM25 whole and split, dense exact, hybrid through the bulk job); only the shards that changed
+are written again; it is a new version switched to at the end (a stopped update leaves the old one, a concurrent
+one is refused); bad input is refused before any work.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs import index as index_command
+from jobs.indexing import update as update_module
+from jobs.indexing.record import BUILD_FILE, shard_locations
+from jobs.indexing.versions import LOCK_FILE, VERSION_FILE, current_version
+from qa_core.retrieval import BM25Index, merge_top_k
+from tests.jobs.conftest import TEXTS
+
+QUERIES = ["What does the function return?", "the of and", "sorted list items", "module import", "zzzqqq"]
+
+
+def _texts(count: int, salt: str = "") -> list[str | None]:
+    """Documents of varied lengths, a few without content."""
+    return [None if i % 11 == 5 else salt + TEXTS[i % len(TEXTS)][: 150 + 37 * (i % 9)] for i in range(count)]
+
+
+def _write(folder: Path, files: dict[str, tuple[list[str], list[str | None]]]) -> str:
+    """A documents folder of Parquet files (name -> ids, contents), row groups of 25."""
+    folder.mkdir(parents=True)
+    for name, (ids, texts) in files.items():
+        table = pa.table({"id": ids, "content": pa.array(texts, pa.string())})
+        pq.write_table(table, folder / name, row_group_size=25)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """
+    The documents before (3 files of 80) and after: 5 deleted from the first file's start, one changed in the
+    second file, 12 added in a file of their own after the others, and 3 inserted at the second file's start.
+    """
+    root = tmp_path_factory.mktemp("tables")
+    ids, texts = [f"d{i:03d}" for i in range(240)], _texts(240)
+    before = {f"part-{part}.parquet": (ids[part * 80 : (part + 1) * 80], texts[part * 80 : (part + 1) * 80])
+              for part in range(3)}  # fmt: skip
+    after = dict(before)
+    after["part-0.parquet"] = (ids[5:80], texts[5:80])
+    changed = list(texts[80:160])
+    changed[20] = "A changed document: the function returns a sorted list of module items."
+    added = [f"n{i:02d}" for i in range(15)]
+    extra = _texts(15, salt="new words ")
+    after["part-1.parquet"] = (added[:3] + ids[80:160], extra[:3] + changed)
+    after["part-3.parquet"] = (added[3:], extra[3:])
+    return _write(root / "before", before), _write(root / "after", after)
+
+
+def _searched(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The hits and scores of the index's current version, searched shard by shard and merged."""
+    current = current_version(str(folder))
+    record = json.loads((Path(current) / BUILD_FILE).read_text())
+    shards = [BM25Index.load(location) for location in shard_locations(current, record["shards"])]
+    return merge_top_k([shard.search(QUERIES, 7) for shard in shards], 7)
+
+
+def _record(folder: Path) -> dict:
+    return json.loads((Path(current_version(str(folder))) / BUILD_FILE).read_text())
+
+
+def _same_search(ours: Path, theirs: Path) -> None:
+    for found, wanted in zip(_searched(ours), _searched(theirs), strict=True):
+        assert found.tobytes() == wanted.tobytes()
+    record, expected = _record(ours), _record(theirs)
+    for key in ("documents", "source_documents", "vocabulary", "fingerprint", "split_length"):
+        assert record.get(key) == expected.get(key), key
+
+
+@pytest.mark.parametrize("split", [[], ["--split-length", "12", "--split-overlap", "3"]])
+def test_an_updated_index_searches_as_a_fresh_build_of_the_documents(
+    local_ray, tmp_path: Path, tables: tuple[str, str], split: list[str], capsys: pytest.CaptureFixture
+) -> None:
+    before, after = tables
+    index, fresh = tmp_path / "index", tmp_path / "fresh"
+    size = ["--index-shard-size", "40" if not split else "150", "--bm25-algorithm", "BM25Okapi"]
+    assert index_command.main(["--documents", before, "--output", str(index), *size, *split]) == 0
+    assert index_command.main(["--documents", after, "--output", str(fresh), *size, *split]) == 0
+    capsys.readouterr()
+    assert index_command.main(["--update", after, "--index", str(index)]) == 0
+    assert "14 documents added, 1 changed, 5 deleted" in capsys.readouterr().out
+    update = _record(index)["update"]
+    assert update["shards_kept"] >= 1 and update["shards_written"] >= 1
+    assert json.loads((index / VERSION_FILE).read_text()) == {"version": "v-000001"}
+    assert sorted(path.name for path in index.iterdir()) == ["v-000001", VERSION_FILE]  # version 0 removed
+    _same_search(index, fresh)
+    # Back to the first documents: a second version, the first removed; then nothing left to do.
+    assert index_command.main(["--update", before, "--index", str(index)]) == 0
+    assert sorted(path.name for path in index.iterdir()) == ["v-000002", VERSION_FILE]
+    again = tmp_path / "again"
+    assert index_command.main(["--documents", before, "--output", str(again), *size, *split]) == 0
+    _same_search(index, again)
+    capsys.readouterr()
+    assert index_command.main(["--update", before, "--index", str(index)]) == 0
+    assert "nothing to update" in capsys.readouterr().out
