@@ -74,7 +74,6 @@ from jobs.engines import (
 )
 from jobs.indexing.plan import complete_index, given_store, prepare_index, reads_store, saved_index
 from jobs.indexing.record import index_fingerprint
-from jobs.indexing.versions import current_version
 from jobs.ingest.folder import InputFolder, files_folder
 from jobs.ingest.stage import DOCUMENTS_SCHEMA as INGESTED_DOCUMENTS_SCHEMA
 from jobs.ray_logs import RayLogFilter
@@ -180,9 +179,6 @@ def run(config: JobConfig) -> int:
     # until the run ends: stderr is then as it was, every line before passed on, and a traceback of the run,
     # printed after, goes straight to it.
     show_model_library_output(config.run.verbose)  # no "Loading weights" bars from an in-process reader
-    if config.retrieval.index is not None:  # an updated index: the version it points to now, for the whole run
-        retrieval = dataclasses.replace(config.retrieval, index=current_version(config.retrieval.index))
-        config = dataclasses.replace(config, retrieval=retrieval)
     with RayLogFilter() as ray_logs:
         return run_with(config, ray_logs)
 
