@@ -148,3 +148,89 @@ def test_an_updated_hybrid_index_embeds_only_what_it_does_not_keep(
     )  # fmt: skip
     assert found[0].tolist() == wanted[0].tolist()
     np.testing.assert_allclose(found[1], wanted[1], rtol=0, atol=1e-6)
+
+
+def test_a_stopped_update_leaves_the_index_and_the_next_one_completes_a_concurrent_one_is_refused(
+    local_ray, tmp_path: Path, tables: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """
+    An update stopped after writing part of its version leaves the index as it was (pointer and files); one killed
+    leaves its lock behind, whose process is gone: the next update takes it over, removes the unfinished version and
+    completes. An update while another (a live process) holds the lock is refused with one line.
+    """
+    before, after = tables
+    index, fresh = tmp_path / "index", tmp_path / "fresh"
+    size = ["--index-shard-size", "40"]
+    assert index_command.main(["--documents", before, "--output", str(index), *size]) == 0
+    assert index_command.main(["--documents", after, "--output", str(fresh), *size]) == 0
+    files = {path: path.read_bytes() for path in index.rglob("*") if path.is_file()}
+    searched = _searched(index)
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt  # as a Ctrl-C while the shards are weighed
+
+    with monkeypatch.context() as patched:
+        patched.setattr(update_module, "weigh_shards", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            index_command.main(["--update", after, "--index", str(index)])
+    assert (index / "v-000001").is_dir() and not (index / VERSION_FILE).exists() and not (index / LOCK_FILE).exists()
+    assert {path: path.read_bytes() for path in files} == files  # the old version as it was, searched as before
+    for found, wanted in zip(_searched(index), searched, strict=True):
+        assert found.tobytes() == wanted.tobytes()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    held = {"pid": gone.pid, "host": os.uname().nodename, "started": "2026-01-01T00:00:00Z"}
+    (index / LOCK_FILE).write_text(json.dumps(held))  # left by an update that was killed
+    capsys.readouterr()
+    assert index_command.main(["--update", after, "--index", str(index)]) == 0
+    assert f"taking over the lock of an update that ended without releasing it (pid {gone.pid}, gone)" in (
+        capsys.readouterr().err
+    )
+    assert sorted(path.name for path in index.iterdir()) == ["v-000001", VERSION_FILE]
+    _same_search(index, fresh)
+    alive = {**held, "pid": os.getpid()}  # another update running
+    (index / LOCK_FILE).write_text(json.dumps(alive))
+    assert index_command.main(["--update", before, "--index", str(index)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"jobs.index: error: --index {index}: another update of this index is running (pid {os.getpid()} on "
+        f"{alive['host']} since 2026-01-01T00:00:00Z, {LOCK_FILE}): wait for it to end, or remove the file if that "
+        "process is gone.\n"
+    )
+    assert json.loads((index / VERSION_FILE).read_text()) == {"version": "v-000001"}
+
+
+def test_bad_updates_are_refused_before_any_work(
+    tmp_path: Path, tables: tuple[str, str], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Repeated ids, an index of another format, or of another embedding model: one line, exit 2, no Ray started."""
+    from jobs.indexing import bm25
+
+    monkeypatch.setattr(index_command, "start_engine", lambda *args: pytest.fail("Ray started"))
+    before, _ = tables
+    repeated = tmp_path / "repeated.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "a"], "content": ["x", None, "z"]}), repeated)
+    index = tmp_path / "index"
+    (index / "shard-00000").mkdir(parents=True)
+    (index / BUILD_FILE).write_text(json.dumps({"shards": 2}))
+    (index / "shard-00000" / "index.json").write_text(json.dumps({"format": "qa_core.retrieval.bm25/4"}))
+    assert index_command.main(["--update", str(repeated), "--index", str(index)]) == 2
+    assert capsys.readouterr().err == (
+        f"jobs.index: error: --index {index}: an index of format qa_core.retrieval.bm25/4, not this version's "
+        "qa_core.retrieval.bm25/5: build it again with `python -m jobs.index --documents D --output DIR`.\n"
+    )
+    (index / "shard-00000" / "index.json").write_text(json.dumps({"format": "qa_core.retrieval.bm25/5"}))
+    (index / "shard-00000" / bm25.TEXT_HASHES_FILE).write_bytes(b"")
+    assert index_command.main(["--update", str(repeated), "--index", str(index)]) == 2
+    assert capsys.readouterr().err == (
+        f"jobs.index: error: --update {repeated}: Document id 'a' occurs more than once in the corpus.\n"
+    )
+    dense = {"model": "other-model", "fingerprint": "f"}
+    (index / BUILD_FILE).write_text(json.dumps({"shards": 2, "dense": dense}))
+    assert index_command.main(["--update", before, "--index", str(index), "--embedding-model", "mine"]) == 2
+    assert capsys.readouterr().err == (
+        f"jobs.index: error: --index {index} holds the vectors of embedding model other-model, not of "
+        "--embedding-model mine: an update keeps the index's model (leave --embedding-model out), or build the "
+        "index again with the other model.\n"
+    )
+    assert not (index / LOCK_FILE).exists() and not (index / VERSION_FILE).exists()
