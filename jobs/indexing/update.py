@@ -356,6 +356,8 @@ def _layout(
     layout: list[tuple[OldShard | None, tuple[int, int]]] = []
     position = 0
     for shard, first in [*kept, (None, total)]:
+        if first < position:  # overlaps the kept shard before it (documents moved): written again instead
+            continue
         layout += [(None, (start, min(start + size, first))) for start in range(position, first, size)]
         if shard is not None:
             layout.append((shard, (first, first + shard.size)))
