@@ -60,6 +60,7 @@ NOT_DOCUMENTED = {
             "evaluation",
             "every_document",
             "filtered_search",
+            "index_update",
             "ingest",
             "ingest_memory",
             "label_studio",

@@ -11,6 +11,12 @@ Or grows an index it built with more documents, as new shards, without reading i
 
     python -m jobs.index --add DOCS --index DIR [--address RAY]
 
+Or brings an index to the documents of a table: new documents added, changed ones replaced, missing ones deleted,
+only the shards that changed written again, as a new version of the index switched to at the end
+(`jobs.indexing.update`; its searches then equal those of a fresh build of the table):
+
+    python -m jobs.index --update DOCS --index DIR [--memory-budget GIB] [--address RAY]
+
 The index is built by Ray Data (`jobs.indexing.build.build_index_with_ray`), on its own local Ray or the
 cluster `--address` names: memory per task is set by the shard size, the driver holds the corpus statistics only.
 Without `--index-shards` or `--index-shard-size` the shard size is chosen so that a node's build tasks at once stay
@@ -38,6 +44,8 @@ from jobs.indexing.build import build_index_with_ray
 from jobs.indexing.filter_fields import FILTER_FIELDS_KEY, add_filter_fields, chosen_fields
 from jobs.indexing.grow import add_documents_with_ray
 from jobs.indexing.record import BUILD_FILE
+from jobs.indexing.update import check_update, update_index_with_ray
+from jobs.indexing.versions import VERSION_FILE, current_version
 from jobs.indexing.vectors import add_dense_index
 from jobs.options import add_options, with_values
 from jobs.ray_logs import RayLogFilter
@@ -67,7 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--documents", help="documents Parquet: id, content (as for the job)")
     parser.add_argument("--output", help="folder to write the index into (an index there is replaced)")
     parser.add_argument("--add", metavar="DOCS", help="documents Parquet to add to the index --index (a local folder)")
-    parser.add_argument("--index", help="with --add: the index to grow (its own settings are kept)")
+    parser.add_argument(
+        "--update", metavar="DOCS", help="documents Parquet to bring the index --index to (all of its documents)"
+    )
+    parser.add_argument("--index", help="with --add or --update: the index to grow or update (its settings are kept)")
     add_options(parser, {"retrieval": RetrievalSettings()}, only=INDEX_OPTIONS)
     add_options(parser, {"run": RunSettings()}, only=RUN_OPTIONS)
     return parser
@@ -89,27 +100,36 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
         problems = settings.problems()
         if problems:
             raise InputError("Invalid options:\n  - " + "\n  - ".join(problems))
-        building = args.add is None and args.index is None and bool(args.documents and args.output)
-        adding = args.add is not None and args.index is not None and not (args.documents or args.output)
-        if not building and not adding:
-            raise InputError("give --documents and --output to build an index, or --add and --index to grow one")
+        building = args.add is None and args.update is None and args.index is None and bool(
+            args.documents and args.output
+        )
+        changing = [flag for flag, given in (("--add", args.add), ("--update", args.update)) if given is not None]
+        if not building and not (len(changing) == 1 and args.index is not None and not (args.documents or args.output)):
+            raise InputError(
+                "give --documents and --output to build an index, --add and --index to grow one, or --update and "
+                "--index to update one"
+            )
+        adding, updating = args.add is not None, args.update is not None
         if adding and settings.dense:
             raise InputError("--add grows a BM25 index only: build a dense or hybrid index again with --output")
-        if args.add is None:
+        if building:
             _check_target(args.output)
-        table_schema(args.add or args.documents, DOCUMENTS)
-        fields = None if args.add else chosen_fields(args.documents, settings.filter_fields)[0]  # checked first
+        table_schema(args.add or args.update or args.documents, DOCUMENTS)
+        flag = "--add" if adding else "--update" if updating else "--documents"
+        fields = chosen_fields(args.documents, settings.filter_fields)[0] if building else None  # checked first
         shared = [  # the index's folder is written, and its documents read, by tasks on any node of a cluster
-            SharedPath("--index" if adding else "--output", output, written=True),
-            SharedPath("--add" if adding else "--documents", args.add or args.documents),
+            SharedPath("--output" if building else "--index", output, written=True),
+            SharedPath(flag, args.add or args.update or args.documents),
             *model_folder("--embedding-model", settings.embedding_model if settings.dense else None),
         ]
+        if updating:
+            return _update(args, settings, phases["run"], ray_logs, shared)
         cluster = start_engine(phases["run"], RayEngine(), ray_logs, shared, "jobs.index")
-        if args.add is None:
+        if adding:
+            record = add_documents_with_ray(current_version(args.index), args.add, settings.memory_budget)
+        else:
             record = build_index_with_ray(settings, args.documents, args.output)
             record[FILTER_FIELDS_KEY] = add_filter_fields(args.output, record, args.documents, fields)
-        else:
-            record = add_documents_with_ray(args.index, args.add, settings.memory_budget)
         if settings.dense:
             dense = add_dense_index(args.output, settings, args.documents, RayEngine(), cluster)
     except InputError as error:
@@ -136,6 +156,28 @@ def _index(args: argparse.Namespace, ray_logs: RayLogFilter) -> int:
     return 0
 
 
+def _update(
+    args: argparse.Namespace, settings: RetrievalSettings, run: RunSettings, ray_logs: RayLogFilter, shared: list
+) -> int:
+    """`--update`: brings the index to the documents (`update_index_with_ray`) and prints what changed."""
+    update = check_update(args.index, args.update, settings)  # refusals before Ray starts
+    cluster = start_engine(run, RayEngine(), ray_logs, shared, "jobs.index")
+    record = update_index_with_ray(update, settings, RayEngine(), cluster)
+    if record is None:
+        print(f"jobs.index: {redact(args.index)} already holds the documents of {redact(args.update)}: nothing to "
+              "update", flush=True)  # fmt: skip
+        return 0
+    done = record["update"]
+    print(
+        f"jobs.index: updated {redact(args.index)} to {record['documents']} passages: {done['added']} documents "
+        f"added, {done['changed']} changed, {done['deleted']} deleted, {done['unchanged']} unchanged; "
+        f"{done['shards_kept']} shards kept, {done['shards_written']} written ({done['passages_counted']} "
+        f"passages counted, {done['vectors_embedded']} vectors embedded) in {done['update_s']} s",
+        flush=True,
+    )
+    return 0
+
+
 def _shards(record: dict) -> str:
     """The index's shards as the summary line gives them: how many, their size, and the budget that chose it."""
     shards = f"{record['shards']} shards of up to {record['shard_size']} passages"
@@ -153,7 +195,7 @@ def _check_target(output: str) -> None:
     if info.type != pafs.FileType.Directory:
         raise InputError(f"--output {redact(output)}: exists and is not a folder.")
     names = {entry.base_name for entry in filesystem.get_file_info(pafs.FileSelector(inner))}
-    if names and not names & {BUILD_FILE, HEADER_FILE}:  # a sharded index has only build.json at its top
+    if names and not names & {BUILD_FILE, HEADER_FILE, VERSION_FILE}:  # a sharded index has only build.json at its top
         raise InputError(
             f"--output {redact(output)}: the folder holds files but no index ({BUILD_FILE} or {HEADER_FILE}); "
             "writing the index would replace them. Choose a new or empty folder."

@@ -35,7 +35,7 @@ from jobs.indexing.passages import read_shard
 from jobs.passages import Passages, passage_columns, save_split
 from jobs.storage import resolve_path, staged_copy
 from qa_core.retrieval.counted import COUNT_PART_DOCS, CountedShard, count_parts
-from qa_core.retrieval.fingerprint import fingerprint_hex
+from qa_core.retrieval.fingerprint import fingerprint_hex, text_hashes
 from qa_core.retrieval.index_io import DOC_IDS_FILE
 from qa_core.retrieval.index_io import read_doc_ids as index_doc_ids
 from qa_core.retrieval.sharding import weigh_counted_shard
@@ -49,6 +49,14 @@ if TYPE_CHECKING:  # its module imports torch, which the tasks here do without (
 # A shard's `id_hashes`, kept beside its counts: an addition checks its ids against the shard's without reading and
 # hashing the shard's `doc_ids.arrow` again (at 10M passages, seconds of the driver's time).
 ID_HASHES_FILE = "id_hashes.npy"
+# What an update (`jobs.indexing.update`) reuses a shard from, kept beside its counts: the SHA-256 of each passage's
+# text (`fingerprint.text_hashes`: the shard fingerprinted again at another corpus position without its texts), of
+# each source document's content where the passages are split (whole documents: their passages' own), and the
+# shard's own statistics (its vocabulary in order of first occurrence in the shard, as merging in corpus order
+# needs it: the weighed shard's vocabulary is in the corpus's order).
+TEXT_HASHES_FILE = "text_hashes.npy"
+SOURCE_HASHES_FILE = "source_hashes.npy"
+SHARD_STATISTICS = "shard_statistics"
 # What a counting task returns for its shard, one row.
 _COUNTED_SCHEMA = pa.schema(
     [
@@ -126,6 +134,7 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
     def shards() -> Iterator[CorpusStatistics]:  # merged in corpus order as soon as the parts before have come
         waiting: dict[tuple[int, int], dict[str, Any]] = {}
         following = (0, 0)  # the (shard, part) merged next
+        shard_parts: list[CorpusStatistics] = []  # the parts of the shard being merged
         for table in counted.iter_batches(batch_size=None, batch_format="pyarrow"):
             for row in table.to_pylist():
                 if row["error"] is not None:
@@ -143,7 +152,13 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
                     source_ids.append(pa.array(row["source_ids"] or [], pa.string()))
                     last = row["part"] + 1 == row["parts"]
                     following = (row["shard"] + 1, 0) if last else (row["shard"], row["part"] + 1)
-                    yield _statistics(row)
+                    part = _statistics(row)
+                    shard_parts.append(part)
+                    if last:  # the shard's own statistics, for an update to reuse it (`SHARD_STATISTICS`)
+                        own = CorpusStatistics.merge(shard_parts) if len(shard_parts) > 1 else shard_parts[0]
+                        save_files(f"{locations[row['shard']].rstrip('/')}/{SHARD_STATISTICS}", own.save)
+                        shard_parts.clear()
+                    yield part
         if waiting and not errors:
             raise RuntimeError(f"Shards' parts {sorted(waiting)} were counted, but not {following}.")
 
@@ -280,10 +295,19 @@ def _save_counted(
     """
     counted.save(folder)
     np.save(folder / ID_HASHES_FILE, hashes, allow_pickle=False)  # the ids checked against a later addition's
+    np.save(folder / TEXT_HASHES_FILE, _hashed(passages["content"]), allow_pickle=False)
     if sources is None:  # whole documents: their texts kept for the job to read
         write_store(folder, [passages])
     else:
+        np.save(folder / SOURCE_HASHES_FILE, _hashed(sources["content"]), allow_pickle=False)
         save_split(folder, passages, [sources])
+
+
+def _hashed(texts: pa.ChunkedArray) -> np.ndarray:
+    """`fingerprint.text_hashes` of a column of texts, `COUNT_PART_DOCS` Python strings at a time."""
+    parts = [text_hashes(texts[start : start + COUNT_PART_DOCS].to_pylist())
+             for start in range(0, len(texts), COUNT_PART_DOCS)]  # fmt: skip
+    return np.concatenate(parts) if parts else np.zeros((0, 32), np.uint8)
 
 
 def weigh_shards(
@@ -342,14 +366,18 @@ def _gather_parts(parts: list[Path], folder: Path) -> None:
     A shard's own files besides its counts (`_save_counted`'s: its ids' hashes, its store, its passages' sources),
     from its parts, their stores one after the other a batch at a time.
     """
-    hashes = [np.load(part / ID_HASHES_FILE, allow_pickle=False) for part in parts]
-    np.save(folder / ID_HASHES_FILE, np.concatenate(hashes), allow_pickle=False)
+    for name in (ID_HASHES_FILE, TEXT_HASHES_FILE):
+        np.save(folder / name, np.concatenate([np.load(part / name, allow_pickle=False) for part in parts]),
+                allow_pickle=False)  # fmt: skip
     if (parts[0] / STORE_FILE).exists():
         write_store(folder, (table for part in parts for table in PassageStore(part, 0).tables()))
         return
     passages = [Passages.load(part) for part in parts]
     rows, first_row = [], 0  # split: each part's source rows follow the earlier parts'
     shared = [index > 0 and part.starts[0] > 0 for index, part in enumerate(passages)]
+    source_hashes = [np.load(part / SOURCE_HASHES_FILE, allow_pickle=False)[int(continued) :]
+                     for part, continued in zip(parts, shared, strict=True)]  # fmt: skip
+    np.save(folder / SOURCE_HASHES_FILE, np.concatenate(source_hashes), allow_pickle=False)
     for part, continued in zip(passages, shared, strict=True):
         rows.append(part.rows.astype(np.int64) + first_row - continued)
         first_row += len(part.source_ids) - continued

@@ -118,8 +118,7 @@ def embed_index(
     passages: Any, settings: RetrievalSettings, location: str, passages_count: int, engine: Any, cluster: dict
 ) -> dict[str, Any]:
     """
-    Embeds the passages of an index into dense shards in its folder, in an actor pool (one actor per GPU, else one
-    actor with a fraction of a CPU reserved and the machine's threads).
+    Embeds the passages of an index into dense shards in its folder (`embed_passages`).
 
     :param passages: The passages (`position`, `id`, `content`), a Ray Dataset or the in-process engine's dataset.
     :param passages_count: How many there are (the index's `documents`): the shards must cover them all.
@@ -129,12 +128,23 @@ def embed_index(
     :raises InputError: If the model folder lacks its sentence-transformers configuration.
     """
     started = time.time()
+    return dense_section(settings, embed_passages(passages, settings, location, engine, cluster), passages_count,
+                         started)  # fmt: skip
+
+
+def embed_passages(
+    passages: Any, settings: RetrievalSettings, location: str, engine: Any, cluster: dict
+) -> list[dict[str, Any]]:
+    """
+    Embeds passages into dense shards of the index at `location`, in an actor pool (one actor per GPU, else one
+    actor with a fraction of a CPU reserved and the machine's threads).
+
+    :param passages: The passages (`position`, `id`, `content`), a Ray Dataset or the in-process engine's dataset.
+    :returns: The shards written or kept (`SHARD_SCHEMA` rows), in corpus order.
+    :raises InputError: If the model folder lacks its sentence-transformers configuration.
+    """
     model = settings.embedding_model
-    try:
-        config = EmbeddingModelConfig.read(resolve_model_folder(model))
-    except ValueError as error:
-        raise InputError(f"--embedding-model {redact(model)}: {error}") from None
-    fingerprint = embedding_fingerprint(model)
+    model_config(model)
     gpus, cpus = cluster.get("gpus") or 0, cluster.get("cpus") or 1
     actors = max(1, int(gpus)) if gpus else 1
     written = passages.map_batches(
@@ -147,14 +157,35 @@ def embed_index(
             "model": model,
             "precision": settings.embedding_precision,
             "similarity": settings.embedding_similarity,
-            "fingerprint": fingerprint,
+            "fingerprint": embedding_fingerprint(model),
             "cpu_threads": int(cpus),
             "device": engine.reader_device(),
         },
         num_cpus=min(0.5, cpus / 4),
         num_gpus=1 if gpus else None,
     )
-    shards = sorted(written.iter_rows(), key=lambda row: row["doc_offset"])
+    return sorted(written.iter_rows(), key=lambda row: row["doc_offset"])
+
+
+def model_config(model: str) -> EmbeddingModelConfig:
+    """
+    The embedding model's sentence-transformers configuration.
+
+    :raises InputError: If the model folder lacks it.
+    """
+    try:
+        return EmbeddingModelConfig.read(resolve_model_folder(model))
+    except ValueError as error:
+        raise InputError(f"--embedding-model {redact(model)}: {error}") from None
+
+
+def dense_section(
+    settings: RetrievalSettings, shards: list[dict[str, Any]], passages_count: int, started: float
+) -> dict[str, Any]:
+    """
+    The build record's `dense` section of an index of `passages_count` passages whose vectors lie in these dense
+    shards (`SHARD_SCHEMA` rows, `embedded` whether written now), which must cover them all, in corpus order.
+    """
     covered = 0
     for shard in shards:
         if shard["doc_offset"] != covered:
@@ -162,9 +193,10 @@ def embed_index(
         covered += shard["n"]
     if covered != passages_count:
         raise RuntimeError(f"The dense shards hold {covered} vectors for an index of {passages_count} passages.")
+    config = model_config(settings.embedding_model)
     return {
-        "model": model,
-        "fingerprint": fingerprint,
+        "model": settings.embedding_model,
+        "fingerprint": embedding_fingerprint(settings.embedding_model),
         "dimension": config.dimension,
         "pooling": config.pooling,
         "normalize": config.normalize,

@@ -83,8 +83,9 @@ def add_documents_with_ray(location: str, documents: str, budget_gib: float | No
     (folder / BUILD_FILE).unlink()  # incomplete until the new record is written
     if old_shards == 1:  # a one-shard index keeps its files at the top: into shard-00000/ beside the new shards
         Path(locations[0]).mkdir()
-        for path in list(folder.iterdir()):
-            if path.is_file() and path.name not in (STATISTICS_FILE, FREQUENCIES_FILE):
+        shard_folders = {Path(shard).name for shard in locations}
+        for path in list(folder.iterdir()):  # its files and its own statistics (`bm25.SHARD_STATISTICS`)
+            if path.name not in (STATISTICS_FILE, FREQUENCIES_FILE, *shard_folders):
                 path.rename(Path(locations[0]) / path.name)
     # The added shards first: theirs are the longer tasks (their terms put in order, all their files written).
     shards = list(zip(locations[old_shards:], range(before.n_docs, statistics.n_docs, size), added.fingerprints,

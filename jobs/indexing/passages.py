@@ -87,21 +87,37 @@ def passage_shards(
 
     :returns: A Ray Dataset of one row per shard (or part of a shard), in corpus order, and how many passages in all.
     """
-    import ray.data
-
     groups, counts = _row_groups(documents, settings, first_position)
     size, end = settings.shard_size(sum(counts)), first_position + sum(counts)
-    firsts = range(first_position, end, size)
+    ranges = [(first, min(first + size, end)) for first in range(first_position, end, size)]
+    return range_shards(documents, settings, (groups, counts), ranges, cpus), sum(counts)
+
+
+def range_shards(
+    documents: str,
+    settings: "RetrievalSettings",
+    row_groups: tuple[list[dict[str, Any]], list[int]],
+    ranges: list[tuple[int, int]],
+    cpus: int = 1,
+) -> Any:
+    """
+    `passage_shards`' dataset of shards of the given ranges of corpus positions (`[first, stop)` each, in corpus
+    order), read from the documents' `row_groups` (`_row_groups`' or `document_passages`'): the shards an update
+    writes again between those it keeps (`jobs.indexing.update`).
+    """
+    import ray.data
+
+    groups, counts = row_groups
     shards = []
-    for shard, first in enumerate(firsts):
-        bounds = shard_parts(first, min(first + size, end), math.ceil(cpus / len(firsts)))
+    for shard, (first, stop) in enumerate(ranges):
+        bounds = shard_parts(first, stop, math.ceil(cpus / len(ranges)))
         shards += [{**item, "shard": shard, "part": part, "parts": len(bounds) - 1}
                    for part, item in enumerate(_shard_items(groups, counts, bounds))]  # fmt: skip
     for shard in shards:
         shard.update(documents=documents, split_length=settings.split_length, split_overlap=settings.split_overlap)
     if not shards:
-        return ray.data.from_arrow(pa.table({"first": pa.array([], pa.int64())})), 0
-    return ray.data.from_items(shards, override_num_blocks=len(shards)), sum(counts)
+        return ray.data.from_arrow(pa.table({"first": pa.array([], pa.int64())}))
+    return ray.data.from_items(shards, override_num_blocks=len(shards))
 
 
 def shard_parts(first: int, stop: int, parts: int) -> list[int]:
@@ -150,25 +166,60 @@ def _row_groups(
     counted from the Parquet footers' statistics (rows less the `content` column's nulls), split ones (or where
     a footer lacks them) by Ray Data tasks reading a row group each.
     """
-    import ray.data
+    groups, metadata = _listed_row_groups(documents)
+    counts = _counts_in_footers(metadata) if settings.split_length is None and groups else None
+    if counts is None:  # passages split, or a footer without the statistics: the row groups read
+        counts = [int(group.sum()) for group in _passages_per_document(documents, settings, groups)]
+    return _numbered_groups(groups, counts, first_position), counts
 
+
+def document_passages(
+    documents: str, settings: "RetrievalSettings"
+) -> tuple[tuple[list[dict[str, Any]], list[int]], np.ndarray]:
+    """
+    The documents' row groups and their passages (`_row_groups`, numbered from 0), and how many passages each
+    document with content makes, in table order (whole documents: one each; split ones counted by Ray Data tasks
+    reading a row group each): where each document's passages lie in the corpus.
+    """
+    if settings.split_length is None:
+        groups, counts = _row_groups(documents, settings, 0)
+        return (groups, counts), np.ones(sum(counts), np.int64)
+    groups, _ = _listed_row_groups(documents)
+    per_document = _passages_per_document(documents, settings, groups)
+    counts = [int(group.sum()) for group in per_document]
+    joined = np.concatenate(per_document) if per_document else np.zeros(0, np.int64)
+    return (_numbered_groups(groups, counts, 0), counts), joined
+
+
+def _listed_row_groups(documents: str) -> tuple[list[dict[str, Any]], list[pq.RowGroupMetaData]]:
+    """The documents' row groups (`index`, `path`, `row_group`), in table order, and their footers' metadata."""
     row_groups = [
         (fragment.path, group, fragment.metadata.row_group(group))
         for fragment in parquet_dataset(documents).get_fragments()
         for group in range(fragment.metadata.num_row_groups)
     ]
     groups = [{"index": index, "path": path, "row_group": group} for index, (path, group, _) in enumerate(row_groups)]
+    return groups, [metadata for _, _, metadata in row_groups]
+
+
+def _passages_per_document(
+    documents: str, settings: "RetrievalSettings", groups: list[dict[str, Any]]
+) -> list[np.ndarray]:
+    """Each row group's passages per document with content, by Ray Data tasks reading a row group each."""
+    import ray.data
+
     if not groups:
-        return [], []
-    counts = _counts_in_footers([metadata for _, _, metadata in row_groups]) if settings.split_length is None else None
-    if counts is None:  # passages split, or a footer without the statistics: the row groups read
-        options = {"documents": documents, "split_length": settings.split_length,
-                   "split_overlap": settings.split_overlap}  # fmt: skip
-        listed = ray.data.from_items(groups, override_num_blocks=len(groups))
-        counted = listed.map_batches(_count_row_group, batch_size=1, fn_kwargs=options).take_all()
-        counts = [row["passages"] for row in sorted(counted, key=lambda row: row["index"])]
+        return []
+    options = {"documents": documents, "split_length": settings.split_length, "split_overlap": settings.split_overlap}
+    listed = ray.data.from_items(groups, override_num_blocks=len(groups))
+    counted = listed.map_batches(_count_row_group, batch_size=1, fn_kwargs=options).take_all()
+    return [np.asarray(row["passages"], np.int64) for row in sorted(counted, key=lambda row: row["index"])]
+
+
+def _numbered_groups(groups: list[dict[str, Any]], counts: list[int], first_position: int) -> list[dict[str, Any]]:
+    """The row groups with `first`: the corpus position of their first passage, counted from `first_position`."""
     firsts = np.cumsum([first_position] + counts[:-1]).tolist()
-    return [{**group, "first": first} for group, first in zip(groups, firsts, strict=True)], counts
+    return [{**group, "first": first} for group, first in zip(groups, firsts, strict=True)]
 
 
 def _shard_items(row_groups: list[dict[str, Any]], counts: list[int], bounds: list[int]) -> list[dict[str, Any]]:
@@ -218,15 +269,16 @@ def _row_group_batches(path: str, row_group: int, documents: str, stored: bool =
 def _count_row_group(
     item: dict[str, Any], documents: str, split_length: int | None, split_overlap: int
 ) -> dict[str, Any]:
-    """A row group -> how many passages it holds."""
+    """A row group -> how many passages each of its documents with content makes."""
     path, row_group = str(item["path"][0]), int(item["row_group"][0])
-    count = 0
+    counts = []
     for batch in _row_group_batches(path, row_group, documents):
         if split_length is None:
-            count += batch.num_rows - batch.column("content").null_count
+            counts.append(np.ones(batch.num_rows - batch.column("content").null_count, np.int64))
         else:
-            count += _passages_of_batch(pa.Table.from_batches([batch]), split_length, split_overlap)[0].num_rows
-    return {"index": item["index"], "passages": [count]}
+            passages, sources = _passages_of_batch(pa.Table.from_batches([batch]), split_length, split_overlap)
+            counts.append(np.bincount(passages["source"].to_numpy(), minlength=sources.num_rows))
+    return {"index": item["index"], "passages": [np.concatenate(counts).tolist() if counts else []]}
 
 
 def _row_group_passages(

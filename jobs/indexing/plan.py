@@ -24,6 +24,7 @@ from jobs.indexing.record import (
     summary,
 )
 from jobs.indexing.vectors import complete_dense_part
+from jobs.indexing.versions import current_version
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import parquet_dataset
 
@@ -83,7 +84,7 @@ def given_store(settings: RetrievalSettings, documents_path: str, location: str 
     the run joins no documents table, whatever its size.
     """
     location = location or settings.index
-    record = read_json(location, BUILD_FILE) if location is not None else None
+    record = read_json(current_version(location), BUILD_FILE) if location is not None else None
     if not isinstance(record, dict) or not record.get("store"):
         return False
     return _store_serves(parquet_dataset(documents_path).schema, record.get(STORE_COLUMNS_KEY, []))
@@ -105,7 +106,8 @@ def prepare_index(
     :raises InputError: For an `--index` built from other documents or with other settings, or documents that
         cannot be indexed (none with content, no terms, bad ids), naming the option or file.
     """
-    if settings.index is not None:
+    if settings.index is not None:  # the version it points to now (an updated index), for the whole run
+        settings = replace(settings, index=current_version(settings.index))
         return IndexPlan(settings.index, {**check_given_index(settings, documents), "source": "given"})
     saved = saved_index(output)
     if resuming:

@@ -51,10 +51,13 @@ def read_json(location: str, name: str) -> Any | None:
 
 def index_fingerprint(location: str) -> str | None:
     """
-    An index folder's fingerprint: the SHA-256 of its build record (`build.json`, rewritten by every build and
-    growth), as canonical JSON; None for a folder without one.
+    An index folder's fingerprint: the SHA-256 of its build record (`build.json`, rewritten by every build, growth
+    and update), as canonical JSON, of the version it points to (`versions.current_version`); None for a folder
+    without one.
     """
-    record = read_json(location, BUILD_FILE)
+    from jobs.indexing.versions import current_version  # which reads its pointer with this module's `read_json`
+
+    record = read_json(current_version(location), BUILD_FILE)
     if record is None:
         return None
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode("utf-8")).hexdigest()

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from qa_core.retrieval.filters import DOCUMENT_FIELDS, META_PREFIX, FilterError, filter_fields
+from qa_core.retrieval.index_io import replaced
 
 FILTER_FIELDS_FILE = "filter_fields.arrow"
 
@@ -50,8 +51,9 @@ def write_filter_fields(folder: Path, table: pa.Table) -> None:
     Writes a shard's filter fields: `table` holds its documents' metadata columns to keep, one row per document in
     the shard's order (an uncompressed Arrow IPC file, `FILTER_FIELDS_FILE`).
     """
-    with pa.OSFile(str(Path(folder) / FILTER_FIELDS_FILE), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
+    with replaced(Path(folder) / FILTER_FIELDS_FILE) as partial:  # a shard kept by an update is a hard link
+        with pa.OSFile(str(partial), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
 
 
 def read_filter_fields(folder: Path, mmap: bool = True) -> dict[str, pa.ChunkedArray]:

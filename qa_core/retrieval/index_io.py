@@ -4,7 +4,9 @@ memory-mapped for search, nothing ever unpickled.
 """
 
 import json
+import os
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
@@ -59,7 +61,20 @@ def smallest_unsigned(values: np.ndarray) -> np.dtype:
 def write_array(folder: Path, name: str, values: np.ndarray, n_docs: int) -> None:
     """Writes an index array as `name.npy` in its `array_dtype` (never pickled)."""
     dtype = array_dtype(name, values, n_docs)
-    np.save(folder / f"{name}.npy", np.ascontiguousarray(values, dtype), allow_pickle=False)
+    with replaced(folder / f"{name}.npy") as partial, partial.open("wb") as file:
+        np.save(file, np.ascontiguousarray(values, dtype), allow_pickle=False)
+
+
+@contextmanager
+def replaced(path: Path) -> Iterator[Path]:
+    """
+    Where to write the file `path`, renamed over it once written: an index's files are replaced, never written over
+    in place, so that a shard folder may share its files with an earlier version of its index by hard links (an
+    update weighs such a shard again: `jobs.indexing.update`) and a memory-mapped file stays as it was.
+    """
+    partial = path.with_name(f".{path.name}.partial")
+    yield partial
+    os.replace(partial, path)
 
 
 def read_arrays(folder: Path, names: tuple[str, ...], mmap: bool) -> dict[str, np.ndarray]:
@@ -101,8 +116,9 @@ class DocIds(Sequence[str]):
 def write_doc_ids(path: Path, ids: Sequence[str]) -> None:
     """Writes document ids as an uncompressed Arrow IPC file of one `id` column (`DOC_IDS_FILE`)."""
     array = ids.arrow() if isinstance(ids, DocIds) else pa.array(list(ids), pa.string())
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, _DOC_IDS_SCHEMA) as writer:
-        writer.write_table(pa.table([array], schema=_DOC_IDS_SCHEMA))
+    with replaced(path) as partial:
+        with pa.OSFile(str(partial), "wb") as sink, pa.ipc.new_file(sink, _DOC_IDS_SCHEMA) as writer:
+            writer.write_table(pa.table([array], schema=_DOC_IDS_SCHEMA))
 
 
 def read_doc_ids(folder: Path, mmap: bool = True, name: str = DOC_IDS_FILE) -> DocIds:
@@ -204,8 +220,8 @@ def read_array(path: Path, dtypes: np.dtype | tuple[np.dtype, ...], ndim: int, m
 
 
 def write_json(path: Path, value: Any) -> None:
-    """Writes a JSON file (UTF-8, non-ASCII characters as they are)."""
-    with path.open("w", encoding="utf-8") as file:
+    """Writes a JSON file (UTF-8, non-ASCII characters as they are), replacing the one there (`replaced`)."""
+    with replaced(path) as partial, partial.open("w", encoding="utf-8") as file:
         json.dump(value, file, ensure_ascii=False)
 
 

@@ -216,3 +216,48 @@ def test_an_ingestion_in_object_storage_is_updated_as_a_local_one(s3_server, mon
     published = pads.dataset(f"{s3_server.bucket}/ingested/documents", filesystem=filesystem, format="parquet")
     assert published.to_table().equals(pq.read_table(tmp_path / "fresh" / "documents"))
     assert filesystem.get_file_info(f"{s3_server.bucket}/ingested/_staging").type == pafs.FileType.NotFound
+
+
+def test_an_index_in_object_storage_is_updated_as_a_local_one(s3_server, monkeypatch, tmp_path):
+    """
+    `jobs.index --update` of an index in object storage, by Ray tasks: an update stopped midway leaves every object
+    of the index as it was and its pointer absent (a reader finds the old version); the next one writes the new
+    version, switches the pointer and removes the old one; the new version searches as a fresh build.
+    """
+    from jobs import index as index_command
+    from jobs.indexing import update as update_module
+    from jobs.indexing.record import BUILD_FILE, read_json, shard_locations
+    from jobs.indexing.versions import VERSION_FILE, current_version
+    from qa_core.retrieval import BM25Index, merge_top_k
+    from tests.jobs.conftest import own_local_ray
+    from tests.jobs.indexing.test_update import QUERIES, _tables
+
+    for name, value in s3_server.env.items():  # the Ray workers started below inherit them
+        monkeypatch.setenv(name, value)
+    (tmp_path / "node-tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "node-tmp"))
+    before, after = _tables(tmp_path, 40)
+    filesystem, prefix = s3_filesystem(s3_server), f"{s3_server.bucket}/updated"
+    uri, fresh, size = f"s3://{prefix}", tmp_path / "fresh", ["--index-shard-size", "30"]
+    with own_local_ray(num_cpus=2):
+        assert index_command.main(["--documents", before, "--output", uri, *size]) == 0
+        assert index_command.main(["--documents", after, "--output", str(fresh), *size]) == 0
+        old = _files(filesystem, prefix)
+        with monkeypatch.context() as patched:
+            patched.setattr(update_module, "weigh_shards", lambda *args: 1 / 0)
+            with pytest.raises(ZeroDivisionError):
+                index_command.main(["--update", after, "--index", uri])
+        assert {name: data for name, data in _files(filesystem, prefix).items() if name in old} == old
+        assert current_version(uri) == uri
+        assert index_command.main(["--update", after, "--index", uri]) == 0
+    assert read_json(uri, VERSION_FILE) == {"version": "v-000001"}
+    assert {name.split("/")[0] for name in _files(filesystem, prefix)} == {VERSION_FILE, "v-000001"}
+
+    def searched(location: str) -> tuple:
+        record = read_json(location, BUILD_FILE)
+        folder = str(local_index_folder(location)) if "://" in location else location
+        shards = [BM25Index.load(shard) for shard in shard_locations(folder, record["shards"])]
+        return merge_top_k([shard.search(QUERIES, 7) for shard in shards], 7)
+
+    for found, wanted in zip(searched(current_version(uri)), searched(str(fresh)), strict=True):
+        assert found.tobytes() == wanted.tobytes()

@@ -183,16 +183,32 @@ def test_an_index_from_jobs_index_gives_the_same_output(
     assert record["vocabulary"] == json.loads((job_output / "manifest.json").read_text())["index"]["vocabulary"]
     assert not (output / INDEX_FOLDER).exists()
     assert_same_retrieved(output, job_output)
-    # The index updated since (its build record rewritten): the run is not resumed over it (capfd, not capsys: this
+    # The index updated since (`--update`, a new version): the run is not resumed over it (capfd, not capsys: this
     # test starts Ray, unlike the bad-input tests `no_ray_for_bad_input` watches)
-    record = json.loads((index / "build.json").read_text())
-    (index / "build.json").write_text(json.dumps({**record, "build_s": record["build_s"] + 1}))
+    table = pq.read_table(corpus["paths"]["documents"])
+    ids, contents = table["id"].to_pylist(), table["content"].to_pylist()
+    contents[3] = "The function returns the sorted list of the module's items."  # changed; two deleted, one added
+    changed_path = write_table(corpus["root"] / "documents-changed.parquet",
+                               {"id": ids[2:] + ["new"], "content": contents[2:] + ["A missing key raises an error."]})
+    assert index_command.main(["--update", changed_path, "--index", str(index)]) == 0
     status = run_job(
         "--questions", corpus["paths"]["retrieved_only"], "--documents", corpus["paths"]["documents"],
         "--index", index, "--output", output, "--model", tiny_bert_model, *FLAGS,
     )  # fmt: skip
     assert status == 2
     assert f"{output}: holds the output of a run with other input files (index)." in capfd.readouterr().err
+    # A job over the updated index gives the tables of a job over a fresh build of the same documents.
+    fresh = corpus["root"] / "index-fresh"
+    assert index_command.main(["--documents", changed_path, "--output", str(fresh), "--index-shards", "3"]) == 0
+    outputs = {}
+    for name, folder in (("updated", index), ("fresh", fresh)):
+        outputs[name] = corpus["root"] / f"out-{name}-index"
+        status = run_job(
+            "--questions", corpus["paths"]["retrieved_only"], "--documents", changed_path, "--index", folder,
+            "--output", outputs[name], "--model", tiny_bert_model, *FLAGS, "--engine", "in-process",
+        )  # fmt: skip
+        assert status == 0
+    assert_same_outputs(outputs["updated"], outputs["fresh"], ("questions", "answers"))
 
 
 def test_over_an_index_the_job_reads_only_the_passages_it_retrieved(
