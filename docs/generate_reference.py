@@ -50,6 +50,7 @@ MEASUREMENT = "a benchmark: its command and figures are on the benchmarks page"
 NOT_DOCUMENTED = {
     "jobs.bulk_qa.driver": "the same command as jobs.bulk_qa",
     "jobs.gpu_check": MEASUREMENT,
+    "jobs.bulk_qa.results_bench": MEASUREMENT,
     "qa_core.ingest.worker": "the converter process that the ingestion starts itself, not a command",
     **{
         f"jobs.bench.{name}": MEASUREMENT
@@ -57,7 +58,6 @@ NOT_DOCUMENTED = {
             "corpus_waves",
             "dense_search",
             "embedding",
-            "evaluation",
             "every_document",
             "filtered_search",
             "index_update",

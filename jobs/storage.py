@@ -92,6 +92,16 @@ def resolve_path(path: str) -> tuple[pafs.FileSystem, str]:
         raise InputError(f"{redact(path)}: unsupported path or filesystem: {error}") from None
 
 
+def read_json(location: str, name: str) -> Any | None:
+    """A JSON file of a folder on any filesystem; None when it does not exist or is not valid JSON."""
+    filesystem, inner = resolve_path(location)
+    try:
+        with filesystem.open_input_stream(f"{inner.rstrip('/')}/{name}") as stream:
+            return json.loads(stream.read().decode("utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def parquet_dataset(path: str) -> pads.Dataset:
     """A Parquet file or folder, local or at a URI, opened lazily (footers are read on demand)."""
     filesystem, inner = resolve_path(path)

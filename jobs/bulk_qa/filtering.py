@@ -15,11 +15,11 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.indexing.filter_fields import FILTER_FIELDS_KEY, chosen_fields, held_fields
-from jobs.indexing.record import BUILD_FILE, read_json
+from jobs.indexing.record import BUILD_FILE
 from jobs.metadata import metadata_columns, metadata_fields, read_metadata
 from jobs.retrieval.retrieve import FILTERS, filter_groups, row_filters
 from jobs.retrieval_settings import RetrievalSettings
-from jobs.storage import InputError, parquet_dataset, redact
+from jobs.storage import InputError, parquet_dataset, read_json, redact
 from qa_core.retrieval.filter_fields import check_fields_held
 from qa_core.retrieval.filters import META_PREFIX, FilterError, filter_fields, matching_mask, question_filters
 

@@ -18,9 +18,9 @@ from jobs.indexing.build import cluster_cpus, count_checked_shards, memory_budge
 from jobs.indexing.check import check_split_layout
 from jobs.indexing.memory import bounded
 from jobs.indexing.passages import passage_shards
-from jobs.indexing.record import BUILD_FILE, STORE_COLUMNS_KEY, build_record, read_json, shard_locations
+from jobs.indexing.record import BUILD_FILE, STORE_COLUMNS_KEY, build_record, shard_locations
 from jobs.retrieval_settings import RetrievalSettings
-from jobs.storage import InputError, redact, resolve_path
+from jobs.storage import InputError, read_json, redact, resolve_path
 from qa_core.retrieval.index_io import HEADER_FILE
 from qa_core.retrieval.statistics import FREQUENCIES_FILE, STATISTICS_FILE, CorpusStatistics
 

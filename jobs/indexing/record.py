@@ -19,7 +19,8 @@ import time
 from typing import Any
 
 from jobs.retrieval_settings import RetrievalSettings
-from jobs.storage import parquet_dataset, resolve_path
+from jobs.indexing.versions import current_version
+from jobs.storage import parquet_dataset, read_json, resolve_path
 from jobs.tables import input_fingerprint
 from qa_core.retrieval.dense import DENSE_HEADER_FILE
 from qa_core.retrieval.store import STORED_DOCUMENT_FIELDS
@@ -39,24 +40,12 @@ def shard_locations(location: str, shards: int) -> list[str]:
     return [f"{location.rstrip('/')}/shard-{shard:05d}" for shard in range(shards)]
 
 
-def read_json(location: str, name: str) -> Any | None:
-    """A JSON file of a folder on any filesystem; None when it does not exist or is not valid JSON."""
-    filesystem, inner = resolve_path(location)
-    try:
-        with filesystem.open_input_stream(f"{inner.rstrip('/')}/{name}") as stream:
-            return json.loads(stream.read().decode("utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
-
-
 def index_fingerprint(location: str) -> str | None:
     """
     An index folder's fingerprint: the SHA-256 of its build record (`build.json`, rewritten by every build, growth
     and update), as canonical JSON, of the version it points to (`versions.current_version`); None for a folder
     without one.
     """
-    from jobs.indexing.versions import current_version  # which reads its pointer with this module's `read_json`
-
     record = read_json(current_version(location), BUILD_FILE)
     if record is None:
         return None

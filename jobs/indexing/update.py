@@ -54,7 +54,7 @@ from jobs.indexing.check import check_split_layout
 from jobs.indexing.filter_fields import FILTER_FIELDS_KEY, add_filter_fields
 from jobs.indexing.memory import bounded
 from jobs.indexing.passages import document_passages, range_shards, read_shard
-from jobs.indexing.record import BUILD_FILE, STORE_COLUMNS_KEY, build_record, dense_format, read_json, shard_locations
+from jobs.indexing.record import BUILD_FILE, STORE_COLUMNS_KEY, build_record, dense_format, shard_locations
 from jobs.indexing.versions import (
     LOCK_FILE,
     VERSION_FILE,
@@ -67,7 +67,7 @@ from jobs.indexing.versions import (
 )
 from jobs.passages import PASSAGES_FILE, SOURCE_IDS_FILE, check_source_ids
 from jobs.retrieval_settings import RetrievalSettings
-from jobs.storage import InputError, parquet_dataset, redact, resolve_path
+from jobs.storage import InputError, parquet_dataset, read_json, redact, resolve_path
 from qa_core.retrieval.dense import DENSE_HEADER_FILE
 from qa_core.retrieval.dense import FORMAT as DENSE_FORMAT
 from qa_core.retrieval.fingerprint import fingerprint_hex, fingerprint_of_hashes, text_hashes

@@ -9,9 +9,9 @@ from typing import Any
 from jobs.engines import Engine, InProcessEngine
 from jobs.in_process import InProcessDataset
 from jobs.indexing.documents import passage_tables
-from jobs.indexing.record import BUILD_FILE, dense_format, read_json, write_dense_record
+from jobs.indexing.record import BUILD_FILE, dense_format, write_dense_record
 from jobs.retrieval_settings import RetrievalSettings
-from jobs.storage import InputError
+from jobs.storage import InputError, read_json
 from qa_core.retrieval.dense import FORMAT as DENSE_FORMAT
 
 

@@ -23,8 +23,7 @@ from contextlib import contextmanager
 
 import pyarrow.fs as pafs
 
-from jobs.indexing.record import read_json
-from jobs.storage import InputError, redact, resolve_path
+from jobs.storage import InputError, read_json, redact, resolve_path
 
 VERSION_FILE = "version.json"  # the pointer: {"version": "v-000002"}
 LOCK_FILE = "update.lock"

@@ -17,7 +17,7 @@ from jobs.ingest.folder import list_folder
 from jobs.ingest.run import ingest
 from jobs.ingest.stage import IngestSettings, SplitSettings
 from jobs.retrieval_settings import RetrievalSettings
-from jobs.storage import local_index_folder, resolve_path, written_in_place
+from jobs.storage import local_index_folder, read_json, resolve_path, written_in_place
 from qa_core.ingest import CleanerSettings
 from tests.cluster.cluster_testing import ROOT, SAMPLE, check_answer_tables, explain, input_ids, submission_id, submit
 from tests.jobs.conftest import TEXTS, write_corpus
@@ -226,7 +226,7 @@ def test_an_index_in_object_storage_is_updated_as_a_local_one(s3_server, monkeyp
     """
     from jobs import index as index_command
     from jobs.indexing import update as update_module
-    from jobs.indexing.record import BUILD_FILE, read_json, shard_locations
+    from jobs.indexing.record import BUILD_FILE, shard_locations
     from jobs.indexing.versions import VERSION_FILE, current_version
     from qa_core.retrieval import BM25Index, merge_top_k
     from tests.jobs.conftest import own_local_ray
