@@ -38,6 +38,7 @@ from jobs.bulk_qa.workers.rows import (
     PAIR,
     PAIRS_SCHEMA,
     QUESTION,
+    in_wave,
     shard_of,
     table,
 )
@@ -181,10 +182,12 @@ def read_inputs(config: JobConfig, engine: Engine, num_shards: int) -> Inputs:
 
 
 def _wave_documents(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> list[tuple[int, dict[str, Any]]]:
-    """The batch's documents (as `document_columns` gives them) of the wave's shards, each with its shard."""
-    documents = document_columns(batch).to_pylist()
-    placed = [(shard_of(document["id"], num_shards), document) for document in documents]
-    return [(shard, document) for shard, document in placed if shard in shards]
+    """
+    The batch's documents (as `document_columns` gives them) of the wave's shards, each with its shard: only those
+    become Python rows (every wave reads the whole table).
+    """
+    documents, placed = in_wave(document_columns(batch), num_shards, shards)
+    return list(zip(placed, documents.to_pylist(), strict=True))
 
 
 def document_pairs(batch: pa.Table, questions: pa.Table, num_shards: int, shards: frozenset[int]) -> pa.Table:
