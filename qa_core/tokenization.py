@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -74,71 +74,78 @@ def tokenize_each_pair(
     tokenizer: "PreTrainedTokenizerBase", queries: list[str], contents: list[str], settings: TokenizationSettings
 ) -> tuple[list[Sequence], dict[int, str]]:
     """
-    `tokenize_pairs` that goes on past pairs it cannot tokenize: all pairs at once, and only when that fails,
-    pair by pair.
+    `tokenize_pairs` that goes on past pairs it cannot tokenize. Each distinct query and document text is tokenized
+    once, however many pairs share it (the same questions of every document, a question over many documents).
 
     :returns: The sequences of the pairs that could be tokenized, and for each other pair (by index) why not.
     """
     if not queries:
         return [], {}
-    try:
-        return _sequences(_encode_pairs(tokenizer, queries, contents, settings), range(len(queries))), {}
-    except Exception:  # noqa: BLE001 - tokenizers raises a bare Exception when a query leaves no room
-        pass
+    backend, encoded = _encode_texts(tokenizer, [*queries, *contents], settings)
     sequences: list[Sequence] = []
     failures: dict[int, str] = {}
     for index, (query, content) in enumerate(zip(queries, contents, strict=True)):
-        try:
-            sequences += _sequences(_encode_pairs(tokenizer, [query], [content], settings), [index])
-        except Exception as error:  # noqa: BLE001 - see above
-            failures[index] = _failure(query, content, error, settings)
+        problem = _not_text(query, content)
+        if problem is None:
+            try:
+                encoding = backend.post_process(encoded[query], encoded[content], add_special_tokens=True)
+            except Exception as error:  # noqa: BLE001 - tokenizers raises a bare Exception when a query leaves no room
+                problem = (
+                    f"Cannot tokenize query {query[:80]!r} with max_seq_length={settings.max_seq_length} and "
+                    f"stride={settings.stride}: {error}. Shorten the query or raise max_seq_length."
+                )
+        if problem is None:
+            sequences += _windows(index, encoding)
+        else:
+            failures[index] = problem
     return sequences, failures
 
 
-def _failure(query: object, content: object, error: Exception, settings: TokenizationSettings) -> str:
-    """Why a pair could not be tokenized: a query or document that is not text, or a query too long."""
+def _not_text(query: object, content: object) -> str | None:
+    """Why a pair cannot be tokenized when its query or document is not text, else None."""
     for name, value in (("query", query), ("document", content)):
         if not isinstance(value, str):
             return f"Cannot tokenize the pair: its {name} is {type(value).__name__}, not a string ({value!r:.80})."
-    return (
-        f"Cannot tokenize query {query[:80]!r} with max_seq_length={settings.max_seq_length} and "
-        f"stride={settings.stride}: {error}. Shorten the query or raise max_seq_length."
-    )
+    return None
 
 
-def _sequences(encodings: list, pair_indices) -> list[Sequence]:
-    """The windows of each pair's encoding as sequences, in pair and document order."""
+def _windows(pair_index: int, encoding) -> list[Sequence]:
+    """The windows of a pair's encoding as sequences, in document order."""
     sequences = []
-    for pair_index, encoding in zip(pair_indices, encodings, strict=True):
-        for window in [encoding, *encoding.overflowing]:  # the pair's windows, in document order
-            sequence_ids = window.sequence_ids
-            try:  # the document side is one contiguous run of sequence id 1
-                context_start = sequence_ids.index(1)
-                context_end = len(sequence_ids) - sequence_ids[::-1].index(1)
-            except ValueError:
-                context_start = context_end = 0
-            offsets = window.offsets
-            offsets = np.fromiter(chain.from_iterable(offsets), dtype=np.int64, count=2 * len(offsets)).reshape(-1, 2)
-            sequences.append(
-                Sequence(
-                    pair_index=pair_index,
-                    input_ids=np.asarray(window.ids, dtype=np.int64),
-                    context_start=context_start,
-                    context_end=context_end,
-                    char_starts=offsets[:, 0],
-                    char_ends=offsets[:, 1],
-                )
+    for window in [encoding, *encoding.overflowing]:
+        sequence_ids = window.sequence_ids
+        try:  # the document side is one contiguous run of sequence id 1
+            context_start = sequence_ids.index(1)
+            context_end = len(sequence_ids) - sequence_ids[::-1].index(1)
+        except ValueError:
+            context_start = context_end = 0
+        offsets = window.offsets
+        offsets = np.fromiter(chain.from_iterable(offsets), dtype=np.int64, count=2 * len(offsets)).reshape(-1, 2)
+        sequences.append(
+            Sequence(
+                pair_index=pair_index,
+                input_ids=np.asarray(window.ids, dtype=np.int64),
+                context_start=context_start,
+                context_end=context_end,
+                char_starts=offsets[:, 0],
+                char_ends=offsets[:, 1],
             )
+        )
     return sequences
 
 
-def _encode_pairs(tokenizer, queries: list[str], contents: list[str], settings: TokenizationSettings) -> list:
+def _encode_texts(tokenizer, texts: list, settings: TokenizationSettings) -> tuple[Any, dict[str, Any]]:
     """
-    The Rust tokenizer's encodings of the pairs, truncated and split exactly as `tokenizer(queries, contents,
-    truncation="only_second", max_length=max_seq_length, stride=stride, return_overflowing_tokens=True)` would
-    make them, without transformers' copy of every encoding into Python lists (ids, masks, offsets), which this
-    module never reads and which cost a third of the tokenization time. Each encoding's `overflowing` holds the
-    pair's further windows.
+    The Rust tokenizer, set to truncate and split pairs exactly as `tokenizer(queries, contents,
+    truncation="only_second", max_length=max_seq_length, stride=stride, return_overflowing_tokens=True)` does, and
+    the encoding of each distinct text of `texts` on its own, before any post-processing.
+
+    The tokenizer encodes a pair's two texts each on its own and only then truncates the pair into windows and adds
+    its special tokens (its `post_process`: also the byte-level tokenizers' offset trimming, window by window), so
+    `post_process(encoded[query], encoded[content])` is the pair's encoding, its `overflowing` the further windows,
+    bit for bit what encoding the pair makes; only the document side's type ids, which the post-processor
+    rewrites and no `Sequence` carries, are those of a first text. This also skips transformers' copy of every
+    encoding into Python lists (ids, masks, offsets), which this module never reads.
     """
     from transformers.tokenization_utils_base import TruncationStrategy
     from transformers.utils import PaddingStrategy
@@ -154,4 +161,13 @@ def _encode_pairs(tokenizer, queries: list[str], contents: list[str], settings: 
     backend = tokenizer.backend_tokenizer
     if backend.encode_special_tokens != tokenizer.split_special_tokens:
         backend.encode_special_tokens = tokenizer.split_special_tokens
-    return backend.encode_batch(list(zip(queries, contents, strict=True)), add_special_tokens=True)
+    distinct = list(dict.fromkeys(text for text in texts if isinstance(text, str)))
+    truncation, post_processor = backend.truncation, backend.post_processor
+    backend.no_truncation()  # each text whole, with no special tokens: the pair's post-processing adds them
+    backend.post_processor = None
+    try:
+        encodings = backend.encode_batch(distinct, add_special_tokens=False)
+    finally:
+        backend.post_processor = post_processor
+        backend.enable_truncation(**truncation)
+    return backend, dict(zip(distinct, encodings, strict=True))

@@ -44,6 +44,7 @@ from jobs.bulk_qa.workers.rows import (
     PAIR,
     PAIRS_SCHEMA,
     QUESTION,
+    in_wave,
     shard_of,
     table,
 )
@@ -229,11 +230,16 @@ def _asked(batch: pa.Table, questions: pa.Table) -> list[list[bool]]:
     return [masks[json.dumps(each, sort_keys=True)] for each in filters]
 
 
-def _wave_documents(batch: pa.Table, num_shards: int, shards: frozenset[int]) -> list[tuple[int, int, dict[str, Any]]]:
-    """The batch's documents (as `document_columns` gives them) of the wave's shards, each with its shard and row."""
-    documents = document_columns(batch).to_pylist()
-    placed = [(shard_of(document["id"], num_shards), at, document) for at, document in enumerate(documents)]
-    return [(shard, at, document) for shard, at, document in placed if shard in shards]
+def _wave_documents(
+    batch: pa.Table, num_shards: int, shards: frozenset[int]
+) -> tuple[pa.Table, list[tuple[int, int, dict[str, Any]]]]:
+    """
+    The batch's documents of the wave's shards (only those become Python rows: every wave reads the whole table),
+    and each (as `document_columns` gives it) with its shard and its row among them.
+    """
+    wave, placed = in_wave(batch, num_shards, shards)
+    documents = document_columns(wave).to_pylist()
+    return wave, [(shard, at, document) for at, (shard, document) in enumerate(zip(placed, documents, strict=True))]
 
 
 def document_pairs(batch: pa.Table, questions: pa.Table, num_shards: int, shards: frozenset[int]) -> pa.Table:
@@ -241,7 +247,8 @@ def document_pairs(batch: pa.Table, questions: pa.Table, num_shards: int, shards
     The wave's documents -> one `pair` row per question that can be asked, carrying the document: each document
     read once for all its questions, with no join.
     """
-    asked = _asked(batch, questions)
+    wave, documents = _wave_documents(batch, num_shards, shards)
+    asked = _asked(wave, questions)
     rows = [
         {
             "shard": shard,
@@ -252,7 +259,7 @@ def document_pairs(batch: pa.Table, questions: pa.Table, num_shards: int, shards
             "document_id": document["id"],
             **{name: document[name] for name in ("content", "page_number", "file_path", "known")},
         }
-        for shard, at, document in _wave_documents(batch, num_shards, shards)
+        for shard, at, document in documents
         for question, matches in zip(questions.to_pylist(), asked, strict=True)
         if matches[at] and query_error(question["query"]) is None
     ]
@@ -265,7 +272,8 @@ def pair_question_rows(batch: pa.Table, questions: pa.Table, num_shards: int, sh
     alone would have, with the document's file and page for the by_document table; a pair whose question's filter
     does not match the document is of kind `FILTERED` instead (no question of the tables: `aggregate_documents`).
     """
-    asked = _asked(batch, questions)
+    wave, documents = _wave_documents(batch, num_shards, shards)
+    asked = _asked(wave, questions)
     rows = [
         {
             "shard": shard,
@@ -277,7 +285,7 @@ def pair_question_rows(batch: pa.Table, questions: pa.Table, num_shards: int, sh
             "file_path": document["file_path"],
             "page_number": document["page_number"],
         }
-        for shard, at, document in _wave_documents(batch, num_shards, shards)
+        for shard, at, document in documents
         for question, matches in zip(questions.to_pylist(), asked, strict=True)
     ]
     return table(rows, AGGREGATION_SCHEMA)

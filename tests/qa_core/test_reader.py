@@ -309,6 +309,67 @@ def test_long_document_is_split_into_overlapping_windows(request, model_fixture)
     assert windows[-1].char_ends[windows[-1].context_end - 1] == len(content.rstrip())
 
 
+class CountingBackend:
+    """Wraps a Rust tokenizer and records the texts it encodes."""
+
+    def __init__(self, backend) -> None:
+        object.__setattr__(self, "backend", backend)
+        object.__setattr__(self, "encoded", [])
+
+    def __getattr__(self, name: str):
+        return getattr(self.backend, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self.backend, name, value)
+
+    def encode_batch(self, texts, **kwargs):
+        self.encoded.extend(texts)
+        return self.backend.encode_batch(texts, **kwargs)
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_bert_model", "tiny_roberta_model"], ids=["wordpiece", "byte-bpe"])
+@pytest.mark.parametrize(("max_seq_length", "stride"), [(48, 8), (40, 0), (384, 128)])
+def test_each_text_is_tokenized_once_and_the_pairs_equal_the_tokenization_of_each_pair(
+    request, model_fixture, max_seq_length, stride
+):
+    tokenizer = AutoTokenizer.from_pretrained(request.getfixturevalue(model_fixture))
+    queries = ["What is a deque?", "Wer schrieb «Ünïcode» — 日本語?", " spaced  out "]
+    contents = [
+        LONG[:4000],  # several windows at each length
+        "naïve café — 日本語のテキスト 😀\n\fpage two\tend " * 6,
+        "",
+        "  \n ",
+        "short",
+    ]
+    pairs = [(query, content) for content in contents for query in queries]  # every question of every document
+    counting = CountingBackend(tokenizer.backend_tokenizer)
+    tokenizer._tokenizer = counting
+    sequences = tokenize_pairs(
+        tokenizer, [q for q, _ in pairs], [c for _, c in pairs], TokenizationSettings(max_seq_length, stride)
+    )
+    assert counting.encoded == queries + contents  # each distinct text once
+    tokenizer._tokenizer = counting.backend
+    expected = tokenizer(  # what Haystack's reader asks of the tokenizer
+        [q for q, _ in pairs],
+        [c for _, c in pairs],
+        truncation="only_second",
+        max_length=max_seq_length,
+        stride=stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding=False,
+    )
+    assert len(sequences) == len(expected["input_ids"]) > len(pairs)
+    for row, sequence in enumerate(sequences):
+        assert sequence.pair_index == expected["overflow_to_sample_mapping"][row]
+        assert sequence.input_ids.tolist() == expected["input_ids"][row]
+        offsets = expected["offset_mapping"][row]
+        assert sequence.char_starts.tolist() == [start for start, _ in offsets]
+        assert sequence.char_ends.tolist() == [end for _, end in offsets]
+        context = [index for index, side in enumerate(expected.sequence_ids(row)) if side == 1]
+        assert (sequence.context_start, sequence.context_end) == ((context[0], context[-1] + 1) if context else (0, 0))
+
+
 def test_query_that_leaves_no_room_for_the_document_raises_value_error(readers):
     reader = readers()
     with pytest.raises(ValueError, match="max_seq_length"):
