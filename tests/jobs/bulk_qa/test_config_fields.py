@@ -32,6 +32,8 @@ VALUES: dict[str, Any] = {
     "join_mode": "distribution_based_rank_fusion",
     "join_weights": {"bm25": 1, "dense": 2},
     "encoding": "cp1252",
+    "ranker_meta_fields_to_embed": ["page_number"],
+    "ranker_precision": "bf16",
 }
 CHOICES = {"no_answer_source": ("haystack", "model"), "engine": ("auto", "ray")}  # the other choice than the default
 COMPANIONS = {
