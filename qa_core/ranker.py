@@ -8,8 +8,9 @@ tokenizer, and optionally `modules.json` with one Transformer module), run on tr
 (`longest_first` truncation at the folder's maximum length) and the model sees the same ids, token types and mask,
 so the scores equal Haystack's within 1e-5 (tests/qa_core/test_ranker.py). What differs is the batching: every
 query's pairs together, sorted by length and cut by a token budget (`qa_core.inference.length_sorted_batches`),
-where `CrossEncoder.rank` runs each query's pairs alone, 16 at a time; and sentence-transformers stays out of the
-run-time dependencies.
+where `CrossEncoder.rank` runs each query's pairs alone, 16 at a time; the encoder's last layer computed for the
+first token alone, the only one the classifier reads (`FirstTokenLayer`, for BERT-like models); and
+sentence-transformers stays out of the run-time dependencies.
 """
 
 import inspect
@@ -236,7 +237,7 @@ class CrossEncoderRanker:
         self._tokenizer = AutoTokenizer.from_pretrained(folder)
         positions = getattr(model.config, "max_position_embeddings", None)
         self.config = CrossEncoderConfig.read(folder, self._tokenizer.model_max_length, positions)
-        self._model = model.to(self._device).eval()
+        self._model = first_token_last_layer(model).to(self._device).eval()
 
     def _settings(self, **overrides: Any) -> RankerSettings:
         """The constructor's settings with the run-time overrides that are not `None`."""
@@ -366,6 +367,58 @@ class CrossEncoderRanker:
         return cls(**data.get("init_parameters", {}))
 
 
+# Model types whose sequence classifier reads the first token's last hidden state alone, through encoder layers of
+# BERT's structure (`attention.self.query/key/value`, `attention.output`, `intermediate`, `output`).
+FIRST_TOKEN_CLASSIFIERS = ("bert", "roberta", "xlm-roberta", "electra")
+
+
+class FirstTokenLayer(torch.nn.Module):
+    """
+    An encoder's last layer computed for the first token alone: its query attends over every token's keys and
+    values, and only its row goes through the attention output and the feed-forward block. The classifier reads that
+    row only, so the logits are the full layer's (the same operations on the first row; about 5/6 of the last
+    layer's work saved). Returns `(batch, 1, hidden)`.
+    """
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, *args: Any, **kwargs: Any
+    ) -> torch.Tensor:
+        """`(batch, length, hidden)` states and the 4-D attention mask (or None) -> `(batch, 1, hidden)`; the
+        encoder's other arguments (cross-attention, cache) are not used by an encoder-only classifier."""
+        attention = self.layer.attention.self
+        batch, length, _ = hidden_states.shape
+        first = hidden_states[:, :1]  # (batch, 1, hidden)
+
+        def heads(tensor: torch.Tensor) -> torch.Tensor:  # (batch, n, hidden) -> (batch, heads, n, head size)
+            return tensor.view(batch, -1, attention.num_attention_heads, attention.attention_head_size).transpose(1, 2)
+
+        mask = None if attention_mask is None else attention_mask[:, :, :1, :]  # (batch, 1, 1, length)
+        context = torch.nn.functional.scaled_dot_product_attention(
+            heads(attention.query(first)), heads(attention.key(hidden_states)), heads(attention.value(hidden_states)),
+            attn_mask=mask, scale=attention.scaling,
+        )  # fmt: skip
+        context = self.layer.attention.output(context.transpose(1, 2).reshape(batch, 1, -1), first)
+        return self.layer.output(self.layer.intermediate(context), context)
+
+
+def first_token_last_layer(model: torch.nn.Module) -> torch.nn.Module:
+    """
+    `model` with its encoder's last layer computed for the first token alone (`FirstTokenLayer`) where its type is
+    one of `FIRST_TOKEN_CLASSIFIERS` with absolute positions and no decoder; else `model` as it is.
+    """
+    config = model.config
+    absolute = getattr(config, "position_embedding_type", "absolute") in (None, "absolute")
+    encoder = getattr(model.base_model, "encoder", None)
+    if config.model_type not in FIRST_TOKEN_CLASSIFIERS or not absolute or config.is_decoder or encoder is None:
+        return model
+    encoder.layer[-1] = FirstTokenLayer(encoder.layer[-1])
+    return model
+
+
 def deduplicate(documents: list[Document]) -> list[Document]:
     """
     One document per id, as Haystack's ranker deduplicates: the copy with the highest score (a document without
@@ -404,4 +457,13 @@ def _with_score(document: Document, score: float) -> ScoredDocument:
     return ScoredDocument(content=document.content, id=document.id, meta=dict(document.meta), score=score)
 
 
-__all__ = ["CrossEncoderConfig", "CrossEncoderRanker", "RankerSettings", "deduplicate", "scale", "select"]
+__all__ = [
+    "CrossEncoderConfig",
+    "CrossEncoderRanker",
+    "FirstTokenLayer",
+    "RankerSettings",
+    "deduplicate",
+    "first_token_last_layer",
+    "scale",
+    "select",
+]

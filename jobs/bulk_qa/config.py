@@ -15,6 +15,7 @@ import yaml
 
 from jobs.ingest.stage import IngestSettings
 from jobs.options import add_options, base_type, is_optional, with_values
+from jobs.ranker_settings import RankingSettings
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.run_settings import RunSettings
 from jobs.storage import InputError, redact
@@ -78,6 +79,7 @@ class JobConfig:
     replies: AnswerBuilderSettings = field(default_factory=AnswerBuilderSettings)
     refusal: RefusalSettings = field(default_factory=RefusalSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
+    ranking: RankingSettings = field(default_factory=RankingSettings)
     # A --documents folder of files is converted with these (`jobs.bulk_qa.corpus`).
     ingest: IngestSettings = field(default_factory=IngestSettings)
     cleaning: CleanerSettings = field(default_factory=CleanerSettings)
@@ -137,7 +139,7 @@ CLUSTER_PATHS = (
     "files on every node also do for the inputs). A SQuAD-file --questions and --config are read by the driver "
     "alone. The job checks this from every node before any work and stops with exit 2 naming the path otherwise."
 )
-URI_FIELDS = ("questions", "documents", "replies", "output", "address", "model", "index")
+URI_FIELDS = ("questions", "documents", "replies", "output", "address", "model", "index", "ranker")
 
 
 def build_parser() -> argparse.ArgumentParser:

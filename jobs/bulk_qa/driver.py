@@ -40,7 +40,7 @@ from jobs.bulk_qa.every_document import read_inputs as read_every_document_input
 from jobs.bulk_qa.filtering import RunFilters, check_run_filters, restrict_named_documents, run_filters
 from jobs.bulk_qa.html_report import write_report
 from jobs.bulk_qa.ids import DRIVER_CHECK_MAX_ROWS, check_ids, check_ids_in_driver
-from jobs.bulk_qa.inputs import check_model, check_questions_schema, is_squad_style
+from jobs.bulk_qa.inputs import check_model, check_questions_schema, check_ranker, is_squad_style
 from jobs.bulk_qa.output import OutputFolder
 from jobs.bulk_qa.pooled_contexts import (
     PooledContexts,
@@ -94,7 +94,7 @@ from jobs.tables import (
     table_rows,
     table_schema,
 )
-from qa_core.models import DEFAULT_TOKEN, model_fingerprint, show_model_library_output
+from qa_core.models import DEFAULT_TOKEN, ModelSettings, model_fingerprint, show_model_library_output
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,9 +235,15 @@ def run_with(config: JobConfig, ray_logs: RayLogFilter) -> int:
         index = reads_store(index, tables.work.documents, schemas.documents)
         if index.store:  # the documents are read from the index's stores: no documents table is joined
             schemas = dataclasses.replace(schemas, documents=None)
+        elif config.ranking.ranker is not None:  # the ranker reads the retrieved texts from the stores
+            raise InputError(
+                f"--ranker {redact(config.ranking.ranker)} reads the retrieved documents' texts from the index's "
+                f"stores, which --index {redact(config.retrieval.index or '')} lacks (or its stores lack the "
+                "documents' page_number or file_path): rebuild it with `python -m jobs.index`."
+            )
     if cluster is None:
         cluster = start_engine(config.run, engine, ray_logs, shared, probed=probed)
-    pool = actor_resources(config.run, cluster)
+    pool = actor_resources(config.run, cluster, ranks=index is not None and config.ranking.ranker is not None)
     if isinstance(engine, RayEngine):  # before the inputs' datasets are made: tasks sized for the smallest node
         engine = RayEngine(task_cpus=task_cpus(cluster, pool))
     if config.work.every_document:
@@ -347,6 +353,7 @@ def check_inputs(
         check_every_document(config, squad_input is not None, questions)
     if pooled is not None:
         check_model(config.model, DEFAULT_TOKEN)
+        check_ranking(config)
         replies = table_schema(work.replies, REPLIES) if work.replies else None
         return Schemas(questions_schema(questions), pooled.documents.schema, replies, retrieval=True)
     squad = is_squad_style(questions.names)
@@ -370,15 +377,23 @@ def check_inputs(
     replies = table_schema(work.replies, REPLIES) if work.replies else None
     retrieval = documents is not None and not work.every_document and needs_retrieval(work.questions, questions)
     check_model(config.model, DEFAULT_TOKEN)
+    if retrieval:
+        check_ranking(config)
     return Schemas(questions, documents, replies, retrieval)
+
+
+def check_ranking(config: JobConfig) -> None:
+    """Checks `--ranker`'s model, where the run retrieves (only retrieved documents are ranked)."""
+    if config.ranking.ranker is not None:
+        check_ranker(config.ranking.ranker, DEFAULT_TOKEN)
 
 
 def run_identity(config: JobConfig, schemas: Schemas, pooled: PooledContexts | None = None) -> dict[str, Any]:
     """
     What the output folder records to recognise a resumable run: the settings, the input files, the given
     `--index`'s fingerprint (its build record: an index rebuilt or grown since the run started is another input),
-    the model's files (see `qa_core.models.model_fingerprint`) and, for a `--pool-contexts` run, the fingerprint of
-    the corpus it derives from its questions.
+    the model's files (see `qa_core.models.model_fingerprint`), a `--ranker`'s files and, for a `--pool-contexts`
+    run, the fingerprint of the corpus it derives from its questions.
     """
     inputs = {
         "questions": config.work.questions,
@@ -390,7 +405,10 @@ def run_identity(config: JobConfig, schemas: Schemas, pooled: PooledContexts | N
         fingerprints["index"] = index_fingerprint(config.retrieval.index)
     if pooled is not None:
         fingerprints["pooled_contexts"] = pooled.fingerprint()
-    return {"config": config.identity(), "inputs": fingerprints, "model": model_fingerprint(config.model)}
+    identity = {"config": config.identity(), "inputs": fingerprints, "model": model_fingerprint(config.model)}
+    if config.ranking.ranker is not None and schemas.retrieval:
+        identity["ranker"] = model_fingerprint(ModelSettings(model=config.ranking.ranker))
+    return identity
 
 
 def shared_paths(config: JobConfig, squad: SquadInput | None, schemas: Schemas) -> list[SharedPath]:
@@ -415,6 +433,7 @@ def shared_paths(config: JobConfig, squad: SquadInput | None, schemas: Schemas) 
         *paths,
         *model_folder("--model", config.model.model),
         *model_folder("--embedding-model", config.retrieval.embedding_model if config.retrieval.dense else None),
+        *model_folder("--ranker", config.ranking.ranker if schemas.retrieval else None),
     ]
 
 

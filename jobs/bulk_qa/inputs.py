@@ -22,6 +22,11 @@ LOCAL_MODEL_HINT = (
     "(its QA head is random: its answers are meaningless)."
 )
 
+LOCAL_RANKER_HINT = (
+    "Point --ranker at a local folder holding a sentence-transformers CrossEncoder. For an offline run, "
+    "`python -m qa_core.local_models minilm-ranker models/minilm-ranker` fine-tunes one on local data."
+)
+
 
 def is_squad_style(names: list[str]) -> bool:
     """Whether a questions table with these columns carries each question's document in `context` (SQuAD-style)."""
@@ -67,7 +72,7 @@ def check_model(settings: ModelSettings, token: Secret | None) -> None:
     if not local.exists():
         if model.startswith((".", "/", "~")) or model.count("/") > 1:
             raise InputError(f"--model {model}: the folder does not exist. {LOCAL_MODEL_HINT}")
-        _check_hub_reachable(model)
+        _check_hub_reachable("--model", model, LOCAL_MODEL_HINT)
     try:
         config = load_config(model, token, trust_remote_code)
     except (OSError, ValueError) as error:
@@ -93,7 +98,41 @@ def check_model(settings: ModelSettings, token: Secret | None) -> None:
         raise InputError(f"--model {model}: cannot load its tokenizer: {error}") from None
 
 
-def _check_hub_reachable(model: str) -> None:
+def check_ranker(model: str, token: Secret | None) -> None:
+    """
+    Checks, before any worker starts, that `--ranker` names a loadable ranking cross-encoder: a sequence-classification
+    model with one label and a tokenizer (no custom code is run).
+
+    :raises InputError: If a local path does not exist, the hub cannot be reached for a hub id, or the model is no
+        one-label sequence classifier, or a local folder has no weights or no tokenizer.
+    """
+    local = Path(model).expanduser()
+    if not local.exists():
+        if model.startswith((".", "/", "~")) or model.count("/") > 1:
+            raise InputError(f"--ranker {model}: the folder does not exist. {LOCAL_RANKER_HINT}")
+        _check_hub_reachable("--ranker", model, LOCAL_RANKER_HINT)
+    try:
+        config = load_config(model, token)
+    except (OSError, ValueError) as error:
+        raise InputError(f"--ranker {model}: cannot load its configuration: {error}. {LOCAL_RANKER_HINT}") from None
+    classifies = any(
+        name.endswith("ForSequenceClassification") for name in getattr(config, "architectures", None) or []
+    )
+    if not classifies or config.num_labels != 1:
+        raise InputError(
+            f"--ranker {model}: a ranking cross-encoder is a sequence-classification model with 1 label, not "
+            f"{', '.join(getattr(config, 'architectures', None) or [config.model_type])} with {config.num_labels}."
+        )
+    if local.is_dir():
+        if not any(next(local.glob(pattern), None) for pattern in WEIGHT_FILES):
+            raise InputError(
+                f"--ranker {model}: the folder holds no model weights (*.safetensors or pytorch_model.bin)."
+            )
+        if not any(next(local.glob(pattern), None) for pattern in TOKENIZER_FILES):
+            raise InputError(f"--ranker {model}: the folder holds no tokenizer (tokenizer.json, vocab.txt, ...).")
+
+
+def _check_hub_reachable(option: str, model: str, hint: str) -> None:
     """Fails at once when the hub cannot be reached (transformers would retry for half a minute)."""
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     if os.environ.get("HF_HUB_OFFLINE") == "1":
@@ -108,6 +147,6 @@ def _check_hub_reachable(model: str) -> None:
             reachable = False
     if not reachable:
         raise InputError(
-            f"--model {model}: not a local folder, and the model hub ({endpoint}) cannot be reached to download "
-            f"it. {LOCAL_MODEL_HINT}"
+            f"{option} {model}: not a local folder, and the model hub ({endpoint}) cannot be reached to download "
+            f"it. {hint}"
         )

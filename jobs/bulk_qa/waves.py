@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.bulk_qa.config import JobConfig, RunSettings
-from jobs.bulk_qa.retrieval import retrieved_questions
+from jobs.bulk_qa.retrieval import RANKER_GPUS, retrieved_questions
 from jobs.bulk_qa.workers.aggregate import aggregate_shard
 from jobs.bulk_qa.workers.explode import (
     PART,
@@ -78,6 +78,7 @@ class ActorResources:
     gpus_per_actor: float
     cpus_per_actor: float
     cpu_threads: int  # torch threads of a CPU actor
+    ranker_gpus: float = 0.0  # the share of a GPU the ranker's actor holds (--ranker on a cluster with GPUs)
 
 
 def plan_documents_join(path: str, engine: Engine) -> tuple[Any | None, int | None]:
@@ -117,11 +118,13 @@ def partition_documents(inputs: Inputs, output: str) -> None:
         pass
 
 
-def actor_resources(run: RunSettings, cluster: dict[str, Any]) -> ActorResources:
+def actor_resources(run: RunSettings, cluster: dict[str, Any], ranks: bool = False) -> ActorResources:
     """
     The reader pool for a cluster's resources. It never reserves more than a quarter of the cluster's CPUs, so
     that the read, join, tokenize and write tasks always find CPUs: a pool that claims them starves those tasks
-    and the job hangs. In-process, the one reader has the machine's CPUs (or its GPU) while it reads.
+    and the job hangs. In-process, the one reader has the machine's CPUs (or its GPU) while it reads. A run that
+    `ranks` (`--ranker`) on GPUs runs its ranker actor on `RANKER_GPUS` of one: each reader then holds the rest of
+    its GPU by default, one per GPU.
     """
     gpus = cluster["gpus"]
     cpus = cluster["cpus"] or 1
@@ -130,11 +133,13 @@ def actor_resources(run: RunSettings, cluster: dict[str, Any]) -> ActorResources
     if gpus:
         gpus_per_actor, threads = run.gpus_per_actor or 1.0, 1
         num_actors = run.num_actors or max(1, int(gpus // gpus_per_actor))
+        if ranks:
+            gpus_per_actor = run.gpus_per_actor or 1.0 - RANKER_GPUS
     else:
         num_actors = run.num_actors or 1
         gpus_per_actor, threads = 0.0, max(1, int(cpus // num_actors))
     cpus_per_actor = min(run.cpus_per_actor, cpus / (4 * num_actors))
-    return ActorResources(num_actors, gpus_per_actor, cpus_per_actor, threads)
+    return ActorResources(num_actors, gpus_per_actor, cpus_per_actor, threads, RANKER_GPUS if ranks and gpus else 0.0)
 
 
 def task_cpus(cluster: dict[str, Any], pool: ActorResources) -> float:
@@ -180,7 +185,14 @@ def answer_wave(
     questions = inputs.questions
     if inputs.index is not None:  # questions without document_ids get them by BM25 first
         questions = retrieved_questions(
-            questions, wave, config.retrieval, inputs.index, inputs.cluster_cpus, inputs.engine
+            questions,
+            wave,
+            config.retrieval,
+            inputs.index,
+            inputs.cluster_cpus,
+            inputs.engine,
+            config.ranking,
+            pool.ranker_gpus,
         )
     stored = inputs.index is not None and inputs.index.store  # the documents' texts read from the index
     pairs = questions.map_batches(

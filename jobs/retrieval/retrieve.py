@@ -63,6 +63,14 @@ RETRIEVER_COLUMNS = [
     for kind in ("scores", "ranks")
 ]
 RETRIEVER_FIELDS = [pa.field(name, kind) for name, kind, _ in RETRIEVER_COLUMNS]
+# With --ranker (`jobs.bulk_qa.workers.rank`): the cross-encoder's score of each document kept, best first.
+RANKER_COLUMN = (
+    "ranker_scores",
+    pa.list_(pa.float64()),
+    "--ranker's score of each retrieved document, in retrieved_document_ids' order (the ranker's, best first); "
+    "null unless the run ranked with --ranker and retrieved for the question",
+)
+RANKER_FIELD = pa.field(*RANKER_COLUMN[:2])
 # The columns that describe a question's hits, one list entry per hit (the fields of `Hit`).
 HIT_COLUMNS = ("document_ids", "passage_ids", "passage_starts", "passage_ends")
 # The questions' column of each question's own filter (JSON, null: none), carried through the retrieval stages.

@@ -19,7 +19,7 @@ from jobs.bulk_qa.workers.tables import (
     answer_rows,
     generated_answer_rows,
 )
-from jobs.retrieval.retrieve import RETRIEVER_FIELDS
+from jobs.retrieval.retrieve import RANKER_FIELD, RETRIEVER_FIELDS
 from jobs.storage import ShardStore
 from qa_core.answer_builder import AnswerBuilder, AnswerBuilderSettings
 from qa_core.answers import ExtractedAnswer
@@ -143,7 +143,7 @@ def retrieval_columns(question: dict[str, Any]) -> dict[str, Any]:
         "retrieved_document_ids": question["document_ids"] if retrieved else None,
         "retrieval_scores": scores,
         "retrieved_passage_ids": question.get("passage_ids") if retrieved else None,
-        **{field.name: question.get(field.name) if retrieved else None for field in RETRIEVER_FIELDS},
+        **{field.name: question.get(field.name) if retrieved else None for field in (*RETRIEVER_FIELDS, RANKER_FIELD)},
     }
 
 

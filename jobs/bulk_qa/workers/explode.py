@@ -22,7 +22,7 @@ from jobs.bulk_qa.workers.rows import (
     shard_of,
     table,
 )
-from jobs.retrieval.retrieve import RETRIEVER_FIELDS
+from jobs.retrieval.retrieve import RANKER_FIELD, RETRIEVER_FIELDS
 from jobs.storage import ShardStore, parquet_dataset
 from qa_core.document import Document
 
@@ -71,6 +71,7 @@ def question_rows(batch: pa.Table, num_shards: int, shards: frozenset[int], squa
             "retrieval_scores": question.get("retrieval_scores"),  # retrieved questions only
             "passage_ids": question.get("passage_ids"),  # retrieved passages only (split_length)
             **{field.name: question.get(field.name) for field in RETRIEVER_FIELDS},  # dense and hybrid only
+            RANKER_FIELD.name: question.get(RANKER_FIELD.name),  # --ranker only
         }
         for shard, question in _wave_questions(batch, num_shards, shards)
     ]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from jobs.retrieval.retrieve import RETRIEVER_FIELDS
+from jobs.retrieval.retrieve import RANKER_FIELD, RETRIEVER_FIELDS
 from qa_core.answers import ExtractedAnswer
 from qa_core.document import Document
 from qa_core.selection import DocumentText
@@ -74,6 +74,7 @@ AGGREGATION_SCHEMA = pa.schema(
         ("retrieval_scores", pa.list_(pa.float64())),  # question rows: the scores of retrieved document_ids
         ("passage_ids", pa.list_(pa.string())),  # question rows: the retrieved passages, when split (split_length)
         *RETRIEVER_FIELDS,  # question rows: dense and hybrid retrieval's per-retriever scores and ranks
+        RANKER_FIELD,  # question rows: --ranker's scores
         ("replies", pa.list_(pa.string())),  # replies rows
         ("reply_meta", pa.list_(pa.string())),
         ("sequence_index", pa.int32()),

@@ -5,7 +5,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.retrieval.retrieve import RETRIEVER_COLUMNS
+from jobs.retrieval.retrieve import RANKER_COLUMN, RETRIEVER_COLUMNS
 from jobs.table_schema import described_schema
 from qa_core.answers import ExtractedAnswer, GeneratedAnswer
 
@@ -77,6 +77,7 @@ QUESTIONS_SCHEMA, QUESTIONS_DESCRIPTIONS = described_schema(
         ),
         ("retrieved_passage_ids", pa.list_(pa.string()), "with split_length: the passages retrieved; else null"),
         *RETRIEVER_COLUMNS,
+        RANKER_COLUMN,
     ]
 )
 

@@ -36,6 +36,9 @@ def test_resources_are_those_of_the_cluster() -> None:
     assert (gpus.num_actors, gpus.gpus_per_actor) == (4, 1.0)  # gpus_per_actor unset: one GPU each
     halves = actor_resources(RunSettings(gpus_per_actor=0.5), {"engine": "ray", "gpus": 2, "cpus": 16})
     assert (halves.num_actors, halves.gpus_per_actor) == (4, 0.5)
+    ranked = actor_resources(RunSettings(), {"engine": "ray", "gpus": 4, "cpus": 16}, ranks=True)
+    assert (ranked.num_actors, ranked.gpus_per_actor, ranked.ranker_gpus) == (4, 0.75, 0.25)  # a ranker beside
+    assert actor_resources(RunSettings(), {"engine": "ray", "gpus": 0, "cpus": 4}, ranks=True).ranker_gpus == 0.0
     alone = actor_resources(RunSettings(), {"engine": "in-process", "gpus": 0, "cpus": 2.0})
     assert alone == ActorResources(1, 0.0, 2.0, 2)  # in-process: one reader with the machine's threads
 

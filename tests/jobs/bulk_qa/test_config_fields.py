@@ -34,6 +34,8 @@ VALUES: dict[str, Any] = {
     "filters": {"field": "meta.year", "operator": "==", "value": 2020},
     "filter_fields": ["year"],
     "encoding": "cp1252",
+    "ranker_meta_fields_to_embed": ["page_number"],
+    "ranker_precision": "bf16",
 }
 CHOICES = {"no_answer_source": ("haystack", "model"), "engine": ("auto", "ray")}  # the other choice than the default
 COMPANIONS = {

@@ -1,7 +1,8 @@
 """
 Retrieval in the bulk job: questions without document_ids get the documents Haystack's `InMemoryBM25Retriever`
 returns, in its order, and the answers `ExtractiveReader.run` gives on them; an index from `python -m jobs.index`
-gives the same output; unusable retrieval input or options exit 2 before Ray starts.
+gives the same output; with `--ranker`, the documents of Haystack's retriever -> `SentenceTransformersSimilarityRanker`
+pipeline, on Ray and in-process alike; unusable retrieval input or options exit 2 before Ray starts.
 """
 
 import json
@@ -16,6 +17,9 @@ import pytest
 from haystack import Document as HaystackDocument
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.document_stores.in_memory import InMemoryDocumentStore
+from haystack_integrations.components.rankers.sentence_transformers.sentence_transformers_similarity import (
+    SentenceTransformersSimilarityRanker,
+)
 
 from jobs import index as index_command
 from jobs.bulk_qa import driver, main
@@ -425,6 +429,64 @@ def test_the_in_process_engine_retrieves_and_answers_as_the_ray_run(
     assert (manifest["cluster"]["engine"], manifest["index"]["shards"]) == ("in-process", 3)
 
 
+# --- Ranking (--ranker) ----------------------------------------------------------------------------------------
+
+RANKER_TOP_K = 2
+RANKER_FLAGS = ["--ranker-top-k", str(RANKER_TOP_K), "--ranker-document-prefix", "passage: "]
+
+
+@pytest.fixture(scope="module")
+def ranked_output(local_ray, corpus: dict, tiny_bert_model: Path, minilm_cross_encoder: Path) -> Path:
+    """One run on Ray that reranks BM25's hits with the local cross-encoder."""
+    output = corpus["root"] / "out-ranked"
+    paths = corpus["paths"]
+    status = run_job(
+        "--questions", paths["questions"], "--documents", paths["documents"], "--output", output,
+        "--model", tiny_bert_model, *FLAGS, "--ranker", minilm_cross_encoder, *RANKER_FLAGS,
+    )  # fmt: skip
+    assert status == 0
+    return output
+
+
+def test_ranked_documents_are_those_of_haystacks_retriever_then_ranker(
+    ranked_output: Path, haystack_hits: dict, minilm_cross_encoder: Path
+) -> None:
+    """
+    InMemoryBM25Retriever -> SentenceTransformersSimilarityRanker: the same documents kept, in its order, with its
+    scores (1e-5) and their BM25 scores; questions that name their documents are read as named, unranked.
+    """
+    haystack = SentenceTransformersSimilarityRanker(
+        model=str(minilm_cross_encoder), device=None, top_k=RANKER_TOP_K, document_prefix="passage: "
+    )
+    haystack.warm_up()
+    questions = {row["question_id"]: row for row in read_output(ranked_output, "questions")}
+    for key, hits in haystack_hits.items():
+        ranked = haystack.run(query=RETRIEVED[key], documents=hits)["documents"]
+        row = questions[key]
+        assert row["retrieved_document_ids"] == [doc.id for doc in ranked], key
+        assert row["ranker_scores"] == pytest.approx([doc.score for doc in ranked], abs=1e-5), key
+        bm25 = {hit.id: hit.score for hit in hits}
+        assert row["retrieval_scores"] == pytest.approx([bm25[doc.id] for doc in ranked], rel=1e-6), key
+        assert row["n_documents"] == len(ranked)
+    assert len(questions["r01"]["retrieved_document_ids"]) == RANKER_TOP_K and questions["r05"]["ranker_scores"] == []
+    assert questions["g01"]["n_documents"] == 2 and questions["g01"]["ranker_scores"] is None
+    manifest = json.loads((ranked_output / "manifest.json").read_text())
+    assert manifest["config"]["ranker"] == str(minilm_cross_encoder)
+
+
+def test_the_in_process_ranker_equals_the_ray_stage(
+    ranked_output: Path, corpus: dict, tiny_bert_model: Path, minilm_cross_encoder: Path
+) -> None:
+    output = corpus["root"] / "out-ranked-in-process"
+    paths = corpus["paths"]
+    status = run_job(
+        "--questions", paths["questions"], "--documents", paths["documents"], "--output", output,
+        "--model", tiny_bert_model, *FLAGS, "--ranker", minilm_cross_encoder, *RANKER_FLAGS, "--engine", "in-process",
+    )  # fmt: skip
+    assert status == 0
+    assert_same_outputs(output, ranked_output, ("questions", "answers"))
+
+
 def test_sharded_retrieval_stages_equal_one_index(tmp_path: Path) -> None:
     """The chained shard stages give the hits, order and scores of one index, ties and short lists included."""
     texts = [TEXTS[i % 7][:200] for i in range(40)] + ["tie tie", "tie tie", "lonely word"]  # repeats: ties
@@ -498,6 +560,32 @@ def test_retrieval_option_errors(capsys: pytest.CaptureFixture, tmp_path: Path, 
     error = fails_before_ray(capsys, tmp_path / "out", "--questions", paths["questions"], "--documents",
                              paths["documents"], *flags)  # fmt: skip
     assert message in error
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--ranker-top-k", "0"], "ranker_top_k must be >= 1, not 0"),
+        (["--ranker-calibration-factor", "0"], "ranker_calibration_factor must be > 0, not 0.0"),
+        (["--ranker-precision", "fp8"], "ranker_precision must be one of fp32, bf16, auto, not 'fp8'"),
+        (
+            ["--ranker-meta-fields-to-embed", "[year, file_path]"],
+            "ranker_meta_fields_to_embed: the documents' metadata the ranker can embed is page_number, file_path, "
+            "not year",
+        ),
+        (["--ranker", "/no/such/ranker"], "--ranker /no/such/ranker: the folder does not exist."),
+        (["--ranker", "{reader}"], "a ranking cross-encoder is a sequence-classification model with 1 label, not"),
+    ],
+)
+def test_ranker_option_errors(
+    capsys: pytest.CaptureFixture, tmp_path: Path, corpus: dict, tiny_bert_model: Path, flags, message
+) -> None:
+    """A bad ranker option or model: one line, exit 2, before Ray (the reader's folder is no cross-encoder)."""
+    paths = corpus["paths"]
+    flags = [flag.format(reader=tiny_bert_model) for flag in flags]
+    error = fails_before_ray(capsys, tmp_path / "out", "--questions", paths["questions"], "--documents",
+                             paths["documents"], "--model", tiny_bert_model, *flags)  # fmt: skip
+    assert message in error, error
 
 
 @pytest.mark.parametrize(
