@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # What runs in Ray's workers may import these `jobs/` modules besides its own package: they import only each other.
 WORKER_SAFE = (
-    "jobs.storage", "jobs.passages", "jobs.retrieval_settings", "jobs.table_schema",
+    "jobs.storage", "jobs.passages", "jobs.retrieval_settings", "jobs.ranker_settings", "jobs.table_schema",
     "jobs.retrieval.retrieve", "jobs.retrieval.retrieve_dense",  # the retrieval actors
 )  # fmt: skip
 # The modules below the bulk job, the index build and ingestion, which all three use.
