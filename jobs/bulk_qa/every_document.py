@@ -123,7 +123,7 @@ def by_document_schema(question_ids: list[str]) -> pa.Schema:
 def check_every_document(config: JobConfig, squad: bool, questions: pa.Schema) -> None:
     """
     Refuses, before any work, what `--every-document` cannot run: a SQuAD file or `--pool-contexts`, no
-    `--documents`, an `--index`, `--replies`, a questions table that names its documents (`document_ids` or
+    `--documents`, an `--index`, a `--ranker`, `--replies`, a questions table that names its documents (`document_ids` or
     `context`), and question ids that cannot name the by_document table's columns (`QUESTION_ID`).
 
     :raises InputError: Naming the option, column or id.
@@ -141,6 +141,11 @@ def check_every_document(config: JobConfig, squad: bool, questions: pa.Schema) -
         raise InputError(
             f"--every-document reads every document and retrieves nothing, so --index "
             f"{redact(config.retrieval.index)} would not be used: leave it out."
+        )
+    if config.ranking.ranker is not None:
+        raise InputError(
+            f"--every-document reads every document and retrieves nothing to rank, so --ranker "
+            f"{redact(config.ranking.ranker)} would not be used: leave it out."
         )
     if work.replies:
         raise InputError(

@@ -273,6 +273,7 @@ def test_filters_restrict_the_documents_each_question_is_asked_of(inputs, tiny_b
         ),
         ("bad id", "question id 'total amount' cannot name the by_document table's columns"),
         ("index", "--every-document reads every document and retrieves nothing, so --index"),
+        ("ranker", "--every-document reads every document and retrieves nothing to rank, so --ranker"),
         ("named", "the questions table has a 'document_ids' column, but --every-document asks each question"),
         ("csv alone", "by_document_csv writes the table of an every_document run: add --every-document"),
     ],
@@ -290,6 +291,8 @@ def test_bad_input_is_refused_with_one_line_before_any_work(inputs, tiny_bert_mo
         )
     elif case == "index":
         extra = ["--index", root / "index"]
+    elif case == "ranker":
+        extra = ["--ranker", root / "ranker"]
     elif case == "named":
         questions = inputs["named"]
     elif case == "filter field":
