@@ -251,7 +251,9 @@ def test_a_run_whose_readers_fit_no_node_ends_with_one_line_and_the_same_command
     ]  # fmt: skip
     with monkeypatch.context() as patch:
         pool = driver.actor_resources
-        patch.setattr(driver, "actor_resources", lambda *a: dataclasses.replace(pool(*a), gpus_per_actor=1.0))
+        patch.setattr(
+            driver, "actor_resources", lambda *a, **kw: dataclasses.replace(pool(*a, **kw), gpus_per_actor=1.0)
+        )
         started = time.monotonic()
         assert run_job(*args) == 1
         assert time.monotonic() - started < 120

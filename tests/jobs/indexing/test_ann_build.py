@@ -12,6 +12,7 @@ import pytest
 
 from jobs.engines import InProcessEngine
 from jobs.indexing import ann as ann_build
+from jobs.indexing.filter_fields import FILTER_FIELDS_KEY
 from jobs.indexing.plan import IndexPlan, complete_index
 from jobs.indexing.record import BUILD_FILE
 from jobs.retrieval_settings import RetrievalSettings
@@ -32,7 +33,7 @@ def _dense_index(folder: Path, fingerprint: str) -> dict:
         shard.save(folder / f"dense/shard-{offset}")
         shards.append({"folder": f"dense/shard-{offset}", "doc_offset": offset, "n": len(shard.ids)})
     dense = {"fingerprint": fingerprint, "similarity": "dot_product", "shards": shards}
-    (folder / BUILD_FILE).write_text(json.dumps({"documents": 300, "dense": dense}))
+    (folder / BUILD_FILE).write_text(json.dumps({"documents": 300, "dense": dense, FILTER_FIELDS_KEY: []}))
     return dense
 
 
@@ -41,7 +42,7 @@ def test_a_kept_index_without_its_graph_gets_it_built(tmp_path: Path) -> None:
 
     dense = _dense_index(tmp_path, embedding_fingerprint(EMBEDDER))
     settings = RetrievalSettings(retrieval="dense", embedding_model=EMBEDDER, ann="hnsw")
-    plan = IndexPlan(str(tmp_path), {"documents": 300, "dense": dense, "source": "resumed"})
+    plan = IndexPlan(str(tmp_path), {"documents": 300, "dense": dense, "source": "resumed", FILTER_FIELDS_KEY: []})
 
     def completed(plan: IndexPlan, settings: RetrievalSettings) -> dict:
         return complete_index(plan, settings, "unused", InProcessEngine(), {}).record["dense"]
@@ -64,7 +65,7 @@ def test_a_kept_index_gets_the_kind_asked_for_recorded_with_its_search_and_recal
     from qa_core.embedding import embedding_fingerprint
 
     dense = _dense_index(tmp_path, embedding_fingerprint(EMBEDDER))
-    record = {"documents": 300, "dense": dense, "source": "resumed"}
+    record = {"documents": 300, "dense": dense, "source": "resumed", FILTER_FIELDS_KEY: []}
     hnsw = RetrievalSettings(retrieval="dense", embedding_model=EMBEDDER, ann="hnsw")
     dense = complete_index(IndexPlan(str(tmp_path), record), hnsw, "unused", InProcessEngine(), {}).record["dense"]
     ivf = RetrievalSettings(retrieval="dense", embedding_model=EMBEDDER, ann="ivf", ann_nprobe=4, ann_candidates=50)
