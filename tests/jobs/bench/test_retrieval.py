@@ -1,5 +1,5 @@
 """
-The index build at scale (`python -m jobs.bench.retrieval --build both`) on 3,000 documents split into passages:
+The index build at scale (`python -m jobs.bench.retrieval --build both`) on 600 documents split into passages:
 each build in a process of its own, measured from outside, the Ray build grown by 10%, their figures printed.
 """
 
@@ -14,14 +14,14 @@ from tests.jobs.conftest import run_process
 
 def test_both_builds_and_the_addition_are_measured_and_printed(tmp_path: Path) -> None:
     # Split into passages as long as the documents: one each, of the documents' ids, their sources kept.
-    command = [sys.executable, "-m", "jobs.bench.retrieval", "--build", "both", "--passages", "3000",
-               "--shard-size", "1000", "--add-share", "0.1", "--queries", "20", "--work", str(tmp_path),
+    command = [sys.executable, "-m", "jobs.bench.retrieval", "--build", "both", "--passages", "600",
+               "--shard-size", "200", "--add-share", "0.1", "--queries", "20", "--work", str(tmp_path),
                "--split-length", "100"]  # fmt: skip
     ran = run_process(command, 600)
     assert ran.returncode == 0, ran.stderr
     printed = ran.stdout
     lines = printed.splitlines()
-    assert lines[0] == "3,000 documents of 100 words, split by 100 (overlap 0), shards of 1,000"
+    assert lines[0] == "600 documents of 100 words, split by 100 (overlap 0), shards of 200"
     number = r"[\d,]+(?:\.\d)?"
     search = rf"queries/s over the shards: every document {number}, pruned {number}, pruned, floors {number} "
     assert re.fullmatch(
@@ -36,5 +36,5 @@ def test_both_builds_and_the_addition_are_measured_and_printed(tmp_path: Path) -
         lines[3],
     ), lines[3]
     grown, single = (json.loads((tmp_path / f"index-{kind}" / BUILD_FILE).read_text()) for kind in ("ray", "single"))
-    assert (grown["documents"], grown["shards"], single["documents"], single["shards"]) == (3300, 4, 3000, 3)
-    assert (grown["split_length"], grown["source_documents"], single["source_documents"]) == (100, 3300, 3000)
+    assert (grown["documents"], grown["shards"], single["documents"], single["shards"]) == (660, 4, 600, 3)
+    assert (grown["split_length"], grown["source_documents"], single["source_documents"]) == (100, 660, 600)
