@@ -4,9 +4,11 @@ The cross-encoder ranker's benchmarks (print only):
 - `quality`: held-out cloze questions (the paragraphs `minilm-ranker` and `minilm-squad` never trained on) over a
   corpus of at least 10,000 passages: the held-out paragraphs, the train paragraphs, and seeded word windows of the
   train paragraphs' text (distractors that never hold a held-out question's sentence). Recall@1 of BM25 alone
-  against BM25's top `--candidates` reranked by `--model`, each question's relevant passage its own paragraph.
+  against BM25's top `--candidates` reranked by `--model`, each question's relevant passage its own paragraph. With
+  `--reader`, the official EM / F1 of that reader over BM25's top `--read` passages and over the ranker's top
+  `--read` (the bulk job's `--top-k-retrieval` and `--ranker-top-k`), each question's best answer.
 
-      python -m jobs.bench.ranker quality --model models/minilm-ranker
+      python -m jobs.bench.ranker quality --model models/minilm-ranker [--reader models/minilm-squad]
 
 - `throughput`: `CrossEncoderRanker` against Haystack's `SentenceTransformersSimilarityRanker` on the same
   `--queries` x `--documents` pairs of mixed length (`jobs.bench.data.make_mixed_workload`), in one run, the
@@ -22,12 +24,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from jobs.bench.data import local_model, make_mixed_workload
+from jobs.bench.retrieval_quality import end_to_end
 from qa_core.document import Document
 from qa_core.hardware import cpu_description
 from qa_core.local_models import TEXT_FILE
 from qa_core.ranker import CrossEncoderRanker
+from qa_core.reader import ExtractiveReader
 from qa_core.retrieval import BM25Retriever
 from qa_core.retrieval.quality import retrieval_quality
+from qa_core.squad import SquadDataset
 from qa_core.training.cloze import generate_cloze, read_paragraphs
 from qa_core.training.minilm_squad import CLOZE
 
@@ -58,8 +63,11 @@ def corpus(passages: int, seed: int) -> tuple[list[Document], list, dict[str, st
     return documents, questions, {example.id: ids[example.context] for example in questions}
 
 
-def quality(model: str, passages: int, candidates: int, seed: int) -> None:
-    """Prints recall@1 of BM25 and of BM25's top `candidates` reranked, and the reranking's pairs/s."""
+def quality(model: str, passages: int, candidates: int, seed: int, reader: str | None, read: int) -> None:
+    """
+    Prints recall@1 of BM25 and of BM25's top `candidates` reranked, and the reranking's pairs/s; with `reader`, its
+    EM / F1 over the first `read` passages of each.
+    """
     documents, questions, relevant = corpus(passages, seed)
     print(f"cpu: {cpu_description()}; {len(documents)} passages, {len(questions)} held-out answerable questions")
     retriever = BM25Retriever(documents=documents, top_k=candidates)
@@ -79,6 +87,15 @@ def quality(model: str, passages: int, candidates: int, seed: int) -> None:
               f"recall@{candidates} {scores[f'recall@{candidates}']:.3f}, MRR {scores['mrr']:.3f}")  # fmt: skip
     pairs = sum(len(row) for row in hits)
     print(f"reranking: {pairs} pairs in {seconds:.1f} s ({pairs / seconds:.1f} pairs/s)")
+    if reader is not None:
+        extractive = ExtractiveReader(model=reader, device="cpu")
+        extractive.warm_up()
+        dataset = SquadDataset(examples=questions, version="2.0", has_gold=True)
+        for name, rows in (("bm25", hits), ("ranker", reranked)):
+            texts = {example.id: [doc.content for doc in row[:read]]
+                     for example, row in zip(questions, rows, strict=True)}  # fmt: skip
+            scores = end_to_end(extractive, dataset, texts)
+            print(f"reader over {name} top-{read}: EM {scores['exact']:.1f}, F1 {scores['f1']:.1f}")
 
 
 def throughput(model: str, queries: int, documents: int, repeats: int) -> None:
@@ -132,6 +149,8 @@ def main(argv: list[str] | None = None) -> None:
     rank.add_argument("--passages", type=int, default=10_000, help="passages in the corpus")
     rank.add_argument("--candidates", type=int, default=20, help="BM25 hits reranked per question")
     rank.add_argument("--seed", type=int, default=0, help="the cloze split's seed (the model's --seed)")
+    rank.add_argument("--reader", default=None, help="a QA model (minilm-squad's folder): EM / F1 with and without")
+    rank.add_argument("--read", type=int, default=3, help="passages the reader reads a question")
     speed = commands.add_parser("throughput", help="pairs/s against Haystack's ranker on the same pairs")
     speed.add_argument("--model", default=None, help="the cross-encoder (default: minilm-cross-encoder, built)")
     speed.add_argument("--queries", type=int, default=200)
@@ -139,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     speed.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
     if args.command == "quality":
-        quality(args.model, args.passages, args.candidates, args.seed)
+        quality(args.model, args.passages, args.candidates, args.seed, args.reader, args.read)
     else:
         model = args.model or str(local_model("minilm-cross-encoder"))
         throughput(str(Path(model)), args.queries, args.documents, args.repeats)
