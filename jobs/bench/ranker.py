@@ -6,7 +6,7 @@ The cross-encoder ranker's benchmarks (print only):
   train paragraphs' text (distractors that never hold a held-out question's sentence). Recall@1 of BM25 alone
   against BM25's top `--candidates` reranked by `--model`, each question's relevant passage its own paragraph. With
   `--reader`, the official EM / F1 of that reader over BM25's top `--read` passages and over the ranker's top
-  `--read` (the bulk job's `--top-k-retrieval` and `--ranker-top-k`), each question's best answer.
+  `--read` (the bulk job's `--retriever-top-k` and `--ranker-top-k`), each question's best answer.
 
       python -m jobs.bench.ranker quality --model models/minilm-ranker [--reader models/minilm-squad]
 
