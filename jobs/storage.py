@@ -109,11 +109,11 @@ def parquet_dataset(path: str) -> pads.Dataset:
 
 
 @contextmanager
-def staged_copy(location: str, read: bool = False, replace: bool = False) -> Iterator[Path]:
+def staged_copy(location: str, read: bool = False, replace: bool = False, write: bool = True) -> Iterator[Path]:
     """
     A local temporary copy of the file or folder at a remote `location` (object storage): filled from it first with
-    `read`, and copied to it when the block ends without error; what was there is removed just before the copy with
-    `replace`, else files there and not in the copy are kept.
+    `read`, and copied to it when the block ends without error (unless not `write`: a copy to read only); what was
+    there is removed just before the copy with `replace`, else files there and not in the copy are kept.
 
     :yields: The local path to work on (inside a temporary folder; a folder the caller creates).
     """
@@ -126,6 +126,8 @@ def staged_copy(location: str, read: bool = False, replace: bool = False) -> Ite
                 inner, str(staged), source_filesystem=filesystem, destination_filesystem=pafs.LocalFileSystem()
             )
         yield staged
+        if not write:
+            return
         if replace and filesystem.get_file_info(inner).type != pafs.FileType.NotFound:
             _delete(filesystem, inner)
         pafs.copy_files(str(staged), inner, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)

@@ -74,7 +74,8 @@ def measure(label: str, work: Path, before: Path, after: Path, flags: list[str])
         f"({updated.wall_s / built.wall_s:.1%} of the build), machine peak {updated.peak_mib:,.0f} MiB; "
         f"{record['documents']:,} passages, {update['added']:,} added, {update['changed']:,} changed, "
         f"{update['deleted']:,} deleted; {update['shards_kept']} shards kept, {update['shards_written']} written "
-        f"({update['passages_counted']:,} passages counted, {update['vectors_embedded']:,} vectors embedded)",
+        f"({update['passages_counted']:,} passages counted, {update['passages_tokenized']:,} of them tokenized, "
+        f"{update['vectors_embedded']:,} vectors embedded)",
         flush=True,
     )
 

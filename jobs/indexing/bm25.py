@@ -21,7 +21,8 @@ new, is weighed with the merged statistics (an old shard's terms are in the corp
 are read memory-mapped and only its idf, bounds and header written).
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from qa_core.retrieval.counted import COUNT_PART_DOCS, CountedShard, count_parts
 from qa_core.retrieval.fingerprint import fingerprint_hex, text_hashes
 from qa_core.retrieval.index_io import DOC_IDS_FILE
 from qa_core.retrieval.index_io import read_doc_ids as index_doc_ids
+from qa_core.retrieval.recount import EarlierShard, recount_shard
 from qa_core.retrieval.sharding import weigh_counted_shard
 from qa_core.retrieval.statistics import CorpusStatistics
 from qa_core.retrieval.store import STORE_FILE, PassageStore, write_store
@@ -74,6 +76,7 @@ _COUNTED_SCHEMA = pa.schema(
         # Split passages: the ids of the part's source documents, in order, the first left out where it continues
         # the previous part's last (the part's first passage does not start its document); else null.
         ("source_ids", pa.list_(pa.string())),
+        ("tokenized", pa.int64()),  # passages tokenized (the others' counts taken from an earlier index's shard)
         ("error", pa.string()),  # why the shard cannot be indexed (bad input), else null
     ]
 )
@@ -91,6 +94,7 @@ class CountedPassages:
     :param folders: Each counted folder (a shard's, or a part's: `counted_folder`) and its first corpus position,
         in corpus order.
     :param source_ids: Split passages: the ids of their source documents, each document once, in corpus order.
+    :param tokenized: How many of them were tokenized (the others' counts taken from an earlier index's shards).
     """
 
     statistics: CorpusStatistics
@@ -98,7 +102,8 @@ class CountedPassages:
     parts: list[int]
     id_hashes: np.ndarray
     folders: list[tuple[str, int]]
-    source_ids: pa.ChunkedArray | None = None
+    source_ids: pa.ChunkedArray | None
+    tokenized: int
 
     @property
     def sources(self) -> int | None:
@@ -129,6 +134,7 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
     hashes: list[np.ndarray] = []
     folders: list[tuple[str, int]] = []
     source_ids: list[pa.Array] = []
+    tokenized: list[int] = []
     errors: list[str] = []
 
     def shards() -> Iterator[CorpusStatistics]:  # merged in corpus order as soon as the parts before have come
@@ -150,6 +156,7 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
                     hashes.append(np.frombuffer(row["id_hashes"], np.uint64))
                     folders.append((row["folder"], row["first"]))
                     source_ids.append(pa.array(row["source_ids"] or [], pa.string()))
+                    tokenized.append(row["tokenized"])
                     last = row["part"] + 1 == row["parts"]
                     following = (row["shard"] + 1, 0) if last else (row["shard"], row["part"] + 1)
                     part = _statistics(row)
@@ -172,6 +179,7 @@ def count_shards(shards: Any, locations: list[str], split: bool) -> CountedPassa
         np.concatenate(hashes) if hashes else np.zeros(0, np.uint64),
         folders,
         pa.chunked_array(source_ids, pa.string()) if split else None,
+        sum(tokenized),
     )
 
 
@@ -262,18 +270,28 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
     folder = counted_folder(locations[item["shard"]], item["part"], item["parts"])
     where = {"shard": [item["shard"]], "part": [item["part"]], "parts": [item["parts"]], "first": [first],
              "folder": [folder]}  # fmt: skip
-    parts = ((batch["id"][start : start + COUNT_PART_DOCS].to_pylist(),
-              batch["content"][start : start + COUNT_PART_DOCS].to_pylist())
-             for start in range(0, batch.num_rows, COUNT_PART_DOCS))  # fmt: skip
-    try:  # a part's strings at a time
-        counted, statistics = count_parts(parts, first, Tokenizer(tokenization_regex))
+    texts = _hashed(batch["content"])
+    tokenizer = Tokenizer(tokenization_regex)
+    try:
+        if item.get("earlier"):  # an update: the passages an earlier shard counted are not tokenized again
+            with _earlier_shards(item["earlier"]) as earlier:
+                recounted = recount_shard(batch["id"].to_pylist(), _Texts(batch["content"]), texts, first, earlier,
+                                          tokenizer)  # fmt: skip
+            counted, statistics, tokenized = recounted.counted, recounted.statistics, recounted.tokenized
+        else:  # a part's strings at a time
+            parts = ((batch["id"][start : start + COUNT_PART_DOCS].to_pylist(),
+                      batch["content"][start : start + COUNT_PART_DOCS].to_pylist())
+                     for start in range(0, batch.num_rows, COUNT_PART_DOCS))  # fmt: skip
+            counted, statistics = count_parts(parts, first, tokenizer)
+            tokenized = batch.num_rows
     except ValueError as error:  # bad input: the driver raises it
         columns = {name: [None] for name in _COUNTED_SCHEMA.names}
         return pa.table({**columns, **where, "error": [str(error)]}, schema=_COUNTED_SCHEMA)
     hashes = id_hashes(counted.doc_ids)
-    save_files(folder, lambda local: _save_counted(counted, batch, sources, hashes, local))
+    save_files(folder, lambda local: _save_counted(counted, texts, batch, sources, hashes, local))
     row = {
         **where,
+        "tokenized": [tokenized],
         "vocabulary": [statistics.vocabulary],
         "doc_frequencies": [statistics.doc_frequencies],
         "n_docs": [statistics.n_docs],
@@ -287,20 +305,60 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
 
 
 def _save_counted(
-    counted: CountedShard, passages: pa.Table, sources: pa.Table | None, hashes: np.ndarray, folder: Path
+    counted: CountedShard,
+    texts: np.ndarray,
+    passages: pa.Table,
+    sources: pa.Table | None,
+    hashes: np.ndarray,
+    folder: Path,
 ) -> None:
     """
-    A counted shard's files: its counts, its ids' hashes, and its passage store, or with `sources` (split
-    passages) where its passages lie and its source documents' store.
+    A counted shard's files: its counts, its ids' and texts' hashes, and its passage store, or with `sources`
+    (split passages) where its passages lie and its source documents' store.
     """
     counted.save(folder)
     np.save(folder / ID_HASHES_FILE, hashes, allow_pickle=False)  # the ids checked against a later addition's
-    np.save(folder / TEXT_HASHES_FILE, _hashed(passages["content"]), allow_pickle=False)
+    np.save(folder / TEXT_HASHES_FILE, texts, allow_pickle=False)
     if sources is None:  # whole documents: their texts kept for the job to read
         write_store(folder, [passages])
     else:
         np.save(folder / SOURCE_HASHES_FILE, _hashed(sources["content"]), allow_pickle=False)
         save_split(folder, passages, [sources])
+
+
+class _Texts(Sequence[str]):
+    """A column of texts as a sequence of strings, each made only when it is read (a recount reads few)."""
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        self._column = column
+
+    def __len__(self) -> int:
+        return len(self._column)
+
+    def __getitem__(self, at: Any) -> Any:
+        return self._column[at].as_py()
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self._column), COUNT_PART_DOCS):
+            yield from self._column[start : start + COUNT_PART_DOCS].to_pylist()
+
+
+@contextmanager
+def _earlier_shards(locations: list[str]) -> Iterator[list[EarlierShard]]:
+    """
+    The shards of an earlier index at `locations`, as a recount reads them: memory-mapped where they are local,
+    copied into a temporary folder first from object storage.
+    """
+    with ExitStack() as stack:
+        shards = []
+        for location in locations:
+            filesystem, inner = resolve_path(location)
+            local = isinstance(filesystem, pafs.LocalFileSystem)
+            folder = Path(inner) if local else stack.enter_context(staged_copy(location, read=True, write=False))
+            own = CorpusStatistics.load(folder / SHARD_STATISTICS)
+            hashes = np.load(folder / TEXT_HASHES_FILE, mmap_mode="r" if local else None, allow_pickle=False)
+            shards.append(EarlierShard(CountedShard.load(folder, mmap=local), hashes, own.vocabulary))
+        yield shards
 
 
 def _hashed(texts: pa.ChunkedArray) -> np.ndarray:

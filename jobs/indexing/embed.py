@@ -18,15 +18,17 @@ import pyarrow.fs as pafs
 from jobs.retrieval_settings import RetrievalSettings
 from jobs.storage import InputError, redact, resolve_path, written_in_place
 from qa_core.embedding import EmbeddingModelConfig, SentenceEmbedder, embedding_fingerprint, resolve_model_folder
-from qa_core.retrieval.dense import DENSE_HEADER_FILE, DenseIndex, read_dense_header
+from qa_core.retrieval.dense import DENSE_HEADER_FILE, VECTORS_FILE, DenseIndex, read_dense_header
 from qa_core.retrieval.index_io import read_doc_ids
 
 DENSE_FOLDER = "dense"  # the dense shards' folder inside an index folder
 PASSAGES_PER_SHARD = 8192  # passages an actor embeds per batch, written as one shard
-# What each embedding batch returns: one row per shard it wrote or kept.
+# What each embedding batch returns: one row per shard it wrote or kept, and how many of a written shard's vectors
+# it took from an earlier index rather than embedding them (an update: `EmbedPassages`' `earlier`).
 SHARD_SCHEMA = pa.schema(
-    [("folder", pa.string()), ("doc_offset", pa.int64()), ("n", pa.int64()), ("embedded", pa.bool_())]
-)
+    [("folder", pa.string()), ("doc_offset", pa.int64()), ("n", pa.int64()), ("embedded", pa.bool_()),
+     ("reused", pa.int64())]
+)  # fmt: skip
 
 
 def shard_folder_name(doc_offset: int) -> str:
@@ -37,7 +39,8 @@ def shard_folder_name(doc_offset: int) -> str:
 class EmbedPassages:
     """
     Embeds batches of passages (`position`, `id`, `content`) and writes them as dense shards of the index at
-    `location`.
+    `location`. With `earlier` (an update), a batch's `earlier` column gives each passage's position in an earlier
+    version of the index (-1: none holds it with its text), whose vector is taken from there, not embedded again.
     """
 
     def __init__(
@@ -49,6 +52,7 @@ class EmbedPassages:
         fingerprint: str,
         cpu_threads: int,
         device: str | None = None,
+        earlier: list[dict[str, Any]] | None = None,
     ) -> None:
         """
         :param location: The index folder (local path or URI).
@@ -58,6 +62,8 @@ class EmbedPassages:
         :param fingerprint: The model's (`embedding_fingerprint`), recorded in and checked against the shards.
         :param cpu_threads: torch's threads when the actor has no GPU.
         :param device: Where the model runs; None: the GPU Ray assigned this actor, else the CPU.
+        :param earlier: The dense shards of an earlier version of the index (`location`, the folder of each,
+            `doc_offset` and `n`), where the vectors of the passages an update keeps are read.
         """
         import torch
 
@@ -72,6 +78,8 @@ class EmbedPassages:
         self.location = location
         self.record = {"model": model, "fingerprint": fingerprint}
         self.similarity = similarity
+        self.earlier = sorted(earlier or [], key=lambda shard: shard["doc_offset"])
+        self._earlier_shards: dict[int, np.ndarray] = {}  # their vectors, by shard, once read
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Passages -> `SHARD_SCHEMA` rows, one per run of contiguous positions."""
@@ -83,15 +91,45 @@ class EmbedPassages:
             ids = batch["id"].slice(start, stop - start).to_pylist()
             offset = int(positions[start])
             folder = f"{self.location.rstrip('/')}/{shard_folder_name(offset)}"
-            kept = self._kept(folder, ids)
+            kept, reused = self._kept(folder, ids), 0
             if not kept:
                 texts = batch["content"].slice(start, stop - start).to_pylist()
-                vectors = self.embedder.embed(texts, names=ids)
+                earlier = (batch["earlier"].slice(start, stop - start).to_numpy() if "earlier" in batch.column_names
+                           else np.full(len(ids), -1))  # fmt: skip
+                vectors, reused = self._vectors(ids, texts, earlier)
                 _write_shard(DenseIndex(ids, vectors, offset, self.similarity), folder, self.record)
-            rows.append(
-                {"folder": shard_folder_name(offset), "doc_offset": offset, "n": len(ids), "embedded": not kept}
-            )
+            rows.append({"folder": shard_folder_name(offset), "doc_offset": offset, "n": len(ids), "embedded": not kept,
+                         "reused": reused})  # fmt: skip
         return pa.Table.from_pylist(rows, schema=SHARD_SCHEMA)
+
+    def _vectors(self, ids: list[str], texts: list[str], earlier: np.ndarray) -> tuple[np.ndarray, int]:
+        """The passages' vectors: embedded, or read where an earlier version holds them (`earlier` >= 0)."""
+        held = np.flatnonzero(earlier >= 0)
+        if not held.size:
+            return self.embedder.embed(texts, names=ids), 0
+        taken = self._earlier_vectors(earlier[held])
+        vectors = np.empty((len(ids), taken.shape[1]), np.float32)
+        vectors[held] = taken
+        fresh = np.flatnonzero(earlier < 0).tolist()
+        if fresh:
+            vectors[fresh] = self.embedder.embed([texts[at] for at in fresh], names=[ids[at] for at in fresh])
+        return vectors, int(held.size)
+
+    def _earlier_vectors(self, positions: np.ndarray) -> np.ndarray:
+        """The vectors at these positions of the earlier version's corpus (each shard read once per actor)."""
+        offsets = np.array([shard["doc_offset"] for shard in self.earlier])
+        shard_of = np.searchsorted(offsets, positions, side="right") - 1
+        rows = []
+        for at in np.unique(shard_of).tolist():
+            if at not in self._earlier_shards:
+                shard = self.earlier[at]
+                self._earlier_shards[at] = _read_vectors(f"{shard['location'].rstrip('/')}/{shard['folder']}")
+            rows.append((np.flatnonzero(shard_of == at), self._earlier_shards[at][positions[shard_of == at]
+                                                                                 - offsets[at]]))  # fmt: skip
+        vectors = np.empty((positions.size, rows[0][1].shape[1]), np.float32)
+        for places, values in rows:
+            vectors[places] = values
+        return vectors
 
     def _kept(self, folder: str, ids: list[str]) -> bool:
         """Whether the shard at `folder` already holds these passages' vectors, by this model and similarity."""
@@ -106,6 +144,15 @@ class EmbedPassages:
             return False
         same = (header.get("fingerprint"), header.get("similarity")) == (self.record["fingerprint"], self.similarity)
         return same and kept == ids
+
+
+def _read_vectors(folder: str) -> np.ndarray:
+    """A dense shard's vectors: memory-mapped where it is local, read whole from object storage."""
+    filesystem, inner = resolve_path(folder)
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        return DenseIndex.load(inner, mmap=True).vectors
+    with filesystem.open_input_file(f"{inner.rstrip('/')}/{VECTORS_FILE}") as file:
+        return np.load(file, allow_pickle=False)
 
 
 def _write_shard(index: DenseIndex, folder: str, record: dict[str, Any]) -> None:
@@ -133,13 +180,20 @@ def embed_index(
 
 
 def embed_passages(
-    passages: Any, settings: RetrievalSettings, location: str, engine: Any, cluster: dict
+    passages: Any,
+    settings: RetrievalSettings,
+    location: str,
+    engine: Any,
+    cluster: dict,
+    earlier: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """
     Embeds passages into dense shards of the index at `location`, in an actor pool (one actor per GPU, else one
     actor with a fraction of a CPU reserved and the machine's threads).
 
-    :param passages: The passages (`position`, `id`, `content`), a Ray Dataset or the in-process engine's dataset.
+    :param passages: The passages (`position`, `id`, `content`, and with `earlier` their `earlier` positions), a
+        Ray Dataset or the in-process engine's dataset.
+    :param earlier: As `EmbedPassages`' (an update: the vectors it keeps are read, not embedded).
     :returns: The shards written or kept (`SHARD_SCHEMA` rows), in corpus order.
     :raises InputError: If the model folder lacks its sentence-transformers configuration.
     """
@@ -160,6 +214,7 @@ def embed_passages(
             "fingerprint": embedding_fingerprint(model),
             "cpu_threads": int(cpus),
             "device": engine.reader_device(),
+            "earlier": earlier,
         },
         num_cpus=min(0.5, cpus / 4),
         num_gpus=1 if gpus else None,
@@ -203,6 +258,6 @@ def dense_section(
         "similarity": settings.embedding_similarity,
         "precision": settings.embedding_precision,
         "shards": [{"folder": row["folder"], "doc_offset": row["doc_offset"], "n": row["n"]} for row in shards],
-        "embedded": sum(row["n"] for row in shards if row["embedded"]),
+        "embedded": sum(row["n"] - row["reused"] for row in shards if row["embedded"]),
         "build_s": round(time.time() - started, 3),
     }

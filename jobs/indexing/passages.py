@@ -99,11 +99,15 @@ def range_shards(
     row_groups: tuple[list[dict[str, Any]], list[int]],
     ranges: list[tuple[int, int]],
     cpus: int = 1,
+    earlier: list[list[str]] | None = None,
 ) -> Any:
     """
     `passage_shards`' dataset of shards of the given ranges of corpus positions (`[first, stop)` each, in corpus
     order), read from the documents' `row_groups` (`_row_groups`' or `document_passages`'): the shards an update
     writes again between those it keeps (`jobs.indexing.update`).
+
+    :param earlier: For each range, the folders of the shards of an earlier index that hold some of its passages,
+        whose counts its counting task takes rather than tokenizing those passages again (`bm25.count_shards`).
     """
     import ray.data
 
@@ -114,7 +118,8 @@ def range_shards(
         shards += [{**item, "shard": shard, "part": part, "parts": len(bounds) - 1}
                    for part, item in enumerate(_shard_items(groups, counts, bounds))]  # fmt: skip
     for shard in shards:
-        shard.update(documents=documents, split_length=settings.split_length, split_overlap=settings.split_overlap)
+        shard.update(documents=documents, split_length=settings.split_length, split_overlap=settings.split_overlap,
+                     earlier=[] if earlier is None else earlier[shard["shard"]])  # fmt: skip
     if not shards:
         return ray.data.from_arrow(pa.table({"first": pa.array([], pa.int64())}))
     return ray.data.from_items(shards, override_num_blocks=len(shards))

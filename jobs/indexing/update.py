@@ -11,19 +11,25 @@ one after the other, and (split passages) none shared with a neighbour shard, is
 new version (copied in object storage) and weighed again from its stored counts with the new corpus statistics,
 without tokenizing (`sharding.weigh_counted_shard`: only its idf, bounds and header are written again where its
 terms keep their order). The positions between kept shards (new and changed documents, and the unchanged
-documents of a shard that lost or gained one) are read from the table and counted as new shards by Ray tasks, as
-the build counts (`bm25.count_shards`). Deleting is rewriting: a shard that lost a document is written again
-without it, so no deleted document remains (no tombstones, nothing to compact), and the corpus statistics
-(documents, average length, document frequencies) are merged from the shards' own (`bm25.SHARD_STATISTICS`) in
-corpus order: those of the documents that remain, with the vocabulary in the order a fresh build numbers it.
+documents of a shard that lost or gained one) are written as new shards by Ray tasks, as the build writes them
+(`bm25.count_shards`), except that a passage an old shard holds with the same id and text takes its counts from
+there rather than being tokenized again (`qa_core.retrieval.recount`): only new and changed passages are tokenized,
+and the few kept ones that became the first of their shard to hold a term (for the order of the vocabulary).
+Deleting is rewriting: a shard that lost a document is written again without it, so no deleted document remains
+(no tombstones, nothing to compact), and the corpus statistics (documents, average length, document frequencies)
+are merged from the shards' own (`bm25.SHARD_STATISTICS`) in corpus order: those of the documents that remain,
+with the vocabulary in the order a fresh build numbers it.
 
-The dense part goes the same way: a dense shard that lies inside a kept shard is linked at its new position, the
-passages of the other positions are embedded; an approximate index (`--ann`) is built again over all the vectors
-(one FAISS index over all the shards: `jobs.indexing.ann`). The filter fields an index keeps
-(`jobs.indexing.filter_fields`) are written again for every shard from the table's metadata, which may change
-where the content does not.
+The dense part goes the same way: a dense shard that lies inside a kept shard is linked at its new position; the
+dense shards of the other positions are written again, each vector read from the old version where it holds a
+passage of the same text (the same SHA-256), only new texts embedded; an approximate index (`--ann`) is built
+again over all the vectors (one FAISS index over all the shards: `jobs.indexing.ann`). The filter fields an index
+keeps (`jobs.indexing.filter_fields`) are written again for every shard from the table's metadata, which may
+change where the content does not.
 
-The cost follows the shards touched: a change spread over every shard rewrites every shard.
+The work of tokenizing and embedding follows the change; reading the table, hashing its documents and writing the
+shards a change touches do not: a change spread over every shard writes every shard again (from the counts and
+vectors it keeps).
 """
 
 import json
@@ -190,14 +196,15 @@ def update_index_with_ray(
             _link_shard(shard.location, destination, shard.location == current)
         written = [(first, stop) for at, (shard, (first, stop)) in enumerate(layout) if shard is None]
         written_at = [locations[at] for at, (shard, _) in enumerate(layout) if shard is None]
-        counted_fingerprints, counted_parts = [], []
+        counted_fingerprints, counted_parts, tokenized = [], [], 0
         if written:
-            passages = range_shards(documents, index_settings, groups, written, cpus=cluster_cpus())
+            earlier = _earlier_shards(old, new, firsts, written)
+            passages = range_shards(documents, index_settings, groups, written, cluster_cpus(), earlier)
             try:
                 counted = count_shards(passages, written_at, index_settings.split_length is not None)
             except ValueError as error:
                 raise InputError(f"{redact(documents)}: cannot index the documents: {error}") from None
-            counted_fingerprints, counted_parts = counted.fingerprints, counted.parts
+            counted_fingerprints, counted_parts, tokenized = counted.fingerprints, counted.parts, counted.tokenized
         statistics, fingerprints = _statistics(layout, locations, counted_fingerprints)
         try:
             statistics.check(DEFAULT_TOKENIZATION_REGEX)
@@ -216,13 +223,15 @@ def update_index_with_ray(
                                       if name in record.get(STORE_COLUMNS_KEY, [])]  # fmt: skip
         vectors = 0
         if "dense" in record:
-            dense, vectors = _update_dense(record, current, target, layout, documents, groups, engine, cluster)
+            dense, vectors = _update_dense(record, (current, old), (target, locations), layout, documents, groups,
+                                           engine, cluster)  # fmt: skip
             updated["dense"] = dense
         updated["update"] = {
             **changes,
             "shards_kept": sum(shard is not None for shard, _ in layout),
             "shards_written": len(written),
             "passages_counted": sum(stop - first for first, stop in written),
+            "passages_tokenized": tokenized,
             "vectors_embedded": vectors,
             "update_s": round(time.time() - started, 3),
         }
@@ -351,6 +360,35 @@ def _kept_shards(old: list[OldShard], new: Documents, firsts: np.ndarray) -> lis
     return sorted(kept, key=lambda item: item[1])
 
 
+def _earlier_shards(
+    old: list[OldShard], new: Documents, firsts: np.ndarray, ranges: list[tuple[int, int]]
+) -> list[list[str]]:
+    """
+    For each range of the new corpus's positions, the folders of the old shards that hold one of its documents
+    unchanged: their passages' counts are taken from there (`recount.recount_shard`), not tokenized again.
+    """
+    if not old:
+        return [[] for _ in ranges]
+    held = pd.DataFrame({
+        "id": np.asarray(pa.concat_arrays([shard.source_ids for shard in old]).to_numpy(zero_copy_only=False),
+                         dtype=object),
+        "shard": np.repeat(np.arange(len(old)), [len(shard.source_ids) for shard in old]),
+        "row": np.arange(sum(len(shard.source_ids) for shard in old)),
+    })  # fmt: skip
+    wanted = pd.DataFrame({"id": np.asarray(new.ids.to_numpy(zero_copy_only=False), dtype=object),
+                           "document": np.arange(len(new.ids))})  # fmt: skip
+    pairs = wanted.merge(held, on="id")
+    hashes = np.concatenate([shard.source_hashes for shard in old])
+    same = (hashes[pairs["row"].to_numpy()] == new.hashes[pairs["document"].to_numpy()]).all(axis=1)
+    documents, shards = pairs["document"].to_numpy()[same], pairs["shard"].to_numpy()[same]
+    locations = []
+    for first, stop in ranges:  # the documents whose passages lie in the range
+        inside = (documents >= np.searchsorted(firsts, first, "right") - 1) & (
+            documents < np.searchsorted(firsts, stop, "left"))  # fmt: skip
+        locations.append([old[at].location for at in np.unique(shards[inside]).tolist()])
+    return locations
+
+
 def _layout(
     kept: list[tuple[OldShard, int]], total: int, size: int
 ) -> list[tuple[OldShard | None, tuple[int, int]]]:
@@ -416,8 +454,8 @@ def _counts(old: list[OldShard], new: Documents) -> dict[str, int]:
 
 def _update_dense(
     record: dict[str, Any],
-    current: str,
-    target: str,
+    before: tuple[str, list[OldShard]],
+    after: tuple[str, list[str]],
     layout: list[tuple[OldShard | None, tuple[int, int]]],
     documents: str,
     groups: tuple[list[dict[str, Any]], list[int]],
@@ -425,11 +463,16 @@ def _update_dense(
     cluster: dict[str, Any],
 ) -> tuple[dict[str, Any], int]:
     """
-    The new version's dense part: each dense shard that lies inside a kept shard linked at its new position, the
-    passages of the other positions embedded, and the approximate index built again where the index has one.
+    The new version's dense part: each dense shard that lies inside a kept shard linked at its new position; the
+    dense shards of the other positions written again, each passage's vector read from the current version where
+    it holds the passage's text, else embedded; and the approximate index built again where the index has one.
 
+    :param before: The current version's folder and its BM25 shards.
+    :param after: The new version's folder and its BM25 shards' folders (written: they hold their passages' ids
+        and text hashes).
     :returns: The `dense` section, and how many vectors were embedded.
     """
+    (current, old_shards), (target, locations) = before, after
     from jobs.indexing.embed import dense_section, embed_passages, shard_folder_name
     from jobs.indexing.vectors import add_graph
 
@@ -450,7 +493,7 @@ def _update_dense(
                 _link_dense_shard(f"{current.rstrip('/')}/{old['folder']}",
                                   f"{target.rstrip('/')}/{shard_folder_name(offset)}", offset)  # fmt: skip
                 rows.append({"folder": shard_folder_name(offset), "doc_offset": offset, "n": old["n"],
-                             "embedded": False})  # fmt: skip
+                             "embedded": False, "reused": 0})  # fmt: skip
                 covered.append((offset, offset + old["n"]))
     total = layout[-1][1][1] if layout else 0
     missing, position = [], 0
@@ -459,10 +502,13 @@ def _update_dense(
             missing.append((position, start))
         position = max(position, stop)
     if missing:
+        earlier = _earlier_positions(old_shards, [(location, first) for location, (_, (first, _)) in
+                                                  zip(locations, layout, strict=True)], total)  # fmt: skip
         passages = range_shards(documents, settings, groups, missing).map_batches(
-            _passage_rows, batch_size=1, batch_format="pyarrow"
+            _passage_rows, batch_size=1, batch_format="pyarrow", fn_kwargs={"earlier": earlier}
         )
-        rows += embed_passages(passages, settings, target, engine, cluster)
+        held = [{"location": current, **old} for old in dense["shards"]]
+        rows += embed_passages(passages, settings, target, engine, cluster, earlier=held)
     rows.sort(key=lambda row: row["doc_offset"])
     section = dense_section(settings, rows, total, started)
     if "ann" in dense:  # built again as it was built, over all the vectors
@@ -472,13 +518,40 @@ def _update_dense(
                            ann_candidates=ann.get("candidates", settings.ann_candidates))  # fmt: skip
         _write_record(target, {"dense": section})  # what building it reads; the whole record is written last
         section = add_graph(target, section, searched, engine)
-    return section, sum(row["n"] for row in rows if row["embedded"])
+    return section, sum(row["n"] - row["reused"] for row in rows if row["embedded"])
 
 
-def _passage_rows(item: pa.Table) -> pa.Table:
-    """A range's item (`range_shards`) -> its passages' `position`, `id` and `content`, for embedding."""
+def _earlier_positions(old: list[OldShard], shards: list[tuple[str, int]], total: int) -> np.ndarray:
+    """
+    `(total,)` int64: for each position of the new corpus, a position of the current version's corpus whose
+    passage has the same text (the same SHA-256: the same vector), -1 where none has.
+
+    :param shards: The new version's BM25 shards: each folder and first position.
+    """
+
+    def texts(folders: list[tuple[str, int]]) -> pd.DataFrame:
+        frames = []
+        for folder, first in folders:
+            hashes = np.ascontiguousarray(_read_array(folder, TEXT_HASHES_FILE)).view(np.uint64)  # 4 words a text
+            frames.append(pd.DataFrame({**{f"h{at}": hashes[:, at] for at in range(4)},
+                                        "position": np.arange(first, first + len(hashes))}))  # fmt: skip
+        return pd.concat(frames, ignore_index=True)
+
+    before = texts([(shard.location, shard.first) for shard in old]).drop_duplicates(["h0", "h1", "h2", "h3"])
+    pairs = texts(shards).merge(before, on=["h0", "h1", "h2", "h3"], suffixes=("", "_before"))
+    earlier = np.full(total, -1, np.int64)
+    earlier[pairs["position"].to_numpy()] = pairs["position_before"].to_numpy()
+    return earlier
+
+
+def _passage_rows(item: pa.Table, earlier: np.ndarray) -> pa.Table:
+    """
+    A range's item (`range_shards`) -> its passages' `position`, `id` and `content`, for embedding, and `earlier`:
+    where the current version holds each one's text (`_earlier_positions`).
+    """
     passages, _ = read_shard(item.to_pylist()[0])
-    return passages.select(["position", "id", "content"])
+    positions = passages["position"].to_numpy()
+    return passages.select(["position", "id", "content"]).append_column("earlier", pa.array(earlier[positions]))
 
 
 def _write_record(target: str, record: dict[str, Any]) -> None:
