@@ -172,7 +172,8 @@ def _update(
         f"jobs.index: updated {redact(args.index)} to {record['documents']} passages: {done['added']} documents "
         f"added, {done['changed']} changed, {done['deleted']} deleted, {done['unchanged']} unchanged; "
         f"{done['shards_kept']} shards kept, {done['shards_written']} written ({done['passages_counted']} "
-        f"passages counted, {done['vectors_embedded']} vectors embedded) in {done['update_s']} s",
+        f"passages counted, {done['passages_tokenized']} of them tokenized, {done['vectors_embedded']} vectors "
+        f"embedded) in {done['update_s']} s",
         flush=True,
     )
     return 0

@@ -8,7 +8,8 @@ That order is the one thing counts do not keep: which of a passage's terms comes
 shard's own statistics keep its vocabulary in order of first occurrence, so the terms a kept passage is the first
 to hold are in their order there, as long as it was the first to hold them in the earlier shard too. A kept passage
 that is now the first to hold a term it was not the first to hold before (the passage that held it first was
-deleted, changed or is in another shard) is tokenized again for the order of its terms.
+deleted, changed or is in another shard) is tokenized again for the order of its terms, unless that term is the only
+one it holds first.
 """
 
 from collections.abc import Sequence
@@ -156,8 +157,8 @@ def _ranks(
     """
     Each term's place in the order of first occurrence among the terms first held by the same passage: from the
     tokenized passages' vocabulary for a passage tokenized, from its earlier shard's own vocabulary for a kept one
-    that was the first to hold them there too, else from the passage tokenized again; and how many kept passages
-    were tokenized again.
+    that was the first to hold them there too, else (it is the first to hold more than one) from the passage
+    tokenized again; and how many kept passages were tokenized again.
     """
     rank = np.zeros(first.size, np.int64)
     rank[fresh_terms] = np.arange(fresh_terms.size)  # first met in the tokenized passages: in their text order
@@ -173,6 +174,7 @@ def _ranks(
         own = pd.Index(shard.own_vocabulary).get_indexer(np.asarray(shard.counted.vocabulary, dtype=object))
         rank[held] = own[place[held]]
         again[first[held[first_there != local[first[held]]]]] = True
+    again &= np.bincount(first[first < source.size], minlength=source.size) > 1  # one term alone needs no order
     for passage in np.flatnonzero(again).tolist():
         order = {term: at for at, term in enumerate(dict.fromkeys(tokenizer.tokenize(texts[passage])))}
         held = np.flatnonzero(first == passage)
