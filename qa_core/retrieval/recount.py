@@ -82,13 +82,14 @@ def recount_shard(
     n = len(ids)
     source, local = _matches(ids, hashes, earlier)
     terms = TermIds()  # the shard's terms, numbered as met here (not its order)
-    postings: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (term, passage, count)
+    postings: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (term, passage, count), int32 to stay small
     doc_lengths = np.zeros(n, np.int64)
     fresh = np.flatnonzero(source < 0)
     counts = count_terms([texts[i] for i in fresh.tolist()], tokenizer)
     fresh_terms = _numbered(terms, counts.vocabulary)
     matrix = counts.frequencies.tocoo()
-    postings.append((fresh_terms[matrix.col], fresh[matrix.row], matrix.data.astype(np.int64)))
+    postings.append((fresh_terms[matrix.col].astype(np.int32), fresh[matrix.row].astype(np.int32),
+                     matrix.data.astype(np.int32)))  # fmt: skip
     doc_lengths[fresh] = counts.doc_lengths
     shard_terms = []  # each earlier shard's terms' numbers here
     for at, shard in enumerate(earlier):
@@ -97,12 +98,12 @@ def recount_shard(
         shard_terms.append(numbers)
         if numbers is None:
             continue
-        kept = np.full(len(counted.doc_ids), -1, np.int64)
+        kept = np.full(len(counted.doc_ids), -1, np.int32)
         kept[local[source == at]] = np.flatnonzero(source == at)
         passages = kept[np.asarray(counted.doc_indices)]
         taken = passages >= 0
-        posting_terms = np.repeat(numbers, np.diff(np.asarray(counted.starts)))
-        counts_taken = np.asarray(counted.term_counts)[taken].astype(np.int64)
+        posting_terms = np.repeat(numbers.astype(np.int32), np.diff(np.asarray(counted.starts)))
+        counts_taken = np.asarray(counted.term_counts)[taken].astype(np.int32)
         postings.append((posting_terms[taken], passages[taken], counts_taken))
         doc_lengths[source == at] = np.asarray(counted.doc_lengths)[local[source == at]]
     term, passage, count = (np.concatenate(column) for column in zip(*postings, strict=True))
@@ -111,15 +112,15 @@ def recount_shard(
     rank, again = _ranks(first, source, local, fresh_terms, shard_terms, earlier, texts, tokenizer, list(terms))
     held = np.flatnonzero(first < n)  # an earlier shard's terms that no passage kept from it holds are left out
     order = held[np.lexsort((rank[held], first[held]))]  # the vocabulary in order of first occurrence
-    new_ids = np.full(len(terms), -1, np.int64)
-    new_ids[order] = np.arange(order.size)
+    new_ids = np.full(len(terms), -1, np.int32)
+    new_ids[order] = np.arange(order.size, dtype=np.int32)
     term = new_ids[term]
     sort = np.lexsort((passage, term))
     starts = np.zeros(order.size + 1, np.int64)
     np.cumsum(np.bincount(term, minlength=order.size), out=starts[1:])
     vocabulary = list(terms)
-    counted = CountedShard([vocabulary[i] for i in order.tolist()], list(ids), starts, passage[sort],
-                           count[sort].astype(np.int32), doc_lengths)  # fmt: skip
+    counted = CountedShard([vocabulary[i] for i in order.tolist()], list(ids), starts,
+                           passage[sort].astype(np.int64), count[sort], doc_lengths)  # fmt: skip
     statistics = CorpusStatistics(counted.vocabulary, np.diff(starts), n, int(doc_lengths.sum()),
                                   fingerprint_of_hashes(ids, hashes, doc_offset))  # fmt: skip
     return Recounted(counted, statistics, n - int(fresh.size), int(fresh.size) + again)
