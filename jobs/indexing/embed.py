@@ -78,8 +78,7 @@ class EmbedPassages:
         self.location = location
         self.record = {"model": model, "fingerprint": fingerprint}
         self.similarity = similarity
-        self.earlier = sorted(earlier or [], key=lambda shard: shard["doc_offset"])
-        self._earlier_shards: dict[int, np.ndarray] = {}  # their vectors, by shard, once read
+        self.earlier = EarlierVectors(earlier or [])
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Passages -> `SHARD_SCHEMA` rows, one per run of contiguous positions."""
@@ -107,29 +106,13 @@ class EmbedPassages:
         held = np.flatnonzero(earlier >= 0)
         if not held.size:
             return self.embedder.embed(texts, names=ids), 0
-        taken = self._earlier_vectors(earlier[held])
+        taken = self.earlier(earlier[held])
         vectors = np.empty((len(ids), taken.shape[1]), np.float32)
         vectors[held] = taken
         fresh = np.flatnonzero(earlier < 0).tolist()
         if fresh:
             vectors[fresh] = self.embedder.embed([texts[at] for at in fresh], names=[ids[at] for at in fresh])
         return vectors, int(held.size)
-
-    def _earlier_vectors(self, positions: np.ndarray) -> np.ndarray:
-        """The vectors at these positions of the earlier version's corpus (each shard read once per actor)."""
-        offsets = np.array([shard["doc_offset"] for shard in self.earlier])
-        shard_of = np.searchsorted(offsets, positions, side="right") - 1
-        rows = []
-        for at in np.unique(shard_of).tolist():
-            if at not in self._earlier_shards:
-                shard = self.earlier[at]
-                self._earlier_shards[at] = _read_vectors(f"{shard['location'].rstrip('/')}/{shard['folder']}")
-            rows.append((np.flatnonzero(shard_of == at), self._earlier_shards[at][positions[shard_of == at]
-                                                                                 - offsets[at]]))  # fmt: skip
-        vectors = np.empty((positions.size, rows[0][1].shape[1]), np.float32)
-        for places, values in rows:
-            vectors[places] = values
-        return vectors
 
     def _kept(self, folder: str, ids: list[str]) -> bool:
         """Whether the shard at `folder` already holds these passages' vectors, by this model and similarity."""
@@ -144,6 +127,34 @@ class EmbedPassages:
             return False
         same = (header.get("fingerprint"), header.get("similarity")) == (self.record["fingerprint"], self.similarity)
         return same and kept == ids
+
+
+class EarlierVectors:
+    """
+    The vectors of an earlier version of an index, read by corpus position from its dense shards (each shard read
+    once: memory-mapped where it is local, whole from object storage).
+
+    :param shards: The dense shards: `location` (the version's folder), `folder`, `doc_offset` and `n` of each.
+    """
+
+    def __init__(self, shards: list[dict[str, Any]]) -> None:
+        self.shards = sorted(shards, key=lambda shard: shard["doc_offset"])
+        self._read: dict[int, np.ndarray] = {}  # each shard's vectors, once read
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        """`(len(positions), dimension)` float32: the vectors at these positions of the earlier corpus."""
+        offsets = np.array([shard["doc_offset"] for shard in self.shards])
+        shard_of = np.searchsorted(offsets, positions, side="right") - 1
+        vectors = None
+        for at in np.unique(shard_of).tolist():
+            if at not in self._read:
+                shard = self.shards[at]
+                self._read[at] = _read_vectors(f"{shard['location'].rstrip('/')}/{shard['folder']}")
+            rows = self._read[at][positions[shard_of == at] - offsets[at]]
+            if vectors is None:
+                vectors = np.empty((positions.size, rows.shape[1]), np.float32)
+            vectors[shard_of == at] = rows
+        return vectors
 
 
 def _read_vectors(folder: str) -> np.ndarray:

@@ -261,3 +261,26 @@ def test_an_index_in_object_storage_is_updated_as_a_local_one(s3_server, monkeyp
 
     for found, wanted in zip(searched(current_version(uri)), searched(str(fresh)), strict=True):
         assert found.tobytes() == wanted.tobytes()
+    done = read_json(current_version(uri), BUILD_FILE)["update"]  # kept passages' counts read from the old objects
+    assert 15 <= done["passages_tokenized"] < done["passages_counted"]
+
+
+def test_an_update_reads_the_vectors_it_keeps_from_dense_shards_in_object_storage(s3_server, tmp_path):
+    """What an update's embedding actors read of an old dense shard in object storage: its vectors, whole."""
+    import numpy as np
+
+    from jobs.indexing.embed import EarlierVectors
+    from qa_core.retrieval.dense import DenseIndex
+
+    vectors = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    DenseIndex(["a", "b", "c", "d", "e"], vectors, doc_offset=3).save(tmp_path / "shard")
+    filesystem, prefix = s3_filesystem(s3_server), f"{s3_server.bucket}/old/dense/shard-3"
+    pafs.copy_files(str(tmp_path / "shard"), prefix, source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=filesystem)  # fmt: skip
+    earlier = EarlierVectors([{"location": f"s3://{s3_server.bucket}/old", "folder": "dense/shard-3",
+                               "doc_offset": 3, "n": 5}])  # fmt: skip
+    with pytest.MonkeyPatch.context() as patched:
+        for name, value in s3_server.env.items():
+            patched.setenv(name, value)
+        found = earlier(np.array([7, 3, 5]))
+    assert found.tobytes() == vectors[[4, 0, 2]].tobytes()
