@@ -18,7 +18,9 @@ statistics only:
 No text is kept past the first pass, and none goes through the object store.
 A corpus that grows goes the same way: the added passages are counted as new shards, and every shard, old and
 new, is weighed with the merged statistics (an old shard's terms are in the corpus's order already: its counts
-are read memory-mapped and only its idf, bounds and header written).
+are read memory-mapped and only its idf, bounds and header written). An update (`jobs.indexing.update`) counts the
+shards it writes again the same way, except that a task given the old shards that hold some of its passages
+(`range_shards`' `earlier`) takes their counts from there (`qa_core.retrieval.recount`) and tokenizes the others.
 """
 
 from collections.abc import Callable, Iterator, Sequence
