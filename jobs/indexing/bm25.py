@@ -272,13 +272,13 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
     folder = counted_folder(locations[item["shard"]], item["part"], item["parts"])
     where = {"shard": [item["shard"]], "part": [item["part"]], "parts": [item["parts"]], "first": [first],
              "folder": [folder]}  # fmt: skip
-    texts = _hashed(batch["content"])
+    content_hashes = _hashed(batch["content"])
     tokenizer = Tokenizer(tokenization_regex)
     try:
         if item.get("earlier"):  # an update: the passages an earlier shard counted are not tokenized again
             with _earlier_shards(item["earlier"]) as earlier:
-                recounted = recount_shard(batch["id"].to_pylist(), _Texts(batch["content"]), texts, first, earlier,
-                                          tokenizer)  # fmt: skip
+                recounted = recount_shard(batch["id"].to_pylist(), _Texts(batch["content"]), content_hashes, first,
+                                          earlier, tokenizer)  # fmt: skip
             counted, statistics, tokenized = recounted.counted, recounted.statistics, recounted.tokenized
         else:  # a part's strings at a time
             parts = ((batch["id"][start : start + COUNT_PART_DOCS].to_pylist(),
@@ -290,7 +290,7 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
         columns = {name: [None] for name in _COUNTED_SCHEMA.names}
         return pa.table({**columns, **where, "error": [str(error)]}, schema=_COUNTED_SCHEMA)
     hashes = id_hashes(counted.doc_ids)
-    save_files(folder, lambda local: _save_counted(counted, texts, batch, sources, hashes, local))
+    save_files(folder, lambda local: _save_counted(counted, content_hashes, batch, sources, hashes, local))
     row = {
         **where,
         "tokenized": [tokenized],
@@ -308,7 +308,7 @@ def _count_shard(rows: pa.Table, locations: list[str], tokenization_regex: str, 
 
 def _save_counted(
     counted: CountedShard,
-    texts: np.ndarray,
+    content_hashes: np.ndarray,
     passages: pa.Table,
     sources: pa.Table | None,
     hashes: np.ndarray,
@@ -320,7 +320,7 @@ def _save_counted(
     """
     counted.save(folder)
     np.save(folder / ID_HASHES_FILE, hashes, allow_pickle=False)  # the ids checked against a later addition's
-    np.save(folder / TEXT_HASHES_FILE, texts, allow_pickle=False)
+    np.save(folder / TEXT_HASHES_FILE, content_hashes, allow_pickle=False)
     if sources is None:  # whole documents: their texts kept for the job to read
         write_store(folder, [passages])
     else:

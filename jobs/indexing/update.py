@@ -198,7 +198,7 @@ def update_index_with_ray(
         written_at = [locations[at] for at, (shard, _) in enumerate(layout) if shard is None]
         counted_fingerprints, counted_parts, tokenized = [], [], 0
         if written:
-            earlier = _earlier_shards(old, new, firsts, written)
+            earlier = _earlier_locations(old, new, firsts, written)
             passages = range_shards(documents, index_settings, groups, written, cluster_cpus(), earlier)
             try:
                 counted = count_shards(passages, written_at, index_settings.split_length is not None)
@@ -360,7 +360,7 @@ def _kept_shards(old: list[OldShard], new: Documents, firsts: np.ndarray) -> lis
     return sorted(kept, key=lambda item: item[1])
 
 
-def _earlier_shards(
+def _earlier_locations(
     old: list[OldShard], new: Documents, firsts: np.ndarray, ranges: list[tuple[int, int]]
 ) -> list[list[str]]:
     """
