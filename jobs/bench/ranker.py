@@ -36,6 +36,7 @@ from qa_core.training.cloze import generate_cloze, read_paragraphs
 from qa_core.training.minilm_squad import CLOZE
 from qa_core.training.ranking import word_windows
 
+
 def corpus(passages: int, seed: int) -> tuple[list[Document], list, dict[str, str]]:
     """
     The quality benchmark's corpus and questions.

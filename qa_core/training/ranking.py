@@ -66,7 +66,8 @@ def word_windows(texts: Seq[str], count: int, seed: int, lengths: tuple[int, int
     `lengths` words long, as a corpus split into passages of words has them (starting and ending mid-sentence,
     across the texts' boundaries).
 
-    :returns: Each window's text and the indices of the texts it takes words from.
+    :returns: Each window's text and the indices of the texts it takes words from; none when the texts hold no
+        words.
     """
     words: list[str] = []
     sources: list[int] = []
@@ -74,6 +75,8 @@ def word_windows(texts: Seq[str], count: int, seed: int, lengths: tuple[int, int
         split = text.split()
         words += split
         sources += [index] * len(split)
+    if not words:
+        return []
     rng = random.Random(seed)
     longest = min(lengths[1], len(words))
     windows = []
@@ -101,7 +104,7 @@ def ranking_pairs(
     """
     contexts = list(dict.fromkeys(example.context for example in examples))
     passages = [Window(text, frozenset((index,))) for index, text in enumerate(contexts)]
-    passages += word_windows(contexts, windows, seed) if windows and contexts else []
+    passages += word_windows(contexts, windows, seed)
     answerable = [example for example in examples if example.answers]
     found: list[list[Window]] = [[] for _ in answerable]
     if hard_negatives and answerable and len(contexts) > 1:

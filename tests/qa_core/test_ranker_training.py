@@ -64,6 +64,7 @@ def test_windows_are_cut_from_the_texts_and_never_a_negative_of_a_question_on_a_
         assert any([w for w, _ in place] == cut and {i for _, i in place} == window.sources for place in places)
     assert len({len(window.sources) for window in windows}) == 2  # some cross a boundary
     assert word_windows(texts, 1, seed=0, lengths=(100, 200))[0].text == " ".join(texts)  # longer than them all
+    assert word_windows(["", " "], 5, seed=0) == []  # no words: no windows
     split = generate_cloze(read_paragraphs(TEXT_FILE, CLOZE_CONFIG), CLOZE_CONFIG)
     examples = split.train[:150]
     contexts = list(dict.fromkeys(example.context for example in examples))
