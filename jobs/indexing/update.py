@@ -502,8 +502,9 @@ def _update_dense(
             missing.append((position, start))
         position = max(position, stop)
     if missing:
-        earlier = _earlier_positions(old_shards, [(location, first) for location, (_, (first, _)) in
-                                                  zip(locations, layout, strict=True)], total)  # fmt: skip
+        to_embed = [(location, first, stop) for location, (_, (first, stop)) in zip(locations, layout, strict=True)
+                    if any(start < stop and first < end for start, end in missing)]  # fmt: skip
+        earlier = _earlier_positions(old_shards, to_embed, total, whole_documents=settings.split_length is None)
         passages = range_shards(documents, settings, groups, missing).map_batches(
             _passage_rows, batch_size=1, batch_format="pyarrow", fn_kwargs={"earlier": earlier}
         )
@@ -521,25 +522,34 @@ def _update_dense(
     return section, sum(row["n"] - row["reused"] for row in rows if row["embedded"])
 
 
-def _earlier_positions(old: list[OldShard], shards: list[tuple[str, int]], total: int) -> np.ndarray:
+def _earlier_positions(
+    old: list[OldShard], shards: list[tuple[str, int, int]], total: int, whole_documents: bool
+) -> np.ndarray:
     """
-    `(total,)` int64: for each position of the new corpus, a position of the current version's corpus whose
-    passage has the same text (the same SHA-256: the same vector), -1 where none has.
+    `(total,)` int64: for each position of `shards`, a position of the current version's corpus whose passage has
+    the same text (the same SHA-256: the same vector); -1 where none has, and at every other position.
 
-    :param shards: The new version's BM25 shards: each folder and first position.
+    :param shards: The new version's BM25 shards that hold positions to embed: each folder, first and stop position.
+    :param whole_documents: Whether the index's passages are whole documents: the old shards' text hashes are then
+        their `source_hashes`, not read again.
     """
 
-    def texts(folders: list[tuple[str, int]]) -> pd.DataFrame:
-        frames = []
-        for folder, first in folders:
-            hashes = np.ascontiguousarray(_read_array(folder, TEXT_HASHES_FILE)).view(np.uint64)  # 4 words a text
-            frames.append(pd.DataFrame({**{f"h{at}": hashes[:, at] for at in range(4)},
-                                        "position": np.arange(first, first + len(hashes))}))  # fmt: skip
-        return pd.concat(frames, ignore_index=True)
+    def texts(hashes: np.ndarray, first: int) -> pd.DataFrame:
+        words = np.ascontiguousarray(hashes).view(np.uint64)  # a SHA-256 as 4 words
+        return pd.DataFrame({**{f"h{at}": words[:, at] for at in range(4)},
+                             "position": np.arange(first, first + len(words))})  # fmt: skip
 
-    before = texts([(shard.location, shard.first) for shard in old]).drop_duplicates(["h0", "h1", "h2", "h3"])
-    pairs = texts(shards).merge(before, on=["h0", "h1", "h2", "h3"], suffixes=("", "_before"))
+    def old_hashes(shard: OldShard) -> np.ndarray:
+        return shard.source_hashes if whole_documents else _read_array(shard.location, TEXT_HASHES_FILE)
+
     earlier = np.full(total, -1, np.int64)
+    if not shards or not old:
+        return earlier
+    keys = ["h0", "h1", "h2", "h3"]
+    before = pd.concat([texts(old_hashes(shard), shard.first) for shard in old], ignore_index=True)
+    after = pd.concat([texts(_read_array(folder, TEXT_HASHES_FILE), first) for folder, first, _ in shards],
+                      ignore_index=True)  # fmt: skip
+    pairs = after.merge(before.drop_duplicates(keys), on=keys, suffixes=("", "_before"))
     earlier[pairs["position"].to_numpy()] = pairs["position_before"].to_numpy()
     return earlier
 
