@@ -57,12 +57,15 @@ def top_spans(
     """
     start = start_logits.float().masked_fill(~context_mask, -torch.inf)
     end = end_logits.float().masked_fill(~context_mask, -torch.inf)
-    logits = start.unsqueeze(-1) + end.unsqueeze(-2)  # (batch, seq start, seq end)
-    seq_length = logits.shape[-1]
-    allowed = torch.ones(seq_length, seq_length, dtype=torch.bool, device=logits.device).triu()  # end >= start
+    seq_length = start.shape[-1]
+    # 0 where a span may end (end >= start, end - start < max_answer_length), -inf where not: added in place, one
+    # pass over the (batch, seq, seq) sums and no second tensor of their size (a broadcast masked_fill took ten times
+    # as long on CPU).
+    forbidden = torch.full((seq_length, seq_length), -torch.inf, device=start.device)
+    bias = forbidden.tril(-1)
     if max_answer_length is not None:
-        allowed &= ~torch.ones_like(allowed).triu(max_answer_length)  # end - start < max_answer_length
-    logits = logits.masked_fill(~allowed, -torch.inf)
+        bias += forbidden.triu(max_answer_length)
+    logits = (start.unsqueeze(-1) + end.unsqueeze(-2)).add_(bias)  # (batch, seq start, seq end)
     k = min(answers_per_seq, seq_length * seq_length)
     # The sigmoid is monotonic: rank the logit sums, then score only the k kept per sequence.
     values, flat_indices = logits.flatten(1).topk(k)  # (batch, k)
