@@ -57,10 +57,12 @@ def corpus(passages: int, seed: int) -> tuple[list[Document], list, dict[str, st
     return documents, questions, {example.id: ids[example.context] for example in questions}
 
 
-def quality(model: str, passages: int, candidates: int, seed: int, reader: str | None, read: int) -> None:
+def quality(
+    model: str, passages: int, candidates: int, seed: int, reader: str | None, read: tuple[int, ...]
+) -> None:
     """
     Prints recall@1 of BM25 and of BM25's top `candidates` reranked, and the reranking's pairs/s; with `reader`, its
-    EM / F1 over the first `read` passages of each.
+    EM / F1 over the first `count` passages of each, for each count in `read`.
     """
     documents, questions, relevant = corpus(passages, seed)
     print(f"cpu: {cpu_description()}; {len(documents)} passages, {len(questions)} held-out answerable questions")
@@ -85,11 +87,12 @@ def quality(model: str, passages: int, candidates: int, seed: int, reader: str |
         extractive = ExtractiveReader(model=reader, device="cpu")
         extractive.warm_up()
         dataset = SquadDataset(examples=questions, version="2.0", has_gold=True)
-        for name, rows in (("bm25", hits), ("ranker", reranked)):
-            texts = {example.id: [doc.content for doc in row[:read]]
-                     for example, row in zip(questions, rows, strict=True)}  # fmt: skip
-            scores = end_to_end(extractive, dataset, texts)
-            print(f"reader over {name} top-{read}: EM {scores['exact']:.1f}, F1 {scores['f1']:.1f}")
+        for count in read:
+            for name, rows in (("bm25", hits), ("ranker", reranked)):
+                texts = {example.id: [doc.content for doc in row[:count]]
+                         for example, row in zip(questions, rows, strict=True)}  # fmt: skip
+                scores = end_to_end(extractive, dataset, texts)
+                print(f"reader over {name} top-{count}: EM {scores['exact']:.1f}, F1 {scores['f1']:.1f}")
 
 
 def throughput(model: str, queries: int, documents: int, repeats: int) -> None:
@@ -144,7 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     rank.add_argument("--candidates", type=int, default=20, help="BM25 hits reranked per question")
     rank.add_argument("--seed", type=int, default=0, help="the cloze split's seed (the model's --seed)")
     rank.add_argument("--reader", default=None, help="a QA model (minilm-squad's folder): EM / F1 with and without")
-    rank.add_argument("--read", type=int, default=3, help="passages the reader reads a question")
+    rank.add_argument("--read", type=lambda text: tuple(int(part) for part in text.split(",")), default=(3,),
+                      help="passages the reader reads a question (comma-separated: one EM / F1 line for each)")
     speed = commands.add_parser("throughput", help="pairs/s against Haystack's ranker on the same pairs")
     speed.add_argument("--model", default=None, help="the cross-encoder (default: minilm-cross-encoder, built)")
     speed.add_argument("--queries", type=int, default=200)

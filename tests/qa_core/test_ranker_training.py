@@ -12,7 +12,7 @@ from qa_core.local_models.__main__ import build_parser
 from qa_core.ranker import CrossEncoderRanker
 from qa_core.squad import GoldAnswer, SquadExample
 from qa_core.training.loop import TrainConfig
-from qa_core.training.minilm_ranker import RECIPE, build_minilm_ranker
+from qa_core.training.minilm_ranker import RANKING_LENGTH, RECIPE, build_minilm_ranker
 from qa_core.training.cloze import generate_cloze, read_paragraphs
 from qa_core.training.minilm_squad import CLOZE as CLOZE_CONFIG
 from qa_core.training.ranking import RankingPair, load_cross_encoder, ranking_pairs, train_ranker, word_windows
@@ -95,8 +95,8 @@ def test_train_ranker_lowers_the_loss_of_its_pairs(tiny_bert_model: Path) -> Non
 
 
 def test_minilm_ranker_target_on_tiny_text(tmp_path: Path) -> None:
-    """The target end to end on 8 documents and 2 steps: a CrossEncoder folder that both rankers load with the
-    recipe's maximum length, its training record and README."""
+    """The target end to end on 8 documents and 2 steps (pairs cut at 64 tokens): a CrossEncoder folder that both
+    rankers load with the ranking length, its training record and README."""
     text = tmp_path / "text.jsonl"
     text.write_text("".join(TEXT_FILE.read_text(encoding="utf-8").splitlines(keepends=True)[:8]), encoding="utf-8")
     recipe = replace(RECIPE, max_steps=2, batch_size=4, max_seq_length=64, stride=16, progress=False)
@@ -108,11 +108,11 @@ def test_minilm_ranker_target_on_tiny_text(tmp_path: Path) -> None:
     assert "recall@1: BM25" in (folder / "README.md").read_text()
     ranker = CrossEncoderRanker(model=folder, device="cpu")
     ranker.warm_up()
-    assert ranker.config.max_length == 64
+    assert ranker.config.max_length == RANKING_LENGTH == 512
     from sentence_transformers import CrossEncoder
 
     reference = CrossEncoder(str(folder), device="cpu")
-    pair = ("What does json.dumps return?", JSON * 20)  # longer than 64 tokens: truncated alike
+    pair = ("What does json.dumps return?", JSON * 40)  # longer than 512 tokens: truncated alike
     raw = reference.predict([pair], activation_fn=torch.nn.Identity())[0]
     assert ranker.logits([pair])[0] == pytest.approx(raw, abs=1e-5)
 
