@@ -59,9 +59,9 @@ def top_spans(
     end = end_logits.float().masked_fill(~context_mask, -torch.inf)
     seq_length = start.shape[-1]
     # 0 where a span may end (end >= start, end - start < max_answer_length), -inf where not: added in place, one
-    # pass over the (batch, seq, seq) sums and no second tensor of their size (a broadcast masked_fill took ten times
-    # as long on CPU).
-    forbidden = torch.full((seq_length, seq_length), -torch.inf, device=start.device)
+    # pass over the (batch, seq, seq) sums and no second tensor of their size (a masked_fill broadcast over the batch
+    # is much slower on CPU).
+    forbidden = torch.full((seq_length, seq_length), -torch.inf, dtype=start.dtype, device=start.device)
     bias = forbidden.tril(-1)
     if max_answer_length is not None:
         bias += forbidden.triu(max_answer_length)

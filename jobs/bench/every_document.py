@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from qa_core.tokenization import TokenizationSettings
 BY_DOCUMENT = "by_document"  # the job's table of one row per document, in its output folder
 WORDS_PER_DOCUMENT = 60
 WORDS_PER_QUERY = 6
-SHAPE_SAMPLE = 2_000  # pairs the limit's batch shapes are compared on, before the fastest is timed on all of them
+SHAPE_SAMPLE = 2_000  # pairs (all questions of the first documents) the limit's batch shapes are compared on
 
 
 def pair_id(question_id: str, document_id: str) -> str:
@@ -130,11 +131,11 @@ def overheads(work: Path, args: argparse.Namespace) -> None:
     print(f"resumed by_document equals the clean run's: {same_table(resumed, clean)}")
 
 
-def limit_workload(paths: dict[str, Path], every: int) -> Workload:
-    """Every `every`-th (question, document) pair of the inputs, as the reader's `run_batch` reads them."""
-    documents = pq.read_table(paths["documents"]).to_pylist()
+def limit_workload(paths: dict[str, Path], documents: int | None = None) -> Workload:
+    """Each question of the first `documents` documents (None: all), as the reader's `run_batch` reads the pairs."""
     questions = pq.read_table(paths["questions"]).to_pylist()
-    pairs = [(question, document) for document in documents for question in questions][::every]
+    pairs = [(question, document) for document in pq.read_table(paths["documents"]).to_pylist()[:documents]
+             for question in questions]  # fmt: skip
     return Workload(
         [pair_id(q["id"], d["id"]) for q, d in pairs],
         [q["query"] for q, _ in pairs],
@@ -142,7 +143,7 @@ def limit_workload(paths: dict[str, Path], every: int) -> Workload:
     )
 
 
-def limit_rows(model: Path, workload: Workload, shapes: list[tuple[str, int]]) -> list[tuple[LimitRow, Any]]:
+def limit_rows(model: Path, workload: Workload, shapes: Sequence[tuple[str, int]]) -> list[tuple[LimitRow, Any]]:
     """The forward pass alone over the workload's sequences in each shape, each with its prepared batches."""
     settings = Settings(tokenization=TokenizationSettings())
     rows = []
@@ -170,10 +171,10 @@ def reader_speed(work: Path, args: argparse.Namespace) -> None:
     """
     paths = write_inputs(work / "minilm", args.minilm_documents, args.questions)
     pairs = args.minilm_documents * args.questions
-    sample = limit_rows(args.minilm, limit_workload(paths, max(1, pairs // SHAPE_SAMPLE)), LIMIT_SHAPES["cpu"])
+    sample = limit_rows(args.minilm, limit_workload(paths, -(-SHAPE_SAMPLE // args.questions)), LIMIT_SHAPES["cpu"])
     fastest = min(sample, key=lambda item: timed(*item)[0])[0].shape
     del sample  # its models and batches
-    row, prepared = limit_rows(args.minilm, limit_workload(paths, 1), [fastest])[0]
+    row, prepared = limit_rows(args.minilm, limit_workload(paths), [fastest])[0]
     before = timed(row, prepared)
     output = work / "out-minilm"
     command = job(paths, "questions", args.minilm, output, args)

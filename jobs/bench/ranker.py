@@ -5,10 +5,11 @@ The cross-encoder ranker's benchmarks (print only):
   corpus of at least 10,000 passages: the held-out paragraphs, the train paragraphs, and seeded word windows of the
   train paragraphs' text (distractors that never hold a held-out question's sentence). Recall@1 of BM25 alone
   against BM25's top `--candidates` reranked by `--model`, each question's relevant passage its own paragraph. With
-  `--reader`, the official EM / F1 of that reader over BM25's top `--read` passages and over the ranker's top
-  `--read` (the bulk job's `--retriever-top-k` and `--ranker-top-k`), each question's best answer.
+  `--reader`, the official EM / F1 of that reader over BM25's top N passages and over the ranker's top N (the bulk
+  job's `--retriever-top-k` and `--ranker-top-k`), each question's best answer, for each N of `--read` (counts
+  separated by commas).
 
-      python -m jobs.bench.ranker quality --model models/minilm-ranker [--reader models/minilm-squad]
+      python -m jobs.bench.ranker quality --model models/minilm-ranker [--reader models/minilm-squad --read 1,3]
 
 - `throughput`: `CrossEncoderRanker` against Haystack's `SentenceTransformersSimilarityRanker` on the same
   `--queries` x `--documents` pairs of mixed length (`jobs.bench.data.make_mixed_workload`), in one run, the
@@ -137,6 +138,17 @@ def throughput(model: str, queries: int, documents: int, repeats: int) -> None:
           f"Haystack {' '.join(f'{t:.1f}' for t in seconds['haystack'])})")  # fmt: skip
 
 
+def counts(text: str) -> tuple[int, ...]:
+    """`--read`'s value: positive counts separated by commas."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not counts separated by commas: {text!r}") from None
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"counts must be at least 1: {text!r}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(prog="python -m jobs.bench.ranker", description=__doc__.split("\n\n")[0])
@@ -147,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     rank.add_argument("--candidates", type=int, default=20, help="BM25 hits reranked per question")
     rank.add_argument("--seed", type=int, default=0, help="the cloze split's seed (the model's --seed)")
     rank.add_argument("--reader", default=None, help="a QA model (minilm-squad's folder): EM / F1 with and without")
-    rank.add_argument("--read", type=lambda text: tuple(int(part) for part in text.split(",")), default=(3,),
+    rank.add_argument("--read", type=counts, default=(3,),
                       help="passages the reader reads a question (comma-separated: one EM / F1 line for each)")
     speed = commands.add_parser("throughput", help="pairs/s against Haystack's ranker on the same pairs")
     speed.add_argument("--model", default=None, help="the cross-encoder (default: minilm-cross-encoder, built)")

@@ -502,7 +502,7 @@ def _update_dense(
             missing.append((position, start))
         position = max(position, stop)
     if missing:
-        to_embed = [(location, first, stop) for location, (_, (first, stop)) in zip(locations, layout, strict=True)
+        to_embed = [(location, first) for location, (_, (first, stop)) in zip(locations, layout, strict=True)
                     if any(start < stop and first < end for start, end in missing)]  # fmt: skip
         earlier = _earlier_positions(old_shards, to_embed, total, whole_documents=settings.split_length is None)
         passages = range_shards(documents, settings, groups, missing).map_batches(
@@ -523,13 +523,13 @@ def _update_dense(
 
 
 def _earlier_positions(
-    old: list[OldShard], shards: list[tuple[str, int, int]], total: int, whole_documents: bool
+    old: list[OldShard], shards: list[tuple[str, int]], total: int, whole_documents: bool
 ) -> np.ndarray:
     """
     `(total,)` int64: for each position of `shards`, a position of the current version's corpus whose passage has
     the same text (the same SHA-256: the same vector); -1 where none has, and at every other position.
 
-    :param shards: The new version's BM25 shards that hold positions to embed: each folder, first and stop position.
+    :param shards: The new version's BM25 shards that hold positions to embed: each folder and first position.
     :param whole_documents: Whether the index's passages are whole documents: the old shards' text hashes are then
         their `source_hashes`, not read again.
     """
@@ -547,7 +547,7 @@ def _earlier_positions(
         return earlier
     keys = ["h0", "h1", "h2", "h3"]
     before = pd.concat([texts(old_hashes(shard), shard.first) for shard in old], ignore_index=True)
-    after = pd.concat([texts(_read_array(folder, TEXT_HASHES_FILE), first) for folder, first, _ in shards],
+    after = pd.concat([texts(_read_array(folder, TEXT_HASHES_FILE), first) for folder, first in shards],
                       ignore_index=True)  # fmt: skip
     pairs = after.merge(before.drop_duplicates(keys), on=keys, suffixes=("", "_before"))
     earlier[pairs["position"].to_numpy()] = pairs["position_before"].to_numpy()
